@@ -1,0 +1,1 @@
+"""Steward: accelerator and device lifecycle service (Cyborg v2 compatible)."""

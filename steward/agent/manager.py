@@ -1,0 +1,91 @@
+"""The agent: runs the drivers of one host and reports what they find."""
+import json
+import logging
+import threading
+import time
+
+import oslo_messaging as messaging
+
+from steward.agent import drivers as driver_loader
+from steward.agent import rpcapi
+from steward.common import context
+from steward.common import exception
+
+LOG = logging.getLogger(__name__)
+
+
+class AgentManager:
+    target = messaging.Target(version=rpcapi.RPC_API_VERSION)
+
+    def __init__(self, conf, conductor_api, host=None, drivers=None):
+        self.conf = conf
+        self.host = host or conf.host
+        self.rp_name = (conf.agent.resource_provider_name
+                        or conf.placement.compute_node_name or self.host)
+        self.conductor = conductor_api
+        self.drivers = drivers if drivers is not None else driver_loader.load(
+            conf.agent.enabled_drivers, conf, self.host)
+        self._stop = threading.Event()
+        self._thread = None
+        self.cycles = 0
+        self.last_cycle_seconds = None
+
+    # -- RPC endpoints -------------------------------------------------------------
+    def ping(self, ctx):
+        return {'host': self.host, 'version': rpcapi.RPC_API_VERSION}
+
+    # -- lifecycle -----------------------------------------------------------------
+    def init_host(self):
+        ctx = context.get_admin_context()
+        for driver in self.drivers:
+            driver.init_host(ctx)
+        LOG.info('Agent %s reports under compute node %r with drivers %s', self.host,
+                 self.rp_name, [d.name for d in self.drivers])
+
+    def discover(self):
+        """One discovery over every driver. The same device (control-path id) from
+        two drivers is a configuration error: which driver owns it is ambiguous."""
+        devices, owner = [], {}
+        for driver in self.drivers:
+            for dev in driver.discover():
+                dev.driver_name = dev.driver_name or driver.name
+                key = json.dumps(json.loads(dev.controlpath_id.cpid_info), sort_keys=True)
+                if key in owner:
+                    raise exception.InvalidConfiguration(
+                        reason=f'device {key} is reported by both {owner[key]} and '
+                               f'{driver.name}; enable one driver per device')
+                owner[key] = driver.name
+                devices.append(dev)
+        return devices
+
+    def run_cycle(self):
+        start = time.monotonic()
+        devices = self.discover()
+        ctx = context.get_admin_context()
+        result = self.conductor.report_data(ctx, self.host, self.rp_name,
+                                            [d.to_dict() for d in devices])
+        self.cycles += 1
+        self.last_cycle_seconds = time.monotonic() - start
+        return result
+
+    def start(self):
+        self._thread = threading.Thread(target=self._loop, name='steward-discovery',
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        interval = self.conf.agent.discovery_interval
+        while not self._stop.is_set():
+            try:
+                self.run_cycle()
+            except exception.InvalidConfiguration:
+                LOG.exception('Discovery stopped: invalid configuration')
+                raise
+            except Exception:
+                LOG.exception('Discovery cycle failed; retrying in %ss', interval)
+            self._stop.wait(interval)
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

@@ -1,0 +1,158 @@
+"""The ``steward`` command."""
+import argparse
+import sys
+
+from steward import service
+from steward.common import exception
+from steward.conf import CONF
+
+USAGE = """steward COMMAND [--config-file FILE ...]
+
+Services:
+  serve                      API + conductor + agent in one process, with an embedded
+                             Placement unless [placement] points elsewhere
+  api | conductor | agent    one service each (multi-host deployments)
+
+Administration:
+  db sync                    apply schema migrations
+  db online-data-migrations  backfill data (device_state, ...)
+  status upgrade check       is this deployment ready for an upgrade?
+"""
+
+
+def cmd_serve(argv):
+    from steward.agent import manager as agent_manager
+    from steward.api import app as api_app
+    from steward.conductor import manager as conductor_manager
+    from steward.conductor import rpcapi
+
+    service.prepare(argv)
+    service.sync_database()
+    placement_proc = service.start_embedded_placement() \
+        if service.placement_is_embedded() else None
+    servers = []
+    agent = conductor = None
+    try:
+        conductor = conductor_manager.ConductorManager(service.placement_client())
+        conductor.init_host()
+        servers.append(service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host,
+                                                 [conductor]))
+        agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI())
+        servers.append(service.start_rpc_server(CONF.rpc_topic_agent, agent.host,
+                                                [agent]))
+        agent.init_host()
+        agent.start()
+        app = api_app.create_app(rpcapi.ConductorAPI(conductor))
+        service.run_http(app, CONF.api.host_ip, CONF.api.port)
+    finally:
+        if agent is not None:
+            agent.stop()
+        for srv in servers:
+            service.stop_rpc_server(srv)
+        if conductor is not None:
+            conductor.stop()
+        if placement_proc is not None:
+            placement_proc.stop()
+    return 0
+
+
+def cmd_api(argv):
+    from steward.api import app as api_app
+    from steward.conductor import rpcapi
+    service.prepare(argv)
+    service.run_http(api_app.create_app(rpcapi.ConductorAPI()), CONF.api.host_ip,
+                     CONF.api.port)
+    return 0
+
+
+def _wait_forever():
+    import signal
+    import threading
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+
+
+def cmd_conductor(argv):
+    from steward.conductor import manager as conductor_manager
+    service.prepare(argv)
+    service.sync_database()
+    conductor = conductor_manager.ConductorManager(service.placement_client())
+    conductor.init_host()
+    srv = service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
+    try:
+        _wait_forever()
+    finally:
+        service.stop_rpc_server(srv)
+        conductor.stop()
+    return 0
+
+
+def cmd_agent(argv):
+    from steward.agent import manager as agent_manager
+    from steward.conductor import rpcapi
+    service.prepare(argv)
+    agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI())
+    srv = service.start_rpc_server(CONF.rpc_topic_agent, agent.host, [agent])
+    try:
+        agent.init_host()
+        agent.start()
+        _wait_forever()
+    finally:
+        agent.stop()
+        service.stop_rpc_server(srv)
+    return 0
+
+
+def cmd_db(argv):
+    parser = argparse.ArgumentParser(prog='steward db')
+    parser.add_argument('action', choices=['sync', 'online-data-migrations', 'version'])
+    args, rest = parser.parse_known_args(argv)
+    service.prepare(rest)
+    from steward.db import data_migrations, migration
+    if args.action == 'sync':
+        migration.upgrade()
+        print(f'Database at revision {migration.current_revision()}')
+    elif args.action == 'version':
+        print(migration.current_revision())
+    else:
+        migration.upgrade()
+        for name, count in data_migrations.run_all().items():
+            print(f'{name}: {count} row(s) migrated')
+        left = sum(data_migrations.pending().values())
+        print('All online data migrations complete.' if not left
+              else f'{left} row(s) still need migrating')
+    return 0
+
+
+def cmd_status(argv):
+    if argv[:2] != ['upgrade', 'check']:
+        service.fail('usage: steward status upgrade check [--config-file F]', 2)
+    from steward.cmd import status
+    return status.main(argv[2:])
+
+
+COMMANDS = {'serve': cmd_serve, 'api': cmd_api, 'conductor': cmd_conductor,
+            'agent': cmd_agent, 'db': cmd_db, 'status': cmd_status}
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ('-h', '--help', 'help'):
+        print(USAGE)
+        return 0 if argv else 2
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        return command(argv[1:])
+    except exception.InvalidConfiguration as err:
+        service.fail(str(err))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == '__main__':
+    sys.exit(main())

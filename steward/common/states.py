@@ -1,0 +1,158 @@
+"""The state machine of accelerator requests and devices: every state, every edge,
+and the one function through which every state change goes.
+
+Shape borrowed from Ironic: states are named constants, the transitions are one
+declared table (read it top to bottom to know everything that can happen), and
+``advance()`` is the choke point that checks an edge exists, persists the change
+with a conditional UPDATE (so two processes racing on one row cannot both win, with
+no in-process lock) and logs one line per transition.
+"""
+import collections
+import logging
+
+from oslo_utils import timeutils
+import sqlalchemy as sa
+from sqlalchemy.orm.attributes import set_committed_value
+
+from steward.common import exception
+
+LOG = logging.getLogger(__name__)
+
+# --- Accelerator request (ARQ) states ------------------------------------------------
+ARQ_INITIAL = 'Initial'
+"""Created from a device profile group; not tied to a host, RP or instance."""
+ARQ_BIND_STARTED = 'BindStarted'
+"""Bind accepted and validated; an attach handle is being allocated."""
+ARQ_BOUND = 'Bound'
+"""Holds an attach handle on the device RP Nova chose; Nova may attach it."""
+ARQ_BIND_FAILED = 'BindFailed'
+"""Bind could not complete; nothing is held. Unbind or delete it."""
+ARQ_UNBOUND = 'Unbound'
+"""Released after a bind; can be bound again."""
+ARQ_UNBIND_FAILED = 'UnbindFailed'
+"""Release failed part-way (e.g. the agent could not tear down an mdev)."""
+ARQ_DELETING = 'Deleting'
+"""Being released and removed; a row left here is finished by reconciliation."""
+
+ARQ_STATES = (ARQ_INITIAL, ARQ_BIND_STARTED, ARQ_BOUND, ARQ_BIND_FAILED, ARQ_UNBOUND,
+              ARQ_UNBIND_FAILED, ARQ_DELETING)
+ARQ_RESOLVED = (ARQ_BOUND, ARQ_BIND_FAILED, ARQ_DELETING)
+"""States in which Nova's wait for a bind is over (``bind_state=resolved``)."""
+ARQ_BINDABLE = (ARQ_INITIAL, ARQ_UNBOUND)
+ARQ_HOLDS_HANDLE = (ARQ_BIND_STARTED, ARQ_BOUND, ARQ_UNBIND_FAILED)
+"""States in which an ARQ may reference an in-use attach handle."""
+
+# --- Device lifecycle states (spec 1; shared by every driver) -----------------------
+DEV_AVAILABLE = 'available'
+"""Clean and schedulable: Placement reserved = 0."""
+DEV_ALLOCATED = 'allocated'
+"""At least one accelerator of the device is bound to an instance."""
+DEV_PENDING_CLEANING = 'pending_cleaning'
+"""Released by its tenant; the cleanup has been asked of the agent."""
+DEV_CLEANING = 'cleaning'
+"""The agent is running the locked-in cleanup action."""
+DEV_ERROR = 'error'
+"""Cleanup failed, timed out or was interrupted: never handed out until an operator
+re-cleans it (POST /v2/devices/{uuid}/clean)."""
+
+DEVICE_STATES = (DEV_AVAILABLE, DEV_ALLOCATED, DEV_PENDING_CLEANING, DEV_CLEANING,
+                 DEV_ERROR)
+DEV_RESERVED_STATES = (DEV_ALLOCATED, DEV_PENDING_CLEANING, DEV_CLEANING, DEV_ERROR)
+"""For single-accelerator devices Placement reserved = total in exactly these."""
+
+DEVICE_STATUS_ENABLED = 'enabled'
+DEVICE_STATUS_MAINTAINING = 'maintaining'
+DEVICE_STATUSES = (DEVICE_STATUS_ENABLED, DEVICE_STATUS_MAINTAINING)
+
+Transition = collections.namedtuple('Transition', 'source event target')
+
+# One line per edge. ``None`` as a source is a row whose state was never set (a
+# device created before device_state existed, backfilled by the online migration).
+ARQ_TRANSITIONS = (
+    Transition(ARQ_INITIAL, 'bind', ARQ_BIND_STARTED),
+    Transition(ARQ_UNBOUND, 'bind', ARQ_BIND_STARTED),
+    Transition(ARQ_BIND_STARTED, 'bind_done', ARQ_BOUND),
+    Transition(ARQ_BIND_STARTED, 'bind_fail', ARQ_BIND_FAILED),
+    # A multi-ARQ bind is all or nothing: a sibling's failure fails the bound ones.
+    Transition(ARQ_BOUND, 'bind_fail', ARQ_BIND_FAILED),
+    Transition(ARQ_INITIAL, 'unbind', ARQ_UNBOUND),
+    Transition(ARQ_BIND_STARTED, 'unbind', ARQ_UNBOUND),
+    Transition(ARQ_BOUND, 'unbind', ARQ_UNBOUND),
+    Transition(ARQ_BIND_FAILED, 'unbind', ARQ_UNBOUND),
+    Transition(ARQ_UNBIND_FAILED, 'unbind', ARQ_UNBOUND),
+    Transition(ARQ_BOUND, 'unbind_fail', ARQ_UNBIND_FAILED),
+    Transition(ARQ_INITIAL, 'delete', ARQ_DELETING),
+    Transition(ARQ_BIND_STARTED, 'delete', ARQ_DELETING),
+    Transition(ARQ_BOUND, 'delete', ARQ_DELETING),
+    Transition(ARQ_UNBOUND, 'delete', ARQ_DELETING),
+    Transition(ARQ_BIND_FAILED, 'delete', ARQ_DELETING),
+    Transition(ARQ_UNBIND_FAILED, 'delete', ARQ_DELETING),
+)
+
+DEVICE_TRANSITIONS = (
+    Transition(None, 'backfill', DEV_AVAILABLE),
+    Transition(None, 'backfill', DEV_ALLOCATED),
+    Transition(DEV_AVAILABLE, 'bind', DEV_ALLOCATED),
+    # Devices that need no cleaning go straight back when their last handle is freed.
+    Transition(DEV_ALLOCATED, 'release', DEV_AVAILABLE),
+    Transition(DEV_ALLOCATED, 'release_for_cleaning', DEV_PENDING_CLEANING),
+    # init_host found an allocated device with no active ARQ: a missed cleanup.
+    Transition(DEV_ALLOCATED, 'recover_missed_cleanup', DEV_PENDING_CLEANING),
+    # The agent cannot be asked to clean (too old, unreachable): keep it out of use.
+    Transition(DEV_ALLOCATED, 'fail', DEV_ERROR),
+    Transition(DEV_PENDING_CLEANING, 'start_cleaning', DEV_CLEANING),
+    Transition(DEV_CLEANING, 'cleaned', DEV_AVAILABLE),
+    Transition(DEV_CLEANING, 'fail', DEV_ERROR),
+    Transition(DEV_PENDING_CLEANING, 'fail', DEV_ERROR),
+    # Discovery found the hardware cannot meet the configured cleanup policy.
+    Transition(DEV_AVAILABLE, 'fail', DEV_ERROR),
+    Transition(DEV_ERROR, 'operator_clean', DEV_PENDING_CLEANING),
+)
+
+_TABLES = {'arq': ARQ_TRANSITIONS, 'device': DEVICE_TRANSITIONS}
+
+
+def sources(kind, target, event=None):
+    """States from which ``target`` may be entered (optionally by one event)."""
+    return tuple(t.source for t in _TABLES[kind]
+                 if t.target == target and (event is None or t.event == event))
+
+
+def can_transition(kind, current, target, event=None):
+    return current in sources(kind, target, event)
+
+
+def advance(session, model, row, target, *, event=None, reason='', values=None,
+            kind=None, request_id=None):
+    """Move ``row`` (an ORM object of ``model``) to ``target``: the only way any
+    ARQ ``state`` or device ``device_state`` changes.
+
+    The UPDATE is conditional on the current state being a declared source, so a
+    concurrent change in another process or thread makes this raise instead of
+    silently overwriting. ``values`` are extra columns written in the same UPDATE.
+    Raises InvalidStateTransition (or ConcurrentUpdate when the row moved under us).
+    """
+    kind = kind or model.__state_kind__
+    column = getattr(model, model.__state_column__)
+    current = getattr(row, model.__state_column__)
+    allowed = sources(kind, target, event)
+    if current not in allowed:
+        raise exception.InvalidStateTransition(kind=kind, uuid=row.uuid,
+                                               current=current, target=target)
+    changes = dict(values or {})
+    changes[model.__state_column__] = target
+    changes['updated_at'] = timeutils.utcnow()
+    # Compare-and-swap on the state we read: whoever changed the row in between
+    # wins and we report the conflict rather than overwrite it.
+    same = column.is_(None) if current is None else column == current
+    result = session.execute(
+        sa.update(model).where(model.id == row.id, same).values(**changes)
+        .execution_options(synchronize_session=False))
+    if result.rowcount != 1:
+        raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
+    for key, value in changes.items():
+        set_committed_value(row, key, value)
+    LOG.info('%s %s: %s -> %s (%s)%s%s', kind, row.uuid, current, target,
+             event or 'transition', f' reason={reason}' if reason else '',
+             f' request_id={request_id}' if request_id else '')
+    return row

@@ -1,0 +1,183 @@
+"""Accelerator request lifecycle: create, bind, unbind, delete.
+
+Every ARQ state change goes through ``states.advance``. A bind validates all of its
+input before touching anything, and runs in one write transaction: if any ARQ of a
+multi-ARQ bind cannot get a handle, the whole transaction rolls back and every ARQ
+is exactly where it was (never left in BindStarted). Work outside the database
+(Placement reservation) comes after the commit and is undone on failure, leaving
+the ARQs in BindFailed with their handles freed.
+"""
+import logging
+
+from oslo_utils import uuidutils
+from sqlalchemy import orm
+
+from steward.common import exception
+from steward.common import states
+from steward.conductor import device_ops
+from steward.db import api as db
+from steward.db import models as m
+from steward.db import session as db_session
+
+LOG = logging.getLogger(__name__)
+
+
+def accelerator_count(group):
+    """ARQs one device-profile group asks for: the sum of its resources:* amounts."""
+    return sum(int(v) for k, v in group.items() if k.startswith('resources:'))
+
+
+def create(ctx, device_profile_name, project_id):
+    with db_session.writer() as s:
+        dp = db.device_profile_get(s, name=device_profile_name)
+        arqs = []
+        for group_id, group in enumerate(db.device_profile_groups(dp)):
+            for _ in range(accelerator_count(group)):
+                arqs.append(db.arq_create(s, dp, group_id, project_id))
+        s.flush()
+        return [db.arq_record(a) for a in arqs]
+
+
+def _check_uuid(name, value):
+    if not uuidutils.is_uuid_like(value):
+        raise exception.InvalidUUID(name=name, value=value)
+
+
+def validate_binding(b):
+    for key in ('uuid', 'instance_uuid', 'device_rp_uuid'):
+        _check_uuid(key, b.get(key))
+    hostname = b.get('hostname')
+    if not isinstance(hostname, str) or not hostname.strip() or len(hostname) > 255:
+        raise exception.InvalidParameter(name='hostname', value=hostname,
+                                         reason='a non-empty host name is required')
+
+
+def bind(ctx, bindings):
+    """Bind ARQs: ``bindings`` is a list of dicts with uuid, hostname,
+    device_rp_uuid, instance_uuid and optionally project_id. Returns the bound
+    records. All or nothing."""
+    for b in bindings:
+        validate_binding(b)
+    uuids = [b['uuid'] for b in bindings]
+    if len(set(uuids)) != len(uuids):
+        raise exception.PatchInvalid(reason='an ARQ appears twice')
+    project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
+    reserve = []
+    with db_session.writer() as s:
+        arqs = db.arq_get_many(s, uuids, project_scope)
+        ids = [a.id for a in arqs]
+        for arq, b in zip(arqs, bindings):
+            if arq.state not in states.ARQ_BINDABLE:
+                raise exception.ARQBadState(uuid=arq.uuid, state=arq.state,
+                                            action='bind',
+                                            expected=list(states.ARQ_BINDABLE))
+            if db.arq_instance_has_binding(s, b['instance_uuid'], exclude_ids=ids):
+                raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'])
+        deployables = {}
+        for b in bindings:
+            rp = b['device_rp_uuid']
+            if rp not in deployables:
+                deployables[rp] = db.deployable_get_by_rp_uuid(s, rp)
+        for arq, b in zip(arqs, bindings):
+            dep = deployables[b['device_rp_uuid']]
+            values = {'hostname': b['hostname'], 'device_rp_uuid': b['device_rp_uuid'],
+                      'instance_uuid': b['instance_uuid'], 'deployable_id': dep.id}
+            if b.get('project_id'):
+                values['project_id'] = b['project_id']
+            states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
+                           values=values, request_id=ctx.request_id)
+            device_ops.check_bindable(dep)
+            handle = db.attach_handle_allocate(s, dep)
+            states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
+                           values={'attach_handle_id': handle.id},
+                           request_id=ctx.request_id)
+            orm.attributes.set_committed_value(arq, 'attach_handle', handle)
+            if device_ops.mark_allocated(s, dep, ctx) and dep.num_accelerators == 1:
+                reserve.append(dep)
+        records = [db.arq_record(a) for a in arqs]
+    try:
+        for dep in reserve:
+            device_ops.reserve(dep, reserve=True)
+    except exception.StewardError as err:
+        LOG.error('Bind of %s failed after commit (%s); rolling back', uuids, err)
+        _fail_bound(ctx, uuids, reason=str(err))
+        err.failed_arqs = [(r['uuid'], r['instance_uuid']) for r in records]
+        raise
+    return records
+
+
+def _fail_bound(ctx, uuids, reason):
+    """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
+    with db_session.writer() as s:
+        for arq in db.arq_get_many(s, uuids):
+            handle_id = arq.attach_handle_id
+            if arq.state in (states.ARQ_BOUND, states.ARQ_BIND_STARTED):
+                states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_FAILED,
+                               event='bind_fail', reason=reason,
+                               values={'attach_handle_id': None},
+                               request_id=ctx.request_id)
+            if handle_id is not None:
+                db.attach_handle_release(s, handle_id)
+                device_ops.release_after_unbind(s, arq.deployable_id, ctx)
+
+
+def _release(s, ctx, arq, target, event, values=None):
+    """Move ``arq`` to ``target`` freeing what it holds; returns deployables whose
+    device went back to available (their Placement reservation must be lifted)."""
+    handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
+    changes = {'attach_handle_id': None}
+    changes.update(values or {})
+    states.advance(s, m.ExtARQ, arq, target, event=event, values=changes,
+                   request_id=ctx.request_id)
+    if handle_id is None:
+        return []
+    db.attach_handle_release(s, handle_id)
+    return device_ops.release_after_unbind(s, deployable_id, ctx)
+
+
+def unbind(ctx, arq_uuids):
+    project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
+    released = []
+    with db_session.writer() as s:
+        for arq in db.arq_get_many(s, arq_uuids, project_scope):
+            if arq.state == states.ARQ_UNBOUND:
+                continue
+            released += _release(s, ctx, arq, states.ARQ_UNBOUND, 'unbind', values={
+                'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
+                'deployable_id': None})
+    device_ops.lift_reservations(released)
+
+
+def delete(ctx, arq_uuids=None, instance_uuid=None, project_id=None):
+    """Delete ARQs by uuid list (all must exist: 404 otherwise, nothing deleted) or
+    by instance (idempotent). Each goes to Deleting first, so a crash mid-way leaves
+    a row reconciliation recognises and finishes."""
+    with db_session.writer() as s:
+        if arq_uuids is not None:
+            arqs = db.arq_get_many(s, arq_uuids, project_id)
+        else:
+            arqs = db.arq_list(s, project_id=project_id, instance_uuid=instance_uuid)
+        if any(a.state == states.ARQ_BOUND for a in arqs) and not ctx.is_service \
+                and not ctx.is_admin:
+            raise exception.ServiceTokenRequired()
+        uuids = []
+        for arq in arqs:
+            if arq.state != states.ARQ_DELETING:
+                states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
+                               request_id=ctx.request_id)
+            uuids.append(arq.uuid)
+    return finish_deleting(ctx, uuids)
+
+
+def finish_deleting(ctx, uuids):
+    released = []
+    with db_session.writer() as s:
+        for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
+            handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
+            s.delete(arq)
+            s.flush()
+            if handle_id is not None:
+                db.attach_handle_release(s, handle_id)
+                released += device_ops.release_after_unbind(s, deployable_id, ctx)
+    device_ops.lift_reservations(released)
+    return len(uuids)

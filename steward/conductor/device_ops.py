@@ -1,0 +1,165 @@
+"""Device lifecycle around binds: the bind guard, device_state on bind and release,
+and the Placement reservation that mirrors it.
+
+The reservation rule (spec 1, issue "Steward core" item 7):
+
+* A device with ONE accelerator (sum of num_accelerators over its deployables is 1:
+  a PCI function, an NVMe controller) is reserved whole in Placement
+  (``reserved = total``) whenever its device_state is not ``available``. Binding
+  sets ``allocated`` and reserves; releasing it (when it needs no cleaning) returns
+  ``available`` and ``reserved = 0``. This keeps a device that is in use, awaiting
+  cleanup or failed out of allocation candidates even if an allocation is lost.
+* A device with SEVERAL accelerators (the fake FPGA's 16 functions, an mdev parent's
+  vGPUs) is ``allocated`` while any of its handles is in use, but Placement's own
+  allocations account for usage: reserving total there would hide every other vGPU
+  of the parent from the scheduler. It is reserved whole only when it must not be
+  used at all (pending_cleaning, cleaning, error).
+* ``status = maintaining`` (disable) reserves whole in both cases.
+"""
+import logging
+
+import sqlalchemy as sa
+
+from steward.common import exception
+from steward.common import states
+from steward.db import api as db
+from steward.db import models as m
+
+LOG = logging.getLogger(__name__)
+
+CLEANABLE_TYPES = frozenset(['NVME'])
+_placement = None
+
+
+def set_placement_client(client):
+    global _placement
+    _placement = client
+
+
+def placement():
+    if _placement is None:
+        raise exception.ServiceUnavailable(service='Placement',
+                                           reason='no Placement client configured')
+    return _placement
+
+
+def supports_cleaning(device):
+    return device.type in CLEANABLE_TYPES
+
+
+def accelerators_of(session, device_id):
+    return session.execute(
+        sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
+        .where(m.Deployable.device_id == device_id)).scalar()
+
+
+def desired_reserved(device, single, total):
+    """Placement ``reserved`` for one deployable of ``device`` (see module doc)."""
+    if device.status == states.DEVICE_STATUS_MAINTAINING:
+        return total
+    state = device.device_state
+    if state is None:
+        return None     # not backfilled yet: leave Placement as it is
+    if single:
+        return 0 if state == states.DEV_AVAILABLE else total
+    return total if state in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING,
+                              states.DEV_ERROR) else 0
+
+
+def check_bindable(deployable):
+    """The bind guard: raises unless ``deployable``'s device may take a binding."""
+    device = deployable.device
+    if device.status == states.DEVICE_STATUS_MAINTAINING:
+        raise exception.DeviceMaintaining(uuid=device.uuid)
+    allowed = (states.DEV_AVAILABLE,) if deployable.num_accelerators == 1 else (
+        states.DEV_AVAILABLE, states.DEV_ALLOCATED)
+    if device.device_state not in allowed:
+        raise exception.DeviceNotAvailable(uuid=device.uuid,
+                                           state=device.device_state or 'not backfilled')
+
+
+def mark_allocated(session, deployable, ctx):
+    """After a handle was taken: available -> allocated. True if it changed."""
+    device = deployable.device
+    if device.device_state == states.DEV_ALLOCATED:
+        return False
+    states.advance(session, m.Device, device, states.DEV_ALLOCATED, event='bind',
+                   request_id=ctx.request_id)
+    return True
+
+
+def release_after_unbind(session, deployable_id, ctx):
+    """A handle of ``deployable_id`` was freed. When the device has none left in
+    use it leaves ``allocated``: to ``available``, or to ``pending_cleaning`` for a
+    device whose driver must clean it first. Returns [(deployable, device)] whose
+    Placement reservation should be lifted."""
+    if deployable_id is None:
+        return []
+    dep = session.get(m.Deployable, deployable_id)
+    if dep is None:
+        return []
+    device = session.get(m.Device, dep.device_id)
+    if device.device_state != states.DEV_ALLOCATED or \
+            db.device_handles_in_use(session, device.id):
+        return []
+    if supports_cleaning(device):
+        states.advance(session, m.Device, device, states.DEV_PENDING_CLEANING,
+                       event='release_for_cleaning', request_id=ctx.request_id)
+        return []
+    states.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
+                   request_id=ctx.request_id)
+    if accelerators_of(session, device.id) == 1:
+        session.expunge(dep)
+        return [dep]
+    return []
+
+
+def _rc_of(deployable):
+    from steward.db import session as db_session
+    with db_session.reader() as s:
+        attrs = db.attribute_list(s, {'deployable_id': deployable.id, 'key': 'rc'})
+    return attrs[0].value if attrs else None
+
+
+def reserve(deployable, reserve):
+    """Reserve (or free) a single-accelerator deployable whole in Placement."""
+    if not deployable.rp_uuid:
+        return
+    rc = _rc_of(deployable)
+    if rc is None:
+        LOG.warning('Deployable %s has no resource class; nothing to reserve',
+                    deployable.uuid)
+        return
+    placement().set_reserved(deployable.rp_uuid, rc, 'total' if reserve else 0)
+
+
+def lift_reservations(deployables):
+    for dep in deployables:
+        try:
+            reserve(dep, reserve=False)
+        except exception.StewardError as err:
+            # Safe direction: the device stays unschedulable until the next sync
+            # puts reserved back in line with device_state.
+            LOG.error('Could not lift the Placement reservation of %s: %s',
+                      dep.rp_uuid, err)
+
+
+def set_status(ctx, device_uuid, status):
+    """Enable/disable (maintaining): persist, then reserve or free in Placement."""
+    from steward.db import session as db_session
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        if device.status != status:
+            device.status = status
+            LOG.info('device %s: status -> %s request_id=%s', device.uuid, status,
+                     ctx.request_id)
+        deps = db.deployable_list(s, {'device_id': device.id})
+        single = sum(d.num_accelerators for d in deps) == 1
+        plan = [(d, desired_reserved(device, single, d.num_accelerators)) for d in deps]
+        for d, _ in plan:
+            s.expunge(d)
+    for dep, reserved in plan:
+        if dep.rp_uuid and reserved is not None:
+            rc = _rc_of(dep)
+            if rc:
+                placement().set_reserved(dep.rp_uuid, rc, reserved)

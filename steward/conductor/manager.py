@@ -1,0 +1,89 @@
+"""The conductor: the RPC endpoint behind ConductorAPI."""
+import logging
+
+import oslo_messaging as messaging
+
+from steward.common import exception
+from steward.common import states
+from steward.conductor import arq_ops
+from steward.conductor import device_ops
+from steward.conductor import nova
+from steward.conductor import report
+from steward.conductor import rpcapi
+from steward.db import api as db
+from steward.db import data_migrations
+from steward.db import session as db_session
+from steward.conf import CONF
+
+LOG = logging.getLogger(__name__)
+
+
+class ConductorManager:
+    target = messaging.Target(version=rpcapi.RPC_API_VERSION)
+
+    def __init__(self, placement_client=None, notifier=None):
+        self.placement = placement_client
+        device_ops.set_placement_client(placement_client)
+        self.reporter = report.Reporter(placement_client,
+                                        CONF.placement.create_compute_node)
+        self.notifier = notifier or nova.NovaNotifier()
+
+    def init_host(self):
+        """Backfill device_state and finish deletes a crash interrupted."""
+        done = data_migrations.run_all()
+        if any(done.values()):
+            LOG.info('Online data migrations at start: %s', done)
+        self.reconcile_deleting()
+
+    def reconcile_deleting(self, ctx=None):
+        from steward.common import context
+        ctx = ctx or context.get_admin_context()
+        with db_session.reader() as s:
+            uuids = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])]
+        if uuids:
+            LOG.info('Finishing %d ARQ delete(s) left in Deleting', len(uuids))
+            arq_ops.finish_deleting(ctx, uuids)
+
+    def stop(self):
+        self.notifier.stop()
+
+    # -- agents --------------------------------------------------------------------
+    def report_data(self, ctx, host, rp_name, devices):
+        return self.reporter.report(ctx, host, rp_name, devices)
+
+    # -- API -----------------------------------------------------------------------
+    def arq_create(self, ctx, device_profile_name, project_id):
+        return arq_ops.create(ctx, device_profile_name, project_id)
+
+    def arq_bind(self, ctx, bindings):
+        try:
+            records = arq_ops.bind(ctx, bindings)
+        except exception.StewardError as err:
+            failed = getattr(err, 'failed_arqs', None)
+            if failed:
+                self.notifier.notify([(inst, arq, 'failed') for arq, inst in failed])
+            raise
+        self.notifier.notify([(r['instance_uuid'], r['uuid'], 'completed')
+                              for r in records])
+        return records
+
+    def arq_unbind(self, ctx, arq_uuids):
+        return arq_ops.unbind(ctx, arq_uuids)
+
+    def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
+        return arq_ops.delete(ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
+                              project_id=project_id)
+
+    def device_set_status(self, ctx, device_uuid, status):
+        if status not in states.DEVICE_STATUSES:
+            raise exception.InvalidParameter(name='status', value=status,
+                                             reason='expected enabled or maintaining')
+        return device_ops.set_status(ctx, device_uuid, status)
+
+    def deployable_program(self, ctx, deployable_uuid, image_uuid):
+        with db_session.reader() as s:
+            dep = db.deployable_get(s, deployable_uuid)
+        # No enabled driver can program an FPGA image: say so instead of pretending.
+        raise exception.NotProgrammable(
+            uuid=dep.uuid, reason=f'driver {dep.driver_name or "unknown"} does not '
+                                  f'support programming')

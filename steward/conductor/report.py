@@ -1,0 +1,296 @@
+"""Persist what an agent discovered and mirror it in Placement, as a diff.
+
+Devices are matched by control-path id, deployables by name, attributes by key,
+attach handles by their attach_info text (upstream's report_data rules). An agent
+whose report is byte-for-byte what it sent last time costs one digest comparison:
+no database query and no Placement request. Devices or deployables that vanished
+while a handle is in use are kept (and logged) until released: deleting them would
+orphan the tenant's allocation (an upstream defect).
+"""
+import hashlib
+import json
+import logging
+import threading
+import uuid as uuidlib
+
+import os_traits
+from oslo_utils import uuidutils
+import sqlalchemy as sa
+
+from steward.common import exception
+from steward.common import states
+from steward.conductor import device_ops
+from steward.db import api as db
+from steward.db import models as m
+from steward.db import session as db_session
+from steward.drivers import objects
+
+LOG = logging.getLogger(__name__)
+
+
+def rp_uuid_for(name):
+    """Child RP uuid: uuid3 of the deployable name, as upstream, so an existing
+    cloud's providers are adopted rather than duplicated."""
+    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
+
+
+def canonical(info):
+    try:
+        return json.dumps(json.loads(info), sort_keys=True)
+    except (TypeError, ValueError):
+        return info
+
+
+class Reporter:
+    def __init__(self, placement_client, create_compute_node=True):
+        self.placement = placement_client
+        self.create_compute_node = create_compute_node
+        self._digests = {}
+        self._compute_nodes = {}
+        self._lock = threading.Lock()
+
+    # -- entry point ---------------------------------------------------------------
+    def report(self, ctx, host, rp_name, devices):
+        digest = hashlib.sha1(json.dumps([rp_name, devices], sort_keys=True)
+                              .encode()).hexdigest()
+        with self._lock:
+            if self._digests.get(host) == digest:
+                return {'changed': False, 'placement_writes': 0}
+        parsed = [objects.DriverDevice.from_dict(d) for d in devices]
+        removed_rps = self._persist(ctx, host, parsed)
+        writes = self._sync_placement(host, rp_name, removed_rps)
+        if writes is not None:
+            with self._lock:
+                self._digests[host] = digest
+        return {'changed': True, 'placement_writes': writes or 0}
+
+    def forget(self, host=None):
+        with self._lock:
+            if host is None:
+                self._digests.clear()
+            else:
+                self._digests.pop(host, None)
+
+    # -- database diff -------------------------------------------------------------
+    def _persist(self, ctx, host, reported):
+        removed_rps = []
+        with db_session.writer() as s:
+            existing = s.execute(sa.select(m.Device).where(m.Device.hostname == host)
+                                 ).scalars().all()
+            dev_ids = [d.id for d in existing]
+            cpids = s.execute(sa.select(m.ControlpathID).where(
+                m.ControlpathID.device_id.in_(dev_ids))).scalars().all() if dev_ids else []
+            deps = s.execute(sa.select(m.Deployable).where(
+                m.Deployable.device_id.in_(dev_ids))).scalars().all() if dev_ids else []
+            dep_ids = [d.id for d in deps]
+            attrs = db.attributes_by_deployable(s, dep_ids)
+            handles = {}
+            if dep_ids:
+                for h in s.execute(sa.select(m.AttachHandle).where(
+                        m.AttachHandle.deployable_id.in_(dep_ids))).scalars():
+                    handles.setdefault(h.deployable_id, []).append(h)
+
+            cpid_by_device = {c.device_id: c for c in cpids}
+            by_cpid = {canonical(cpid_by_device[d.id].cpid_info): d for d in existing
+                       if d.id in cpid_by_device}
+            deps_by_device = {}
+            for dep in deps:
+                deps_by_device.setdefault(dep.device_id, []).append(dep)
+
+            seen = set()
+            for rep in reported:
+                key = canonical(rep.controlpath_id.cpid_info)
+                device = by_cpid.get(key)
+                if device is None:
+                    device, cpid = self._add_device(s, host, rep)
+                    deps_by_device[device.id] = []
+                    cpid_by_device[device.id] = cpid
+                else:
+                    self._update_device(device, rep)
+                seen.add(device.id)
+                removed_rps += self._diff_deployables(
+                    s, device, cpid_by_device[device.id], rep.deployable_list,
+                    deps_by_device.get(device.id, []), attrs, handles)
+            for device in existing:
+                if device.id not in seen:
+                    removed_rps += self._remove_device(
+                        s, device, cpid_by_device.get(device.id),
+                        deps_by_device.get(device.id, []), attrs, handles)
+        return removed_rps
+
+    def _add_device(self, s, host, rep):
+        device = m.Device(uuid=uuidutils.generate_uuid(), type=rep.type,
+                          vendor=rep.vendor, model=rep.model,
+                          std_board_info=rep.std_board_info,
+                          vendor_board_info=rep.vendor_board_info, hostname=host,
+                          status=states.DEVICE_STATUS_ENABLED,
+                          device_state=states.DEV_AVAILABLE)
+        s.add(device)
+        s.flush()
+        cpid = m.ControlpathID(uuid=uuidutils.generate_uuid(), device_id=device.id,
+                               cpid_type=rep.controlpath_id.cpid_type,
+                               cpid_info=canonical(rep.controlpath_id.cpid_info))
+        s.add(cpid)
+        s.flush()
+        LOG.info('device %s: discovered on %s (%s %s)', device.uuid, host, rep.type,
+                 cpid.cpid_info)
+        return device, cpid
+
+    @staticmethod
+    def _update_device(device, rep):
+        for field in ('type', 'vendor', 'model', 'std_board_info', 'vendor_board_info'):
+            if getattr(device, field) != getattr(rep, field):
+                setattr(device, field, getattr(rep, field))
+
+    def _diff_deployables(self, s, device, cpid, reported, existing, attrs, handles):
+        removed = []
+        by_name = {d.name: d for d in existing}
+        names = set()
+        for rep in reported:
+            names.add(rep.name)
+            dep = by_name.get(rep.name)
+            if dep is None:
+                dep = m.Deployable(uuid=uuidutils.generate_uuid(), name=rep.name,
+                                   num_accelerators=rep.num_accelerators,
+                                   device_id=device.id, rp_uuid=rp_uuid_for(rep.name),
+                                   driver_name=rep.driver_name)
+                s.add(dep)
+                s.flush()
+            else:
+                if dep.num_accelerators != rep.num_accelerators:
+                    dep.num_accelerators = rep.num_accelerators
+                if dep.driver_name != rep.driver_name:
+                    dep.driver_name = rep.driver_name
+            self._diff_attributes(s, dep, rep.attribute_list, attrs.get(dep.id, []))
+            self._diff_handles(s, dep, cpid, rep.attach_handle_list,
+                               handles.get(dep.id, []))
+        for dep in existing:
+            if dep.name not in names:
+                removed += self._remove_deployable(s, dep, attrs, handles)
+        return removed
+
+    @staticmethod
+    def _diff_attributes(s, dep, reported, existing):
+        by_key = {a.key: a for a in existing}
+        wanted = {a.key: a.value for a in reported}
+        for key, value in wanted.items():
+            attr = by_key.get(key)
+            if attr is None:
+                s.add(m.Attribute(uuid=uuidutils.generate_uuid(), deployable_id=dep.id,
+                                  key=key, value=value))
+            elif attr.value != value:
+                attr.value = value
+        for key, attr in by_key.items():
+            if key not in wanted:
+                s.delete(attr)
+
+    @staticmethod
+    def _diff_handles(s, dep, cpid, reported, existing):
+        by_info = {canonical(h.attach_info): h for h in existing}
+        wanted = {canonical(h.attach_info): h for h in reported}
+        for info, rep in wanted.items():
+            if info not in by_info:
+                s.add(m.AttachHandle(uuid=uuidutils.generate_uuid(), deployable_id=dep.id,
+                                     cpid_id=cpid.id, in_use=False,
+                                     attach_type=rep.attach_type, attach_info=info))
+        for info, handle in by_info.items():
+            if info not in wanted:
+                if handle.in_use:
+                    LOG.warning('Attach handle %s (%s) vanished from discovery but is '
+                                'in use; kept until released', handle.uuid, info)
+                else:
+                    s.delete(handle)
+
+    def _remove_deployable(self, s, dep, attrs, handles):
+        if any(h.in_use for h in handles.get(dep.id, [])):
+            LOG.warning('Deployable %s vanished from discovery but is in use; kept '
+                        'until released', dep.name)
+            return []
+        s.execute(sa.update(m.ExtARQ).where(m.ExtARQ.deployable_id == dep.id)
+                  .values(deployable_id=None))
+        for h in handles.get(dep.id, []):
+            s.delete(h)
+        for a in attrs.get(dep.id, []):
+            s.delete(a)
+        s.flush()
+        s.delete(dep)
+        LOG.info('deployable %s: removed (no longer discovered)', dep.name)
+        return [dep.rp_uuid] if dep.rp_uuid else []
+
+    def _remove_device(self, s, device, cpid, deps, attrs, handles):
+        removed = []
+        for dep in deps:
+            removed += self._remove_deployable(s, dep, attrs, handles)
+        s.flush()
+        if db.device_handles_in_use(s, device.id) or s.execute(
+                sa.select(sa.func.count()).select_from(m.Deployable)
+                .where(m.Deployable.device_id == device.id)).scalar():
+            return removed
+        if cpid is not None:
+            s.delete(cpid)
+            s.flush()
+        s.delete(device)
+        LOG.info('device %s: removed (no longer discovered)', device.uuid)
+        return removed
+
+    # -- Placement -----------------------------------------------------------------
+    def compute_node(self, host, rp_name):
+        with self._lock:
+            cached = self._compute_nodes.get(rp_name)
+        if cached:
+            return cached
+        rp = self.placement.ensure_compute_node(rp_name, create=self.create_compute_node)
+        with self._lock:
+            self._compute_nodes[rp_name] = rp
+        return rp
+
+    def _sync_placement(self, host, rp_name, removed_rps):
+        """Returns the number of Placement writes, or None when Placement could not
+        be brought in line (the next report retries)."""
+        if self.placement is None:
+            return 0
+        from steward.placement.client import ProviderSpec
+        try:
+            root = self.compute_node(host, rp_name)
+        except exception.StewardError as err:
+            LOG.error('%s', err)
+            return None
+        writes = 0
+        with db_session.reader() as s:
+            rows = s.execute(
+                sa.select(m.Deployable, m.Device)
+                .join(m.Device, m.Deployable.device_id == m.Device.id)
+                .where(m.Device.hostname == host)).all()
+            attrs = db.attributes_by_deployable(s, [d.id for d, _ in rows])
+            per_device = {}
+            for dep, dev in rows:
+                per_device[dev.id] = per_device.get(dev.id, 0) + dep.num_accelerators
+            specs = []
+            for dep, dev in rows:
+                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
+                if rc is None or not dep.rp_uuid:
+                    continue
+                traits = {a.value for a in attrs[dep.id] if a.key.startswith('trait')}
+                traits.add(os_traits.OWNER_CYBORG)
+                single = per_device[dev.id] == 1
+                specs.append(ProviderSpec(
+                    uuid=dep.rp_uuid, name=dep.name, parent_uuid=root,
+                    resource_class=rc, total=dep.num_accelerators,
+                    traits=frozenset(traits),
+                    reserved=device_ops.desired_reserved(dev, single,
+                                                         dep.num_accelerators)))
+        ok = True
+        for spec in specs:
+            try:
+                writes += self.placement.sync_provider(spec)
+            except exception.StewardError as err:
+                LOG.error('Placement sync of %s failed: %s', spec.name, err)
+                ok = False
+        for rp in removed_rps:
+            try:
+                self.placement.delete_provider(rp)
+                writes += 1
+            except exception.StewardError as err:
+                LOG.error('Removing resource provider %s failed: %s', rp, err)
+                ok = False
+        return writes if ok else None

@@ -1,0 +1,56 @@
+"""Client side of the conductor: what the API and the agents call.
+
+In the single-host stack the API holds the ConductorManager itself and calls it
+directly (no serialisation, no transport hop); standalone API processes reach a
+conductor over oslo.messaging. Both go through this one class so callers never
+know which.
+
+History of the conductor RPC API:
+    1.0 - report_data, arq_create, arq_bind, arq_unbind, arq_delete,
+          device_set_status, deployable_program
+"""
+from steward.common import rpc
+from steward.conf import CONF
+
+RPC_API_VERSION = '1.0'
+
+
+class ConductorAPI:
+    def __init__(self, manager=None, version_cap=None):
+        self._manager = manager
+        self._client = None if manager is not None else rpc.get_client(
+            CONF.rpc_topic_conductor, RPC_API_VERSION, version_cap=version_cap)
+
+    def _call(self, ctx, method, timeout=None, **kwargs):
+        if self._manager is not None:
+            return getattr(self._manager, method)(ctx, **kwargs)
+        client = self._client.prepare(timeout=timeout) if timeout else self._client
+        return client.call(ctx, method, **kwargs)
+
+    def report_data(self, ctx, host, rp_name, devices):
+        """devices: list of DriverDevice dicts. Returns a summary dict."""
+        return self._call(ctx, 'report_data', host=host, rp_name=rp_name,
+                          devices=devices)
+
+    def arq_create(self, ctx, device_profile_name, project_id):
+        return self._call(ctx, 'arq_create', device_profile_name=device_profile_name,
+                          project_id=project_id)
+
+    def arq_bind(self, ctx, bindings):
+        return self._call(ctx, 'arq_bind', timeout=CONF.rpc_response_timeout_bind,
+                          bindings=bindings)
+
+    def arq_unbind(self, ctx, arq_uuids):
+        return self._call(ctx, 'arq_unbind', arq_uuids=arq_uuids)
+
+    def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
+        return self._call(ctx, 'arq_delete', arq_uuids=arq_uuids,
+                          instance_uuid=instance_uuid, project_id=project_id)
+
+    def device_set_status(self, ctx, device_uuid, status):
+        return self._call(ctx, 'device_set_status', device_uuid=device_uuid,
+                          status=status)
+
+    def deployable_program(self, ctx, deployable_uuid, image_uuid):
+        return self._call(ctx, 'deployable_program', deployable_uuid=deployable_uuid,
+                          image_uuid=image_uuid)

@@ -1,0 +1,33 @@
+from oslo_config import cfg
+
+group = cfg.OptGroup('api', title='REST API options')
+
+opts = [
+    cfg.HostAddressOpt('host_ip', default='127.0.0.1',
+                       help='Address the API listens on.'),
+    cfg.PortOpt('port', default=6666, help='Port the API listens on.'),
+    cfg.StrOpt('public_endpoint',
+               help='Base URL clients reach the API at, e.g. '
+                    'https://cloud.example/accelerator. Links in responses (and the '
+                    'self link keystoneauth follows after version discovery) are built '
+                    'on it. Unset: the URL of the incoming request.'),
+    cfg.StrOpt('auth_strategy', default='noauth', choices=['noauth', 'keystone'],
+               help='noauth: identity from X-Project-Id/X-User-Id/X-Roles/'
+                    'X-Service-Roles headers when present, admin+service otherwise. '
+                    'keystone: validate tokens with keystonemiddleware '
+                    '([keystone_authtoken]).'),
+    cfg.ListOpt('service_token_roles', default=['service'],
+                help='Roles of a service token that count as a service caller '
+                     '(binding, unbinding and deleting ARQs by instance).'),
+    cfg.IntOpt('workers', default=1, min=1,
+               help='Worker processes of the standalone API service.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+
+
+def list_opts():
+    return [(group, opts)]

@@ -1,0 +1,43 @@
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+group = cfg.OptGroup('placement', title='Placement service options')
+
+opts = [
+    cfg.BoolOpt('embedded', default=True,
+                help='Start the real OpenStack Placement service inside the '
+                     'single-host stack (steward serve). Ignored, and treated as '
+                     'false, when auth_type or endpoint_override is set.'),
+    cfg.HostAddressOpt('embedded_host', default='127.0.0.1',
+                       help='Address of the embedded Placement.'),
+    cfg.PortOpt('embedded_port', default=8778,
+                help='Port of the embedded Placement.'),
+    cfg.StrOpt('embedded_connection', secret=True,
+               default='sqlite:///$state_path/placement.sqlite',
+               help='Database of the embedded Placement.'),
+    cfg.StrOpt('compute_node_name',
+               help='Deprecated alias of [agent] resource_provider_name.'),
+    cfg.BoolOpt('create_compute_node', default=True,
+                help='Create the compute-node root provider when Nova has not. '
+                     'Single-host and test stacks need it; with Nova it is harmless '
+                     'because Nova adopts a provider of the same name.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(group)
+    conf.register_opts(opts, group=group)
+    ks_loading.register_session_conf_options(conf, group.name)
+    ks_loading.register_auth_conf_options(conf, group.name)
+    ks_loading.register_adapter_conf_options(conf, group.name, include_deprecated=False)
+    conf.set_default('service_type', 'placement', group=group.name)
+    conf.set_default('valid_interfaces', ['internal', 'public'], group=group.name)
+
+
+def list_opts():
+    from keystoneauth1 import loading
+    return [(group, opts
+             + loading.get_session_conf_options()
+             + loading.get_auth_common_conf_options()
+             + loading.get_auth_plugin_conf_options('password')
+             + loading.get_adapter_conf_options(include_deprecated=False))]

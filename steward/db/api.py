@@ -1,0 +1,288 @@
+"""Queries. Every filter runs in SQL on an indexed column and related rows come in
+the same query (upstream loaded whole tables and filtered in Python, one query per
+ARQ for its profile, handle and deployable).
+
+Functions take the session from ``session.reader()``/``writer()``; they never
+commit. Storage rows do not leave this layer's callers unconverted: ``*_record()``
+turns them into plain dicts the API views and the RPC layer can carry.
+"""
+import json
+
+from oslo_utils import uuidutils
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from steward.common import exception
+from steward.common import states
+from steward.db import models as m
+
+
+def _one(session, stmt, exc, resource, key, value):
+    row = session.execute(stmt).unique().scalar_one_or_none()
+    if row is None:
+        raise exc(resource=resource, key=key, value=value)
+    return row
+
+
+def _exact_filters(model, filters, allowed):
+    return [getattr(model, k) == v for k, v in (filters or {}).items()
+            if k in allowed and v is not None]
+
+
+# --- devices ----------------------------------------------------------------------
+DEVICE_FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status',
+                  'device_state')
+
+
+def device_get(session, uuid):
+    return _one(session, sa.select(m.Device).where(m.Device.uuid == uuid),
+                exception.DeviceNotFound, 'Device', 'uuid', uuid)
+
+
+def device_get_by_id(session, device_id):
+    return session.get(m.Device, device_id)
+
+
+def device_list(session, filters=None):
+    stmt = sa.select(m.Device).where(*_exact_filters(m.Device, filters, DEVICE_FILTERS))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+def device_has_active_arq(session, device_id):
+    stmt = (sa.select(sa.func.count()).select_from(m.ExtARQ)
+            .join(m.Deployable, m.ExtARQ.deployable_id == m.Deployable.id)
+            .where(m.Deployable.device_id == device_id,
+                   m.ExtARQ.state.in_(states.ARQ_HOLDS_HANDLE)))
+    return session.execute(stmt).scalar() > 0
+
+
+def device_handles_in_use(session, device_id):
+    stmt = (sa.select(sa.func.count()).select_from(m.AttachHandle)
+            .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
+            .where(m.Deployable.device_id == device_id, m.AttachHandle.in_use.is_(True)))
+    return session.execute(stmt).scalar()
+
+
+# --- deployables ------------------------------------------------------------------
+DEPLOYABLE_FILTERS = ('uuid', 'id', 'name', 'num_accelerators', 'device_id', 'rp_uuid',
+                      'driver_name', 'parent_id', 'root_id')
+
+
+def deployable_get(session, uuid):
+    return _one(session, sa.select(m.Deployable).where(m.Deployable.uuid == uuid),
+                exception.DeployableNotFound, 'Deployable', 'uuid', uuid)
+
+
+def deployable_get_by_rp_uuid(session, rp_uuid):
+    stmt = (sa.select(m.Deployable).where(m.Deployable.rp_uuid == rp_uuid)
+            .options(orm.joinedload(m.Deployable.device)))
+    return _one(session, stmt, exception.DeployableNotFound, 'Deployable',
+                'rp_uuid', rp_uuid)
+
+
+def deployable_list(session, filters=None):
+    stmt = sa.select(m.Deployable).where(
+        *_exact_filters(m.Deployable, filters, DEPLOYABLE_FILTERS))
+    return session.execute(stmt.order_by(m.Deployable.id)).scalars().all()
+
+
+def attributes_by_deployable(session, deployable_ids):
+    """{deployable_id: [Attribute, ...]} in one query."""
+    result = {i: [] for i in deployable_ids}
+    if deployable_ids:
+        stmt = (sa.select(m.Attribute).where(m.Attribute.deployable_id.in_(deployable_ids))
+                .order_by(m.Attribute.id))
+        for attr in session.execute(stmt).scalars():
+            result[attr.deployable_id].append(attr)
+    return result
+
+
+# --- attributes -------------------------------------------------------------------
+def attribute_get(session, uuid):
+    return _one(session, sa.select(m.Attribute).where(m.Attribute.uuid == uuid),
+                exception.AttributeNotFound, 'Attribute', 'uuid', uuid)
+
+
+def attribute_list(session, filters=None):
+    stmt = sa.select(m.Attribute).where(
+        *_exact_filters(m.Attribute, filters, ('uuid', 'deployable_id', 'key', 'value')))
+    return session.execute(stmt.order_by(m.Attribute.id)).scalars().all()
+
+
+def attribute_create(session, deployable_id, key, value):
+    if session.get(m.Deployable, deployable_id) is None:
+        raise exception.DeployableNotFound(resource='Deployable', key='id',
+                                           value=deployable_id)
+    attr = m.Attribute(uuid=uuidutils.generate_uuid(), deployable_id=deployable_id,
+                       key=key, value=value)
+    session.add(attr)
+    session.flush()
+    return attr
+
+
+def attribute_delete(session, uuid):
+    session.delete(attribute_get(session, uuid))
+
+
+# --- device profiles --------------------------------------------------------------
+def device_profile_get(session, uuid=None, name=None):
+    if uuid is not None:
+        stmt = sa.select(m.DeviceProfile).where(m.DeviceProfile.uuid == uuid)
+        key, value = 'uuid', uuid
+    else:
+        stmt = sa.select(m.DeviceProfile).where(m.DeviceProfile.name == name)
+        key, value = 'name', name
+    return _one(session, stmt, exception.DeviceProfileNotFound, 'Device Profile',
+                key, value)
+
+
+def device_profile_list(session, names=None):
+    stmt = sa.select(m.DeviceProfile)
+    if names is not None:
+        stmt = stmt.where(m.DeviceProfile.name.in_(names))
+    return session.execute(stmt.order_by(m.DeviceProfile.id)).scalars().all()
+
+
+def device_profile_create(session, name, groups, description=None, uuid=None):
+    uuid = uuid or uuidutils.generate_uuid()
+    clash = session.execute(
+        sa.select(m.DeviceProfile.name, m.DeviceProfile.uuid).where(
+            sa.or_(m.DeviceProfile.name == name, m.DeviceProfile.uuid == uuid))).first()
+    if clash is not None:
+        if clash.name == name:
+            raise exception.DuplicateDeviceProfileName(name=name)
+        raise exception.DuplicateUUID(resource='device profile', uuid=uuid)
+    dp = m.DeviceProfile(uuid=uuid, name=name, description=description,
+                         profile_json=json.dumps({'groups': groups}))
+    session.add(dp)
+    try:
+        session.flush()
+    except sa.exc.IntegrityError:
+        # Lost a race with a concurrent create of the same name.
+        raise exception.DuplicateDeviceProfileName(name=name)
+    return dp
+
+
+def device_profile_delete(session, dp):
+    # The FK is RESTRICT but SQLite enforces it only with foreign_keys=ON and the
+    # old code path deleted anyway, orphaning ARQs (upstream defect): check first.
+    count = session.execute(
+        sa.select(sa.func.count()).select_from(m.ExtARQ)
+        .where(m.ExtARQ.device_profile_id == dp.id)).scalar()
+    if count:
+        raise exception.DeviceProfileInUse(name=dp.name, count=count)
+    session.delete(dp)
+
+
+def device_profile_groups(dp):
+    return json.loads(dp.profile_json).get('groups', [])
+
+
+# --- attach handles ---------------------------------------------------------------
+def attach_handle_allocate(session, deployable):
+    """Take one free handle of ``deployable`` with a compare-and-swap UPDATE, so two
+    binds in different processes (or on PostgreSQL, different transactions) can
+    never get the same handle; the loser retries with the next free one."""
+    for _ in range(16):
+        handle = session.execute(
+            sa.select(m.AttachHandle)
+            .where(m.AttachHandle.deployable_id == deployable.id,
+                   m.AttachHandle.in_use.is_(False))
+            .order_by(m.AttachHandle.id).limit(1)).scalar_one_or_none()
+        if handle is None:
+            break
+        taken = session.execute(
+            sa.update(m.AttachHandle)
+            .where(m.AttachHandle.id == handle.id, m.AttachHandle.in_use.is_(False))
+            .values(in_use=True).execution_options(synchronize_session=False))
+        if taken.rowcount == 1:
+            orm.attributes.set_committed_value(handle, 'in_use', True)
+            return handle
+        session.expire(handle)
+    raise exception.NoFreeAttachHandle(deployable=deployable.name)
+
+
+def attach_handle_release(session, handle_id):
+    session.execute(sa.update(m.AttachHandle).where(m.AttachHandle.id == handle_id)
+                    .values(in_use=False).execution_options(synchronize_session=False))
+
+
+# --- accelerator requests ---------------------------------------------------------
+def _arq_select():
+    return sa.select(m.ExtARQ).options(orm.joinedload(m.ExtARQ.device_profile),
+                                       orm.joinedload(m.ExtARQ.attach_handle))
+
+
+def _scoped(stmt, project_id):
+    return stmt if project_id is None else stmt.where(m.ExtARQ.project_id == project_id)
+
+
+def arq_get(session, uuid, project_id=None):
+    return _one(session, _scoped(_arq_select().where(m.ExtARQ.uuid == uuid), project_id),
+                exception.ARQNotFound, 'Accelerator request', 'uuid', uuid)
+
+
+def arq_get_many(session, uuids, project_id=None):
+    """ARQs by uuid, in the order asked; raises for the first missing one."""
+    rows = session.execute(_scoped(_arq_select().where(m.ExtARQ.uuid.in_(uuids)),
+                                   project_id)).unique().scalars().all()
+    by_uuid = {r.uuid: r for r in rows}
+    for uuid in uuids:
+        if uuid not in by_uuid:
+            raise exception.ARQNotFound(resource='Accelerator request', key='uuid',
+                                        value=uuid)
+    return [by_uuid[u] for u in uuids]
+
+
+def arq_list(session, project_id=None, instance_uuid=None, states_in=None):
+    stmt = _scoped(_arq_select(), project_id)
+    if instance_uuid is not None:
+        stmt = stmt.where(m.ExtARQ.instance_uuid == instance_uuid)
+    if states_in is not None:
+        stmt = stmt.where(m.ExtARQ.state.in_(states_in))
+    return session.execute(stmt.order_by(m.ExtARQ.id)).unique().scalars().all()
+
+
+def arq_instance_has_binding(session, instance_uuid, exclude_ids=()):
+    stmt = (sa.select(sa.func.count()).select_from(m.ExtARQ)
+            .where(m.ExtARQ.instance_uuid == instance_uuid,
+                   m.ExtARQ.id.notin_(list(exclude_ids))))
+    return session.execute(stmt).scalar() > 0
+
+
+def arq_create(session, dp, group_id, project_id):
+    arq = m.ExtARQ(uuid=uuidutils.generate_uuid(), project_id=project_id,
+                   state=states.ARQ_INITIAL, device_profile_id=dp.id,
+                   device_profile_group_id=group_id)
+    session.add(arq)
+    arq.device_profile = dp
+    arq.attach_handle = None
+    return arq
+
+
+def arq_record(arq, deployable_uuid=None):
+    """Storage-neutral view of an ARQ (the API formats it per microversion)."""
+    handle = arq.attach_handle if arq.state == states.ARQ_BOUND else None
+    return {
+        'uuid': arq.uuid, 'state': arq.state,
+        'device_profile_name': arq.device_profile.name,
+        'device_profile_group_id': arq.device_profile_group_id,
+        'hostname': arq.hostname, 'device_rp_uuid': arq.device_rp_uuid,
+        'instance_uuid': arq.instance_uuid, 'project_id': arq.project_id,
+        'attach_handle_type': handle.attach_type if handle else '',
+        'attach_handle_uuid': handle.uuid if handle else None,
+        'attach_handle_info': json.loads(handle.attach_info) if handle else {},
+        'created_at': timestamp(arq.created_at), 'updated_at': timestamp(arq.updated_at),
+    }
+
+
+def timestamp(value):
+    """Rows store naive UTC; the wire carries ISO 8601 with an explicit offset."""
+    return None if value is None else value.replace(microsecond=0).isoformat() + '+00:00'
+
+
+def arq_list_by_uuids_in_state(session, uuids, state):
+    if not uuids:
+        return []
+    stmt = sa.select(m.ExtARQ).where(m.ExtARQ.uuid.in_(uuids), m.ExtARQ.state == state)
+    return session.execute(stmt.order_by(m.ExtARQ.id)).scalars().all()

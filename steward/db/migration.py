@@ -1,0 +1,45 @@
+"""Schema migrations (Alembic) and the online data migrations."""
+import logging
+import os
+
+from alembic import command
+from alembic import config as alembic_config
+from alembic import migration as alembic_migration
+from alembic import script as alembic_script
+
+from steward.db import session
+
+LOG = logging.getLogger(__name__)
+_DIR = os.path.join(os.path.dirname(__file__), 'migrations')
+
+
+def _config(connection=None):
+    cfg = alembic_config.Config(os.path.join(_DIR, 'alembic.ini'))
+    cfg.set_main_option('script_location', _DIR)
+    cfg.attributes['connection'] = connection
+    return cfg
+
+
+def _ensure_sqlite_dir():
+    from steward.conf import CONF
+    url = CONF.database.connection
+    if url.startswith('sqlite:///') and not url.startswith('sqlite:///:memory:'):
+        os.makedirs(os.path.dirname(os.path.abspath(url[len('sqlite:///'):])),
+                    exist_ok=True)
+
+
+def upgrade(revision='head'):
+    _ensure_sqlite_dir()
+    engine = session.get_engine()
+    with engine.begin() as conn:
+        command.upgrade(_config(conn), revision)
+
+
+def current_revision():
+    engine = session.get_engine()
+    with engine.connect() as conn:
+        return alembic_migration.MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision():
+    return alembic_script.ScriptDirectory.from_config(_config()).get_current_head()

@@ -1,0 +1,177 @@
+"""SQLAlchemy models. Integer ids stay internal; the API speaks uuids.
+
+Enum columns are stored as VARCHAR (``native_enum=False``) so a new device or
+handle type is a code change, not an ALTER TYPE on PostgreSQL; SQLAlchemy still
+refuses unknown values on write. Every lookup the API and the conductor do has an
+index (upstream filtered whole tables in Python).
+"""
+from oslo_utils import timeutils
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from steward.common import states
+
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'GENERIC')
+ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
+CPID_TYPES = ('PCI',)
+
+
+def _enum(name, values):
+    return sa.Enum(*values, name=name, native_enum=False, create_constraint=False,
+                   validate_strings=True, length=32)
+
+
+class Base(orm.DeclarativeBase):
+    pass
+
+
+class TimestampMixin:
+    created_at = orm.mapped_column(sa.DateTime, default=timeutils.utcnow,
+                                   nullable=False)
+    updated_at = orm.mapped_column(sa.DateTime, nullable=True, onupdate=timeutils.utcnow)
+
+
+class Device(TimestampMixin, Base):
+    __tablename__ = 'devices'
+    __state_kind__ = 'device'
+    __state_column__ = 'device_state'
+    __table_args__ = (
+        sa.Index('devices_hostname_idx', 'hostname'),
+        sa.Index('devices_type_idx', 'type'),
+        sa.Index('devices_device_state_idx', 'device_state'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    type = orm.mapped_column(_enum('device_type', DEVICE_TYPES), nullable=False)
+    vendor = orm.mapped_column(sa.String(255), nullable=False)
+    model = orm.mapped_column(sa.String(255), nullable=False)
+    std_board_info = orm.mapped_column(sa.Text)
+    vendor_board_info = orm.mapped_column(sa.Text)
+    hostname = orm.mapped_column(sa.String(255), nullable=False)
+    status = orm.mapped_column(_enum('device_status', states.DEVICE_STATUSES),
+                               nullable=False, default=states.DEVICE_STATUS_ENABLED)
+    # Nullable on purpose (spec 1): rows from before this column are NULL until the
+    # online data migration decides between available and allocated.
+    device_state = orm.mapped_column(_enum('device_state', states.DEVICE_STATES),
+                                     nullable=True)
+
+    deployables = orm.relationship('Deployable', back_populates='device',
+                                   lazy='raise')
+    controlpath_ids = orm.relationship('ControlpathID', back_populates='device',
+                                       lazy='raise')
+
+
+class ControlpathID(TimestampMixin, Base):
+    __tablename__ = 'controlpath_ids'
+    __table_args__ = (
+        sa.Index('controlpath_ids_device_id_idx', 'device_id'),
+        sa.Index('controlpath_ids_cpid_info_idx', 'cpid_info'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    device_id = orm.mapped_column(sa.ForeignKey('devices.id', ondelete='RESTRICT'),
+                                  nullable=False)
+    cpid_type = orm.mapped_column(_enum('cpid_type', CPID_TYPES), nullable=False)
+    cpid_info = orm.mapped_column(sa.String(255), nullable=False)
+
+    device = orm.relationship('Device', back_populates='controlpath_ids', lazy='raise')
+
+
+class Deployable(TimestampMixin, Base):
+    __tablename__ = 'deployables'
+    __table_args__ = (
+        sa.Index('deployables_device_id_idx', 'device_id'),
+        sa.Index('deployables_rp_uuid_idx', 'rp_uuid'),
+        sa.Index('deployables_name_idx', 'name'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    parent_id = orm.mapped_column(sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    root_id = orm.mapped_column(sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+    name = orm.mapped_column(sa.String(255), nullable=False)
+    num_accelerators = orm.mapped_column(sa.Integer, nullable=False)
+    device_id = orm.mapped_column(sa.ForeignKey('devices.id', ondelete='RESTRICT'),
+                                  nullable=False)
+    rp_uuid = orm.mapped_column(sa.String(36))
+    driver_name = orm.mapped_column(sa.String(100))
+    bitstream_id = orm.mapped_column(sa.String(36))
+
+    device = orm.relationship('Device', back_populates='deployables', lazy='raise')
+
+
+class Attribute(TimestampMixin, Base):
+    __tablename__ = 'attributes'
+    __table_args__ = (
+        sa.Index('attributes_deployable_id_idx', 'deployable_id'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    deployable_id = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'), nullable=False)
+    key = orm.mapped_column(sa.String(255), nullable=False)
+    value = orm.mapped_column(sa.Text, nullable=False)
+
+
+class AttachHandle(TimestampMixin, Base):
+    __tablename__ = 'attach_handles'
+    __table_args__ = (
+        # Handle allocation picks a free handle of one deployable.
+        sa.Index('attach_handles_deployable_in_use_idx', 'deployable_id', 'in_use'),
+        sa.Index('attach_handles_cpid_id_idx', 'cpid_id'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    deployable_id = orm.mapped_column(
+        sa.ForeignKey('deployables.id', ondelete='RESTRICT'), nullable=False)
+    cpid_id = orm.mapped_column(sa.ForeignKey('controlpath_ids.id', ondelete='RESTRICT'),
+                                nullable=False)
+    in_use = orm.mapped_column(sa.Boolean, nullable=False, default=False)
+    attach_type = orm.mapped_column(_enum('attach_type', ATTACH_TYPES), nullable=False)
+    attach_info = orm.mapped_column(sa.String(255), nullable=False)
+
+
+class DeviceProfile(TimestampMixin, Base):
+    __tablename__ = 'device_profiles'
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    name = orm.mapped_column(sa.String(255), nullable=False, unique=True)
+    profile_json = orm.mapped_column(sa.Text, nullable=False)
+    description = orm.mapped_column(sa.Text)
+
+
+class ExtARQ(TimestampMixin, Base):
+    __tablename__ = 'extended_accelerator_requests'
+    __state_kind__ = 'arq'
+    __state_column__ = 'state'
+    __table_args__ = (
+        sa.Index('extarq_instance_uuid_idx', 'instance_uuid'),
+        sa.Index('extarq_project_id_idx', 'project_id'),
+        sa.Index('extarq_device_profile_id_idx', 'device_profile_id'),
+        sa.Index('extarq_attach_handle_id_idx', 'attach_handle_id'),
+        sa.Index('extarq_deployable_id_idx', 'deployable_id'),
+        sa.Index('extarq_state_idx', 'state'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    project_id = orm.mapped_column(sa.String(255))
+    state = orm.mapped_column(_enum('arq_state', states.ARQ_STATES), nullable=False,
+                              default=states.ARQ_INITIAL)
+    device_profile_id = orm.mapped_column(
+        sa.ForeignKey('device_profiles.id', ondelete='RESTRICT'), nullable=False)
+    device_profile_group_id = orm.mapped_column(sa.Integer, nullable=False, default=0)
+    hostname = orm.mapped_column(sa.String(255))
+    device_rp_uuid = orm.mapped_column(sa.String(36))
+    instance_uuid = orm.mapped_column(sa.String(36))
+    attach_handle_id = orm.mapped_column(
+        sa.ForeignKey('attach_handles.id', ondelete='RESTRICT'))
+    deployable_id = orm.mapped_column(sa.ForeignKey('deployables.id', ondelete='RESTRICT'))
+
+    device_profile = orm.relationship('DeviceProfile', lazy='raise')
+    attach_handle = orm.relationship('AttachHandle', lazy='raise')

@@ -1,0 +1,89 @@
+"""Engine and transactions.
+
+``reader()`` and ``writer()`` are the only ways code touches the database. On
+SQLite a writer starts with ``BEGIN IMMEDIATE``: with the driver's deferred BEGIN,
+two threads that both read then write deadlock on the lock upgrade and one gets
+"database is locked" at once (the trap placement.md measured). Readers keep a
+deferred BEGIN, and WAL mode lets them run beside a writer.
+"""
+import contextlib
+import threading
+
+import sqlalchemy as sa
+from sqlalchemy import event, orm
+
+from steward.conf import CONF
+
+_lock = threading.Lock()
+_engine = None
+_url = None
+_factory = None
+_writer_factory = None
+
+
+def _sqlite_setup(engine):
+    busy = CONF.database.sqlite_busy_timeout
+
+    @event.listens_for(engine, 'connect')
+    def _connect(dbapi_conn, _record):
+        # Take BEGIN out of pysqlite's hands so we choose deferred or immediate.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute('PRAGMA foreign_keys=ON')
+        cur.execute(f'PRAGMA busy_timeout={int(busy)}')
+        if engine.url.database not in (None, '', ':memory:'):
+            cur.execute('PRAGMA journal_mode=WAL')
+            cur.execute('PRAGMA synchronous=NORMAL')
+        cur.close()
+
+    @event.listens_for(engine, 'begin')
+    def _begin(conn):
+        mode = 'IMMEDIATE' if conn.get_execution_options().get('steward_writer') else ''
+        conn.exec_driver_sql(f'BEGIN {mode}'.strip())
+
+
+def get_engine():
+    global _engine, _url, _factory, _writer_factory
+    url = CONF.database.connection
+    with _lock:
+        if _engine is None or url != _url:
+            if _engine is not None:
+                _engine.dispose()
+            kwargs = {}
+            if url.startswith('sqlite'):
+                kwargs['connect_args'] = {'check_same_thread': False}
+            else:
+                kwargs.update(pool_size=CONF.database.max_pool_size, pool_pre_ping=True)
+            engine = sa.create_engine(url, **kwargs)
+            if engine.dialect.name == 'sqlite':
+                _sqlite_setup(engine)
+            _engine, _url = engine, url
+            _factory = orm.sessionmaker(bind=engine, expire_on_commit=False)
+            _writer_factory = orm.sessionmaker(
+                bind=engine.execution_options(steward_writer=True),
+                expire_on_commit=False)
+    return _engine
+
+
+def dispose():
+    global _engine, _url
+    with _lock:
+        if _engine is not None:
+            _engine.dispose()
+        _engine = _url = None
+
+
+@contextlib.contextmanager
+def reader():
+    get_engine()
+    with _factory() as session:
+        with session.begin():
+            yield session
+
+
+@contextlib.contextmanager
+def writer():
+    get_engine()
+    with _writer_factory() as session:
+        with session.begin():
+            yield session

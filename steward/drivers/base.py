@@ -1,0 +1,29 @@
+"""The one base class every driver derives from."""
+import abc
+
+
+class Driver(abc.ABC):
+    """A device driver run by the agent.
+
+    ``init_host()`` runs once at agent start (check tools, recover interrupted work);
+    ``discover()`` runs every discovery cycle and returns DriverDevice objects;
+    ``cleanup(device)`` makes a released device safe for the next tenant. The
+    conductor only asks drivers whose devices support cleaning.
+    """
+
+    #: Name used in [agent] enabled_drivers and in deployables' driver_name.
+    name = None
+
+    def __init__(self, conf, host):
+        self.conf = conf
+        self.host = host
+
+    def init_host(self, context=None):
+        """Called once before the first discovery."""
+
+    @abc.abstractmethod
+    def discover(self):
+        """Return a list of DriverDevice."""
+
+    def cleanup(self, device):
+        """Clean ``device`` (a dict of its stored fields). Default: nothing to do."""
