@@ -1,0 +1,48 @@
+"""Helpers to stand up a conductor + fake agent on the test database."""
+from steward.agent.manager import AgentManager
+from steward.common import context
+from steward.conductor.manager import ConductorManager
+from steward.conductor.rpcapi import ConductorAPI
+from steward.db import api as db
+from steward.db import session
+from steward.drivers.fake import FakeDriver
+
+
+class RecordingNotifier:
+    """Collects the events the conductor would send to Nova (the Nova client
+    itself is exercised against a real HTTP listener elsewhere)."""
+
+    def __init__(self):
+        self.events = []
+
+    def notify(self, events):
+        self.events.extend(events)
+
+    def stop(self):
+        pass
+
+
+def stack(conf, placement=None, host='host-a', drivers=None):
+    conductor = ConductorManager(placement, notifier=RecordingNotifier())
+    conductor.init_host()
+    agent = AgentManager(conf, ConductorAPI(conductor), host=host,
+                         drivers=drivers if drivers is not None
+                         else [FakeDriver(conf, host)])
+    agent.init_host()
+    agent.run_cycle()
+    return conductor, agent
+
+
+def make_profile(name='dp1', groups=None):
+    with session.writer() as s:
+        db.device_profile_create(s, name, groups or [{'resources:FPGA': '1'}])
+
+
+def deployable(name_like=None):
+    with session.reader() as s:
+        deps = db.deployable_list(s)
+    return next(d for d in deps if name_like is None or name_like in d.name)
+
+
+def admin():
+    return context.get_admin_context()

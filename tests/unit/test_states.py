@@ -1,0 +1,72 @@
+"""The declared transition table and the advance() choke point."""
+import pytest
+
+from steward.common import exception
+from steward.common import states
+from steward.db import models as m
+from steward.db import session
+
+
+def test_every_state_is_reachable_or_initial():
+    for kind, all_states, initial in (('arq', states.ARQ_STATES, {states.ARQ_INITIAL}),
+                                      ('device', states.DEVICE_STATES, set())):
+        targets = {t.target for t in states._TABLES[kind]}
+        assert set(all_states) - targets <= initial, kind
+
+
+def test_transition_sources_are_known_states():
+    for t in states.ARQ_TRANSITIONS:
+        assert t.source in states.ARQ_STATES and t.target in states.ARQ_STATES
+    for t in states.DEVICE_TRANSITIONS:
+        assert t.source in states.DEVICE_STATES + (None,)
+        assert t.target in states.DEVICE_STATES
+
+
+@pytest.mark.parametrize('target,allowed', [
+    (states.ARQ_BIND_STARTED, {states.ARQ_INITIAL, states.ARQ_UNBOUND}),
+    (states.ARQ_BOUND, {states.ARQ_BIND_STARTED}),
+    (states.ARQ_BIND_FAILED, {states.ARQ_BIND_STARTED, states.ARQ_BOUND}),
+])
+def test_upstream_arq_edges(target, allowed):
+    assert set(states.sources('arq', target)) == allowed
+
+
+def test_error_is_left_only_by_operator_clean():
+    assert [t for t in states.DEVICE_TRANSITIONS if t.source == states.DEV_ERROR] == [
+        states.Transition(states.DEV_ERROR, 'operator_clean', states.DEV_PENDING_CLEANING)]
+
+
+def _device(s, state):
+    dev = m.Device(uuid='6a0b0a5e-08f3-4b7e-9a55-4b4a2a6f2f01', type='FPGA', vendor='v',
+                   model='m', hostname='h', status='enabled', device_state=state)
+    s.add(dev)
+    s.flush()
+    return dev
+
+
+def test_advance_persists_and_rejects_undeclared(db):
+    with session.writer() as s:
+        dev = _device(s, states.DEV_AVAILABLE)
+        states.advance(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')
+        dev_id = dev.id
+    with session.reader() as s:
+        assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
+    with pytest.raises(exception.InvalidStateTransition):
+        with session.writer() as s:
+            states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_CLEANING)
+    with session.reader() as s:
+        assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
+
+
+def test_advance_detects_concurrent_change(db):
+    with session.writer() as s:
+        dev_id = _device(s, states.DEV_AVAILABLE).id
+    with session.reader() as s:
+        stale = s.get(m.Device, dev_id)
+    with session.writer() as s:
+        states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_ALLOCATED,
+                       event='bind')
+    with pytest.raises(exception.ConcurrentUpdate):
+        with session.writer() as s:
+            # ``stale`` still believes the device is available.
+            states.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv (Python >= 3.11) and install Steward into it; re-run is cheap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+py="${PYTHON:-}"
+if [ -z "$py" ]; then
+  for cand in python3.11 python3.12 python3.13 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      py="$cand"; break
+    fi
+  done
+fi
+[ -n "$py" ] || { echo "Python >= 3.11 is required" >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+fi
+stamp=".venv/.steward-installed${extras:+-$extras}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q -e ".${extras:+[$extras]}"
+  touch "$stamp"
+fi
