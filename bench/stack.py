@@ -1,0 +1,56 @@
+"""Start a throw-away single-host stack (`steward serve`) for benchmarks."""
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_stack(extra_conf='', timeout=60):
+    with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
+        api_port, placement_port = free_port(), free_port()
+        conf = os.path.join(tmp, 'steward.conf')
+        with open(conf, 'w') as f:
+            f.write(f'[DEFAULT]\nstate_path = {tmp}\nhost = bench-host\n'
+                    f'[api]\nport = {api_port}\n'
+                    f'[placement]\nembedded_port = {placement_port}\n'
+                    f'[agent]\ndiscovery_interval = 3600\n{extra_conf}')
+        log = open(os.path.join(tmp, 'steward.log'), 'w')
+        steward = os.path.join(os.path.dirname(sys.executable), 'steward')
+        proc = subprocess.Popen([steward, 'serve', '--config-file', conf],
+                                stdout=log, stderr=subprocess.STDOUT)
+        url = f'http://127.0.0.1:{api_port}'
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError('steward serve exited:\n' + open(log.name).read()[-3000:])
+                try:
+                    if httpx.get(f'{url}/v2/deployables', timeout=2).json().get('deployables'):
+                        break
+                except (httpx.HTTPError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError('stack not ready:\n' + open(log.name).read()[-3000:])
+                time.sleep(0.2)
+            yield url, f'http://127.0.0.1:{placement_port}'
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.close()
