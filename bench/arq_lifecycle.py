@@ -16,8 +16,8 @@ import uuid
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stack import running_stack  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.stack import running_stack  # noqa: E402
 
 PROFILE = 'bench-fpga'
 
@@ -53,7 +53,8 @@ def main():
     ap.add_argument('--clients', type=int, default=16)
     ap.add_argument('--per-client', type=int, default=10)
     args = ap.parse_args()
-    with running_stack() as (url, _placement):
+    with running_stack() as stack:
+        url = stack.url
         with httpx.Client(base_url=url, timeout=30) as c:
             c.post('/v2/device_profiles', json=[{
                 'name': PROFILE, 'groups': [{'resources:FPGA': '1'}]}]).raise_for_status()

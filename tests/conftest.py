@@ -7,6 +7,7 @@ import shutil
 import warnings
 
 import pytest
+from oslo_config import cfg
 
 warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
 
@@ -27,11 +28,24 @@ def _template_db(tmp_path_factory):
     return path
 
 
+def _overridable():
+    from steward.conf import opts
+    for group, group_opts in opts.list_opts():
+        yield (getattr(group, 'name', group)), group_opts
+
+
 @pytest.fixture
 def conf():
     yield CONF
+    # clear_override per option rather than CONF.reset(): reset also un-parses CONF
+    # and oslo.policy then refuses to work in later tests.
     CONF.clear_override('connection', group='database')
-    CONF.reset()
+    for group, opts in _overridable():
+        for opt in opts:
+            try:
+                CONF.clear_override(opt.dest, group=group)
+            except cfg.NoSuchOptError:      # listed for the sample, not registered
+                pass
 
 
 @pytest.fixture

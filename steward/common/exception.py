@@ -288,3 +288,15 @@ class PlacementGenerationConflict(PlacementError):
     """Placement's 409 placement.concurrent_update, after the client's retries."""
     status = 409
     code = 'cyb.placement.generation_conflict'
+
+
+# REST API (steward/api) -----------------------------------------------------------
+class InvalidQuery(Invalid):
+    code = 'cyb.request.invalid_query'
+    message = 'Invalid query string: %(reason)s'
+
+
+class RequestTooLarge(StewardError):
+    status = 413
+    code = 'cyb.request.too_large'
+    message = 'The request body is larger than %(limit)d bytes.'

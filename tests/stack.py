@@ -1,4 +1,5 @@
-"""Start a throw-away single-host stack (`steward serve`) for benchmarks."""
+"""A throw-away single-host stack (`steward serve` as a real subprocess on free
+loopback ports) for end-to-end tests and benchmarks."""
 import contextlib
 import os
 import socket
@@ -18,8 +19,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Stack:
+    def __init__(self, url, placement_url, state_path, log_path, proc):
+        self.url, self.placement_url = url, placement_url
+        self.state_path, self.log_path, self.proc = state_path, log_path, proc
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+
 @contextlib.contextmanager
-def running_stack(extra_conf='', timeout=60):
+def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
     with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
         api_port, placement_port = free_port(), free_port()
         conf = os.path.join(tmp, 'steward.conf')
@@ -27,7 +38,7 @@ def running_stack(extra_conf='', timeout=60):
             f.write(f'[DEFAULT]\nstate_path = {tmp}\nhost = bench-host\n'
                     f'[api]\nport = {api_port}\n'
                     f'[placement]\nembedded_port = {placement_port}\n'
-                    f'[agent]\ndiscovery_interval = 3600\n{extra_conf}')
+                    f'[agent]\ndiscovery_interval = {discovery_interval}\n{extra_conf}')
         log = open(os.path.join(tmp, 'steward.log'), 'w')
         steward = os.path.join(os.path.dirname(sys.executable), 'steward')
         proc = subprocess.Popen([steward, 'serve', '--config-file', conf],
@@ -46,7 +57,7 @@ def running_stack(extra_conf='', timeout=60):
                 if time.monotonic() > deadline:
                     raise RuntimeError('stack not ready:\n' + open(log.name).read()[-3000:])
                 time.sleep(0.2)
-            yield url, f'http://127.0.0.1:{placement_port}'
+            yield Stack(url, f'http://127.0.0.1:{placement_port}', tmp, log.name, proc)
         finally:
             proc.terminate()
             try:

@@ -1,0 +1,246 @@
+"""The v2 accelerator API as an ASGI application.
+
+``create_app(conductor_api)`` returns a FastAPI app: the route table below (the
+whole API in one dict, URL -> {method: handler}; a known URL with another method
+answers 405 with ``Allow``), the error handlers of ``errors.py`` and a short,
+fixed middleware pipeline built by ``_build_pipeline``.
+"""
+import logging
+import uuid as uuidlib
+import fastapi
+from starlette import datastructures
+
+from steward.api import auth
+from steward.api import errors
+from steward.api import microversion
+from steward.api.handlers import ApiRequest
+from steward.api.handlers import arqs
+from steward.api.handlers import attributes
+from steward.api.handlers import deployables
+from steward.api.handlers import device_profiles
+from steward.api.handlers import devices
+from steward.api.handlers import root
+from steward.common import exception
+
+LOG = logging.getLogger(__name__)
+
+# The route table. Paths are matched after normalisation (see ApiMiddleware):
+# unversioned paths are served under /v2 and a trailing slash is ignored.
+ROUTES = {
+    '/': {'GET': root.home},
+    '/v2': {'GET': root.v2},
+    '/v2/devices': {'GET': devices.list_devices},
+    '/v2/devices/{uuid}': {'GET': devices.get_device},
+    '/v2/devices/{uuid}/enable': {'POST': devices.enable},
+    '/v2/devices/{uuid}/disable': {'POST': devices.disable},
+    '/v2/deployables': {'GET': deployables.list_deployables},
+    '/v2/deployables/{uuid}': {'GET': deployables.get_deployable},
+    '/v2/deployables/{uuid}/program': {'PATCH': deployables.program},
+    # openstacksdk's path for the same thing (the uuid twice).
+    '/v2/deployables/{uuid}/program/{again}': {'PATCH': deployables.program},
+    '/v2/attributes': {'GET': attributes.list_attributes,
+                       'POST': attributes.create_attribute},
+    '/v2/attributes/{uuid}': {'GET': attributes.get_attribute,
+                              'DELETE': attributes.delete_attribute},
+    '/v2/device_profiles': {'GET': device_profiles.list_profiles,
+                            'POST': device_profiles.create_profile,
+                            'DELETE': device_profiles.delete_profiles},
+    '/v2/device_profiles/{name_or_uuid}': {'GET': device_profiles.get_profile,
+                                           'DELETE': device_profiles.delete_profile},
+    '/v2/accelerator_requests': {'GET': arqs.list_arqs,
+                                 'POST': arqs.create_arqs,
+                                 'PATCH': arqs.patch_arqs,
+                                 'DELETE': arqs.delete_arqs},
+    '/v2/accelerator_requests/{uuid}': {'GET': arqs.get_arq,
+                                        'PATCH': arqs.patch_arq,
+                                        'DELETE': arqs.delete_arq},
+}
+
+PUBLIC_PATHS = frozenset(['/', '/v2'])
+BODY_METHODS = frozenset(['POST', 'PUT', 'PATCH'])
+# Bodies are a device profile or an ARQ patch: a few KiB. Refuse anything huge
+# before reading it all into memory.
+MAX_BODY_BYTES = 1024 * 1024
+
+
+# --- middleware -------------------------------------------------------------------
+class ApiMiddleware:
+    """Outermost layer (pure ASGI, no per-request objects beyond the scope):
+
+    * gives the request its id (``x-openstack-request-id`` on every answer);
+    * normalises the path: ``/devices`` is served as ``/v2/devices``, and a
+      trailing slash is dropped (``/v2/`` is ``/v2``);
+    * parses the microversion of every /v2 request (406 when unacceptable) and
+      puts the version headers on every /v2 answer, errors included;
+    * turns anything raised below into a JSON error; an unexpected exception is
+      logged with its traceback and answered with a clean 500.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] != 'http':
+            return await self.app(scope, receive, send)
+        request_id = f'req-{uuidlib.uuid4()}'
+        scope['steward.request_id'] = request_id
+        original = scope['path']
+        root_path = scope.get('root_path', '')
+        path = original[len(root_path):] if root_path and \
+            original.startswith(root_path) else original
+        path = path.rstrip('/') or '/'
+        if path != '/' and path != '/v2' and not path.startswith('/v2/'):
+            path = '/v2' + path
+        scope['steward.original_path'] = original
+        scope['path'] = root_path + path if root_path else path
+        scope['steward.public'] = path in PUBLIC_PATHS
+
+        extra = [(b'x-openstack-request-id', request_id.encode())]
+        error = None
+        if path != '/':
+            try:
+                version = microversion.parse(_version_headers(scope))
+            except exception.NotAcceptable as exc:
+                version, error = microversion.MIN_VERSION, exc
+            scope['steward.version'] = version
+            extra += [
+                (b'openstack-api-minimum-version', str(microversion.MIN_VERSION).encode()),
+                (b'openstack-api-maximum-version', str(microversion.MAX_VERSION).encode()),
+                (b'openstack-api-version', microversion.header_value(version).encode()),
+                (b'vary', b'OpenStack-API-Version'),
+            ]
+        started = False
+        if error is None and scope['method'] in BODY_METHODS:
+            try:
+                receive = await _read_body(scope, receive)
+            except exception.StewardError as exc:
+                error = exc
+
+        async def send_with_headers(message):
+            nonlocal started
+            if message['type'] == 'http.response.start':
+                started = True
+                message['headers'] = list(message.get('headers', ())) + extra
+            await send(message)
+
+        if error is None:
+            try:
+                return await self.app(scope, receive, send_with_headers)
+            except Exception as exc:  # noqa: BLE001 - the catch-all, by design
+                if started:
+                    LOG.exception('Error after the response started request_id=%s',
+                                  request_id)
+                    return
+                error = exc
+        status, headers, body = errors.unexpected(error, request_id, scope['method'],
+                                                  original)
+        await send_with_headers({
+            'type': 'http.response.start', 'status': status,
+            'headers': [(k.encode('latin-1'), v.encode('latin-1')) for k, v in headers]
+            + [(b'content-length', str(len(body)).encode())]})
+        await send_with_headers({'type': 'http.response.body', 'body': body})
+
+
+async def _read_body(scope, receive):
+    """Read the whole request body into ``scope['steward.body']``; returns a
+    ``receive`` that replays it for anything below that reads it again."""
+    for name, value in scope['headers']:
+        if name == b'content-length' and value.isdigit() and \
+                int(value) > MAX_BODY_BYTES:
+            raise exception.RequestTooLarge(limit=MAX_BODY_BYTES)
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message['type'] == 'http.disconnect':
+            break
+        chunk = message.get('body', b'')
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise exception.RequestTooLarge(limit=MAX_BODY_BYTES)
+        chunks.append(chunk)
+        if not message.get('more_body'):
+            break
+    body = b''.join(chunks)
+    scope['steward.body'] = body
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {'type': 'http.request', 'body': body, 'more_body': False}
+        return await receive()
+    return replay
+
+
+def _version_headers(scope):
+    """{lower-case name: value} of the microversion header only (the rest of the
+    headers are not needed to pick a version)."""
+    values = [v.decode('latin-1') for k, v in scope['headers']
+              if k == b'openstack-api-version']
+    return {'openstack-api-version': ','.join(values)} if values else {}
+
+
+def _build_pipeline(app):
+    """The middleware pipeline, outermost first:
+
+    1. ApiMiddleware: request id, path normalisation, microversion (406),
+       version headers on every answer, catch-all 500. Outermost so that even
+       an authentication failure or a crash leaves with the headers.
+    2. auth (NoAuthMiddleware or KeystoneMiddleware, [api] auth_strategy): the
+       RequestContext; skipped for the version documents. After 1 because it
+       needs the request id and the normalised path.
+    (Then FastAPI's exception layer, which hands StewardError and the
+    framework's HTTP errors to errors.py, and the router.)
+    """
+    layers = [ApiMiddleware, auth.middleware_class()]
+    # add_middleware() wraps what is there already: add the innermost first.
+    for layer in reversed(layers):
+        app.add_middleware(layer)
+
+
+# --- routing ----------------------------------------------------------------------
+def _api_request(scope, app):
+    """The handler's view of the request, built from the scope (the body was
+    read, raw, by ApiMiddleware so that JSON errors are ours: no framework
+    422s, no pydantic)."""
+    host = None
+    for name, value in scope['headers']:
+        if name == b'host':
+            host = value.decode('latin-1')
+            break
+    if host is None:
+        server = scope.get('server') or ('localhost', None)
+        host = f'{server[0]}:{server[1]}' if server[1] else str(server[0])
+    return ApiRequest(
+        ctx=scope.get('steward.context'), version=scope.get('steward.version'),
+        method=scope['method'], params=scope.get('path_params', {}),
+        query=datastructures.QueryParams(scope.get('query_string', b'')),
+        body=scope.get('steward.body', b''), conductor=app.state.conductor,
+        scheme=scope.get('scheme', 'http'), host=host,
+        root_path=scope.get('root_path', ''))
+
+
+def _endpoint(methods):
+    """One endpoint per URL dispatching on the method, so that the router's 405
+    carries every allowed method in ``Allow``. A plain ``def``: FastAPI runs it
+    in its threadpool (the database layer is synchronous). Its only parameter
+    is the Request (no dependencies to solve per request)."""
+    def endpoint(request: fastapi.Request):
+        req = _api_request(request.scope, request.app)
+        return methods[req.method](req)
+    return endpoint
+
+
+def create_app(conductor_api):
+    """The API application; ``conductor_api`` is a ConductorAPI (the only way
+    the API changes ARQs and devices)."""
+    app = fastapi.FastAPI(title='Steward accelerator API', openapi_url=None,
+                          docs_url=None, redoc_url=None, redirect_slashes=False)
+    app.state.conductor = conductor_api
+    for path, methods in ROUTES.items():
+        app.add_api_route(path, _endpoint(methods), methods=list(methods),
+                          include_in_schema=False, response_model=None)
+    errors.install(app)
+    _build_pipeline(app)
+    return app

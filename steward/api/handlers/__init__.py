@@ -1,0 +1,116 @@
+"""Request handlers of the v2 API, one module per resource.
+
+A handler is a plain synchronous function ``handler(req) -> Response`` taking an
+``ApiRequest``: the caller's context, the microversion served, path and query
+parameters and the raw body, and nothing of the web framework. The route table
+in steward/api/app.py maps URLs and methods onto them; FastAPI runs them in its
+threadpool because the database layer is synchronous.
+
+Each handler's docstring lists the statuses it answers.
+"""
+import json
+
+from oslo_utils import uuidutils
+from starlette import responses
+
+from steward.common import exception
+from steward.conf import CONF
+
+JSON_TYPE = 'application/json'
+
+
+class ApiRequest:
+    """What a handler sees of a request."""
+
+    __slots__ = ('ctx', 'version', 'method', 'params', 'query', 'body', 'conductor',
+                 '_scheme', '_host', '_root_path', '_base_url')
+
+    def __init__(self, ctx, version, method, params, query, body, conductor,
+                 scheme, host, root_path):
+        self.ctx = ctx
+        self.version = version
+        self.method = method
+        self.params = params
+        self.query = query          # starlette QueryParams
+        self.body = body            # bytes
+        self.conductor = conductor  # steward.conductor.rpcapi.ConductorAPI
+        self._scheme, self._host, self._root_path = scheme, host, root_path
+        self._base_url = None
+
+    @property
+    def base_url(self):
+        """Where clients reach the API, without the version: [api]
+        public_endpoint, else the root of the incoming request's URL."""
+        if self._base_url is None:
+            configured = CONF.api.public_endpoint
+            if configured:
+                self._base_url = configured.rstrip('/')
+            else:
+                self._base_url = f'{self._scheme}://{self._host}{self._root_path}'
+        return self._base_url
+
+    def json(self):
+        """The body as JSON; 400 when it is missing or not JSON."""
+        if not self.body or not self.body.strip():
+            raise exception.SchemaViolation(reason='a JSON request body is required')
+        try:
+            return json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            raise exception.MalformedJSON()
+
+    def query_args(self, allowed, multi=()):
+        """{name: value} of the query string. Unknown parameters are refused
+        (a typo such as ``?instance_uuid=`` must not silently widen a listing);
+        a parameter given twice is refused unless named in ``multi``."""
+        result = {}
+        for name, value in self.query.multi_items():
+            if name not in allowed:
+                raise exception.InvalidQuery(
+                    reason=f'unknown parameter {name!r}; expected one of '
+                           f'{", ".join(sorted(allowed)) or "none"}')
+            if name in result and name not in multi:
+                raise exception.InvalidQuery(reason=f'parameter {name!r} given twice')
+            result[name] = value
+        return result
+
+
+def check_uuid(name, value):
+    if not uuidutils.is_uuid_like(value):
+        raise exception.InvalidUUID(name=name, value=value)
+    return value
+
+
+def uuid_list(name, value):
+    """A comma-separated list of UUIDs, duplicates dropped, order kept."""
+    items = [v.strip() for v in value.split(',') if v.strip()]
+    if not items:
+        raise exception.InvalidQuery(reason=f'{name} needs at least one UUID')
+    for item in items:
+        check_uuid(name, item)
+    return list(dict.fromkeys(items))
+
+
+def int_arg(name, value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise exception.InvalidParameter(name=name, value=value,
+                                         reason='an integer is expected')
+
+
+def project_scope(ctx):
+    """The project an ARQ query is confined to: None (everything) for admins and
+    services, the caller's project otherwise, and a project matching nothing when
+    a non-admin caller has none."""
+    if ctx.is_admin or ctx.is_service:
+        return None
+    return ctx.project_id or ''
+
+
+def json_response(data, status=200):
+    return responses.Response(json.dumps(data).encode(), status_code=status,
+                              media_type=JSON_TYPE)
+
+
+def empty(status):
+    return responses.Response(status_code=status)

@@ -1,0 +1,49 @@
+"""Accelerator request bodies: create and the bind/unbind PATCH."""
+import copy
+
+from steward.api import microversion
+from steward.api import schemas
+
+CREATE = {
+    'type': 'object',
+    'properties': {
+        'device_profile_name': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+    },
+    'required': ['device_profile_name'],
+    'additionalProperties': False,
+}
+CREATE_V2_0 = schemas.compile(CREATE)
+
+BIND_PATHS = ['/hostname', '/device_rp_uuid', '/instance_uuid']
+
+# One RFC 6902 operation. Which ops may be combined (all add or all remove, add
+# needs all three paths, remove takes no value) is checked by the handler, which
+# can say so in words.
+_OP = {
+    'type': 'object',
+    'properties': {
+        'op': {'enum': ['add', 'remove']},
+        'path': {'enum': BIND_PATHS},
+        'value': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+    },
+    'required': ['op', 'path'],
+    'additionalProperties': False,
+}
+
+# Keyed by ARQ uuid (checked by the handler for a clean message).
+PATCH = {
+    'type': 'object',
+    'minProperties': 1,
+    'additionalProperties': {'type': 'array', 'minItems': 1, 'maxItems': 8,
+                             'items': _OP},
+}
+PATCH_V2_0 = schemas.compile(PATCH)
+
+# 2.1 (ARQ_BIND_PROJECT_ID): a bind may also set /project_id.
+PATCH_2_1 = copy.deepcopy(PATCH)
+PATCH_2_1['additionalProperties']['items']['properties']['path']['enum'].append(
+    '/project_id')
+PATCH_V2_1 = schemas.compile(PATCH_2_1)
+
+PATCH_VERSIONS = [(microversion.INITIAL, PATCH_V2_0),
+                  (microversion.ARQ_BIND_PROJECT_ID, PATCH_V2_1)]

@@ -1,0 +1,481 @@
+"""Placement client that writes only what differs.
+
+Every device becomes one child resource provider (RP) under the compute-node RP,
+with one resource class, its traits and ``OWNER_CYBORG``. ``sync_provider`` makes
+Placement match a ``ProviderSpec``. The client remembers, per RP, the generation,
+name, parent, inventory and traits it last read or wrote:
+
+* a spec equal to that memory costs no request at all;
+* with no memory (a restart) it reads the RP, its inventory and its traits (three
+  GETs) and writes only what differs, so a quiet cycle after a restart is reads only;
+* the memory can go stale (Nova's allocations bump the generation); every write
+  carries the remembered generation, so staleness shows up as a 409
+  ``placement.concurrent_update``, after which the client re-reads and retries.
+
+Thread-safe: one lock per RP uuid around each read-modify-write, so syncs of
+different devices run in parallel.
+"""
+import dataclasses
+import logging
+import threading
+import urllib.parse
+import uuid as uuidlib
+
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import session as ks_session
+import requests
+
+from steward.common import exception
+
+LOG = logging.getLogger(__name__)
+
+MICROVERSION = '1.39'
+OWNER_TRAIT = 'OWNER_CYBORG'
+# One try plus three retries after a generation conflict.
+_ATTEMPTS = 4
+_EMBEDDED_TIMEOUT = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderSpec:
+    """What one device's RP should look like in Placement.
+
+    ``reserved=None`` keeps the reserved value Placement has (clamped to ``total``);
+    ``'total'`` reserves the whole device; a value above ``total`` is clamped so a
+    reservation survives a shrinking total. ``total <= 0`` means no inventory.
+    """
+    uuid: str
+    name: str
+    parent_uuid: str | None
+    resource_class: str
+    total: int
+    traits: frozenset
+    reserved: int | str | None = None
+    max_unit: int | None = None
+
+    def inventories(self, current):
+        """The inventory document this spec wants, given Placement's ``current``."""
+        if self.total <= 0:
+            return {}
+        if self.reserved == 'total':
+            reserved = self.total
+        elif self.reserved is not None:
+            reserved = self.reserved
+        else:
+            reserved = current.get(self.resource_class, {}).get('reserved', 0)
+        return {self.resource_class: {
+            'total': self.total,
+            'reserved': max(0, min(reserved, self.total)),
+            'min_unit': 1,
+            'max_unit': self.max_unit or self.total,
+            'step_size': 1,
+            'allocation_ratio': 1.0,
+        }}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """An RP as last read from or written to Placement.
+
+    ``name``/``parent``/``traits`` are None when only the inventory is known (after a
+    ``set_reserved`` on a provider this client had not synced); ``sync_provider``
+    then reloads everything.
+    """
+    generation: int
+    inventories: dict
+    name: str | None = None
+    parent: str | None = None
+    traits: frozenset | None = None
+
+    @property
+    def complete(self):
+        return self.traits is not None
+
+
+class PlacementClient:
+    def __init__(self, adapter, host=None):
+        self._adapter = adapter
+        self._host = host
+        self.stats = {'reads': 0, 'writes': 0, 'errors': 0}
+        self._stats_lock = threading.Lock()
+        self._cache = {}
+        self._locks = {}
+        self._locks_guard = threading.Lock()
+        # Names known to exist in Placement; saves a PUT per custom RC/trait per sync.
+        self._known_rcs = set()
+        self._known_traits = set()
+
+    @classmethod
+    def from_conf(cls, conf=None, endpoint=None):
+        """A client for ``endpoint`` (embedded Placement, noauth2) or from ``[placement]``."""
+        if conf is None:
+            from steward.conf import CONF as conf
+        group = 'placement'
+        if endpoint:
+            # noauth2 accepts exactly the token 'admin'; keystoneauth's 'none' plugin
+            # sends 'notused' and gets 403.
+            auth = ks_loading.get_plugin_loader('admin_token').load_from_options(
+                endpoint=endpoint, token='admin')
+            http = requests.Session()
+            http.trust_env = False   # an http_proxy from the environment must not catch loopback
+            sess = ks_session.Session(auth=auth, session=http,
+                                      timeout=conf[group].timeout or _EMBEDDED_TIMEOUT)
+            adapter = ks_adapter.Adapter(sess, service_type='placement',
+                                         default_microversion=MICROVERSION, raise_exc=False)
+        else:
+            auth = ks_loading.load_auth_from_conf_options(conf, group)
+            sess = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+            adapter = ks_loading.load_adapter_from_conf_options(
+                conf, group, session=sess, auth=auth,
+                default_microversion=MICROVERSION, raise_exc=False)
+        return cls(adapter, host=getattr(conf, 'host', None))
+
+    # -- plumbing -------------------------------------------------------------------
+    def _count(self, key, n=1):
+        with self._stats_lock:
+            self.stats[key] += n
+
+    def _lock_for(self, rp_uuid):
+        with self._locks_guard:
+            return self._locks.setdefault(rp_uuid, threading.Lock())
+
+    def _call(self, method, path, body=None, ok=(200,), tally=None):
+        """One request; the response if its status is in ``ok``, else PlacementError."""
+        call = '%s %s' % (method, path)
+        self._count('reads' if method == 'GET' else 'writes')
+        if tally is not None and method != 'GET':
+            tally[0] += 1
+        try:
+            resp = self._adapter.request(path, method, json=body, raise_exc=False)
+        except ks_exc.ClientException as exc:   # refused, timeout, TLS, no endpoint
+            self._count('errors')
+            raise exception.PlacementError(
+                call=call, reason=str(exc) or type(exc).__name__) from exc
+        if resp.status_code in ok:
+            if resp.content or (method == 'GET' and resp.status_code == 200):
+                try:
+                    resp.json()
+                except ValueError:   # a proxy's HTML page, a truncated body
+                    self._count('errors')
+                    raise exception.PlacementError(
+                        call=call, reason='HTTP %d with a non-JSON body: %.200s'
+                                          % (resp.status_code, resp.text)) from None
+            return resp
+        self._count('errors')
+        code, detail = _error_of(resp)
+        cls = exception.PlacementError
+        if resp.status_code == 409 and code == 'placement.concurrent_update':
+            cls = exception.PlacementGenerationConflict
+        err = cls(call=call, reason='HTTP %d: %s' % (resp.status_code, detail))
+        err.http_status, err.placement_code = resp.status_code, code
+        raise err
+
+    def _retrying(self, rp_uuid, what, attempt_fn):
+        """Run ``attempt_fn`` until it stops hitting generation conflicts."""
+        for attempt in range(_ATTEMPTS):
+            try:
+                return attempt_fn()
+            except exception.PlacementGenerationConflict:
+                self._cache.pop(rp_uuid, None)
+                if attempt == _ATTEMPTS - 1:
+                    raise
+                LOG.debug('Generation conflict on %s of %s; re-reading (attempt %d)',
+                          what, rp_uuid, attempt + 1)
+            except exception.PlacementError:
+                # A timeout may have applied the write: trust Placement next time.
+                self._cache.pop(rp_uuid, None)
+                raise
+
+    def _drop_if_moved(self, rp_uuid, generation):
+        """Forget a provider whose generation moved under us (someone else wrote)."""
+        with self._lock_for(rp_uuid):
+            seen = self._cache.get(rp_uuid)
+            if seen is not None and seen.generation != generation:
+                del self._cache[rp_uuid]
+
+    # -- reads ----------------------------------------------------------------------
+    def list_providers(self, in_tree=None, name=None):
+        query = {k: v for k, v in (('in_tree', in_tree), ('name', name)) if v}
+        path = '/resource_providers'
+        if query:
+            path += '?' + urllib.parse.urlencode(query)
+        return self._call('GET', path).json()['resource_providers']
+
+    def find_provider_by_name(self, name):
+        found = self.list_providers(name=name)
+        return found[0] if found else None
+
+    def get_inventory(self, rp_uuid):
+        body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
+        self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        return body['inventories']
+
+    def get_traits(self, rp_uuid):
+        body = self._call('GET', '/resource_providers/%s/traits' % rp_uuid).json()
+        self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        return set(body['traits'])
+
+    def get_usages(self, rp_uuid):
+        body = self._call('GET', '/resource_providers/%s/usages' % rp_uuid).json()
+        self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        return body['usages']
+
+    def forget(self, rp_uuid=None):
+        """Drop what is remembered of one provider (all with None).
+
+        Changes made behind the client's back are only noticed when a write fails or
+        a get_* sees a new generation; forgetting makes the next sync re-read.
+        """
+        if rp_uuid is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(rp_uuid, None)
+
+    # -- compute node ---------------------------------------------------------------
+    def ensure_compute_node(self, name, create=True):
+        """UUID of the root RP called ``name``; created if missing and ``create``.
+
+        A created root gets ``uuid5(NAMESPACE_DNS, name)``: deterministic, so two
+        Steward processes racing to create it converge on one provider, and distinct
+        from the ``uuid3`` names upstream Cyborg gives device RPs.
+        """
+        rp = self.find_provider_by_name(name)
+        if rp is not None:
+            return rp['uuid']
+        if not create:
+            raise exception.PlacementProviderNotFound(name=name, host=self._host or name)
+        rp_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, name))
+        resp = self._call('POST', '/resource_providers', {'name': name, 'uuid': rp_uuid},
+                          ok=(200, 409))
+        if resp.status_code == 200:
+            LOG.info('Created compute-node resource provider %s (%s)', name, rp_uuid)
+            return rp_uuid
+        # 409: somebody (Nova, another Steward thread) created it meanwhile.
+        rp = self.find_provider_by_name(name)
+        if rp is not None:
+            return rp['uuid']
+        raise exception.PlacementError(
+            call='POST /resource_providers',
+            reason='HTTP 409: %s' % _error_of(resp)[1])
+
+    # -- device providers -----------------------------------------------------------
+    def sync_provider(self, spec):
+        """Make Placement match ``spec``; returns the number of write requests made."""
+        tally = [0]
+        with self._lock_for(spec.uuid):
+            self._retrying(spec.uuid, 'sync', lambda: self._sync_once(spec, tally))
+        return tally[0]
+
+    def _sync_once(self, spec, tally):
+        seen = self._cache.get(spec.uuid)
+        if seen is None or not seen.complete:
+            seen = self._load_for_sync(spec, tally)
+        path = '/resource_providers/%s' % spec.uuid
+
+        if seen.name != spec.name or seen.parent != spec.parent_uuid:
+            # Re-parenting is allowed since 1.37; the generation is not checked here.
+            rp = self._call('PUT', path, {'name': spec.name,
+                                          'parent_provider_uuid': spec.parent_uuid},
+                            tally=tally).json()
+            LOG.info('Placement: provider %s renamed/re-parented to %s under %s',
+                     spec.uuid, spec.name, spec.parent_uuid)
+            seen = self._remember(spec.uuid, seen, generation=rp['generation'],
+                                  name=spec.name, parent=spec.parent_uuid)
+
+        # Traits before inventory: a new RP must never be a candidate without its
+        # traits, and OWNER_CYBORG marks it ours as early as possible.
+        if seen.traits != spec.traits:
+            self._ensure_traits(spec.traits - seen.traits, tally)
+            body = self._call('PUT', path + '/traits',
+                              {'resource_provider_generation': seen.generation,
+                               'traits': sorted(spec.traits)}, tally=tally).json()
+            LOG.info('Placement: provider %s traits %s -> %s', spec.name,
+                     sorted(seen.traits), sorted(spec.traits))
+            seen = self._remember(spec.uuid, seen,
+                                  generation=body['resource_provider_generation'],
+                                  traits=frozenset(body['traits']))
+
+        wanted = spec.inventories(seen.inventories)
+        if wanted != seen.inventories:
+            if spec.resource_class in wanted and spec.resource_class not in seen.inventories:
+                self._ensure_resource_class(spec.resource_class, tally)
+            body = self._call('PUT', path + '/inventories',
+                              {'resource_provider_generation': seen.generation,
+                               'inventories': wanted}, tally=tally).json()
+            LOG.info('Placement: provider %s inventory %s -> %s', spec.name,
+                     seen.inventories, body['inventories'])
+            self._remember(spec.uuid, seen, generation=body['resource_provider_generation'],
+                           inventories=body['inventories'])
+
+    def _remember(self, rp_uuid, seen, **changes):
+        seen = dataclasses.replace(seen, **changes)
+        self._cache[rp_uuid] = seen
+        return seen
+
+    def _load_for_sync(self, spec, tally):
+        path = '/resource_providers/%s' % spec.uuid
+        resp = self._call('GET', path, ok=(200, 404))
+        if resp.status_code == 404:
+            other = self.find_provider_by_name(spec.name)
+            if other is not None:
+                self._refuse_foreign(spec, other)
+            try:
+                rp = self._call('POST', '/resource_providers',
+                                {'uuid': spec.uuid, 'name': spec.name,
+                                 'parent_provider_uuid': spec.parent_uuid},
+                                tally=tally).json()
+            except exception.PlacementError as exc:
+                if getattr(exc, 'http_status', None) != 409:
+                    raise
+                # Created meanwhile (another process syncing the same device, or a
+                # foreign provider taking the name): re-read and judge again.
+                raise exception.PlacementGenerationConflict(
+                    call=exc.kwargs['call'], reason=exc.kwargs['reason']) from exc
+            LOG.info('Placement: created provider %s (%s) under %s', spec.name,
+                     spec.uuid, spec.parent_uuid)
+            return self._remember(spec.uuid, _Seen(rp['generation'], {}), name=spec.name,
+                                  parent=spec.parent_uuid, traits=frozenset())
+        rp = resp.json()
+        inv = self._call('GET', path + '/inventories').json()
+        traits = self._call('GET', path + '/traits').json()
+        if inv['resource_provider_generation'] != traits['resource_provider_generation']:
+            # Changed between the two reads: the pair is not one consistent state.
+            raise exception.PlacementGenerationConflict(
+                call='GET %s' % path, reason='provider changed while being read')
+        seen = _Seen(inv['resource_provider_generation'], inv['inventories'],
+                     name=rp['name'], parent=rp['parent_provider_uuid'],
+                     traits=frozenset(traits['traits']))
+        # Our uuid, but no OWNER_CYBORG: ours only if empty (a creation interrupted
+        # before its traits were set); anything else belongs to another service.
+        if OWNER_TRAIT not in seen.traits and (seen.traits or seen.inventories):
+            raise exception.PlacementOwnershipConflict(
+                name=rp['name'], call='sync %s' % spec.uuid, reason='not owned')
+        self._known_traits.update(seen.traits)
+        self._known_rcs.update(seen.inventories)
+        return self._remember(spec.uuid, seen)
+
+    def _refuse_foreign(self, spec, other):
+        """The name is taken by another uuid: never adopt or overwrite it."""
+        traits = self._call('GET', '/resource_providers/%s/traits' % other['uuid']).json()
+        if OWNER_TRAIT not in traits['traits']:
+            raise exception.PlacementOwnershipConflict(
+                name=spec.name, call='sync %s' % spec.uuid, reason='not owned')
+        raise exception.PlacementProviderUuidConflict(
+            name=spec.name, existing=other['uuid'], uuid=spec.uuid,
+            call='sync %s' % spec.uuid, reason='uuid mismatch')
+
+    def _ensure_traits(self, names, tally):
+        # Standard traits come from os-traits and Placement syncs them at start.
+        for name in sorted(names):
+            if name.startswith('CUSTOM_') and name not in self._known_traits:
+                self._call('PUT', '/traits/%s' % name, ok=(201, 204), tally=tally)
+                self._known_traits.add(name)
+
+    def _ensure_resource_class(self, rc, tally):
+        if rc.startswith('CUSTOM_') and rc not in self._known_rcs:
+            self._call('PUT', '/resource_classes/%s' % rc, ok=(201, 204), tally=tally)
+            self._known_rcs.add(rc)
+
+    def set_reserved(self, rp_uuid, resource_class, reserved):
+        """Set ``reserved`` (an int or 'total') on one RC, keeping its total.
+
+        Correctness beats saving a request: when the remembered state says the value
+        is already there, the client confirms with a GET (memory can be stale) and
+        writes nothing if Placement agrees; otherwise it PUTs with the remembered
+        generation, which Placement itself validates. Returns the reserved value set.
+        """
+        if reserved != 'total' and (not isinstance(reserved, int) or reserved < 0):
+            raise exception.Invalid(reason='reserved must be a non-negative int or '
+                                           "'total', not %r" % (reserved,))
+        path = '/resource_providers/%s/inventories' % rp_uuid
+        with self._lock_for(rp_uuid):
+            state = {'fresh': False}
+
+            def attempt():
+                seen = self._cache.get(rp_uuid)
+                if seen is None:
+                    seen, state['fresh'] = self._reload_inventory(rp_uuid), True
+                inv = seen.inventories.get(resource_class)
+                if inv is None:
+                    raise exception.PlacementError(
+                        call='set_reserved %s' % rp_uuid,
+                        reason='provider has no %s inventory' % resource_class)
+                target = inv['total'] if reserved == 'total' else reserved
+                if inv['reserved'] == target:
+                    if state['fresh']:
+                        return target
+                    seen, state['fresh'] = self._reload_inventory(rp_uuid), True
+                    return attempt()
+                record = dict(inv, reserved=target,
+                              resource_provider_generation=seen.generation)
+                body = self._call('PUT', '%s/%s' % (path, resource_class), record).json()
+                generation = body.pop('resource_provider_generation')
+                LOG.info('Placement: provider %s %s reserved %s -> %s', rp_uuid,
+                         resource_class, inv['reserved'], body['reserved'])
+                self._remember(rp_uuid, seen, generation=generation,
+                               inventories=dict(seen.inventories, **{resource_class: body}))
+                return body['reserved']
+
+            return self._retrying(rp_uuid, 'set_reserved', attempt)
+
+    def _reload_inventory(self, rp_uuid):
+        body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
+        generation = body['resource_provider_generation']
+        seen = self._cache.get(rp_uuid)
+        if seen is not None and seen.generation == generation:
+            seen = dataclasses.replace(seen, inventories=body['inventories'])
+        else:
+            # Someone else wrote: what we knew of its traits may be wrong too.
+            seen = _Seen(generation, body['inventories'])
+        self._cache[rp_uuid] = seen
+        return seen
+
+    def delete_provider(self, rp_uuid):
+        """Delete ``rp_uuid`` and its descendants, deepest first; returns how many.
+
+        A provider already gone is fine; one with allocations raises
+        PlacementProviderInUse (earlier deletions of descendants stand).
+        """
+        tree = self.list_providers(in_tree=rp_uuid)   # the whole tree, from its root
+        children = {}
+        for rp in tree:
+            children.setdefault(rp['parent_provider_uuid'], []).append(rp['uuid'])
+        order = []
+
+        def visit(node):
+            for child in sorted(children.get(node, ())):
+                visit(child)
+            order.append(node)
+
+        if any(rp['uuid'] == rp_uuid for rp in tree):
+            visit(rp_uuid)
+        deleted = 0
+        for node in order:
+            with self._lock_for(node):
+                try:
+                    resp = self._call('DELETE', '/resource_providers/%s' % node,
+                                      ok=(204, 404))
+                except exception.PlacementError as exc:
+                    if getattr(exc, 'placement_code', None) == \
+                            'placement.resource_provider.inuse':
+                        raise exception.PlacementProviderInUse(
+                            uuid=node, call='DELETE /resource_providers/%s' % node,
+                            reason=exc.msg) from exc
+                    raise
+                finally:
+                    self._cache.pop(node, None)
+            if resp.status_code == 204:
+                deleted += 1
+                LOG.info('Placement: deleted provider %s', node)
+        return deleted
+
+
+def _error_of(resp):
+    """(Placement error code, one-line detail) of an error response."""
+    try:
+        err = resp.json()['errors'][0]
+        return err.get('code'), ' '.join(str(err.get('detail') or err.get('title')).split())
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None, ' '.join(resp.text.split())[:500] or resp.reason

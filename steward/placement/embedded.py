@@ -1,0 +1,457 @@
+"""Run the real OpenStack Placement (openstack-placement) for single-host stacks.
+
+Three layers, each usable alone:
+
+* ``build_app(url)`` - the Placement WSGI app on a private config (noauth2, schema
+  migrated on load), with SQLite writers serialised (see ``_serialize_sqlite_writers``).
+* ``serve(app, host, port)`` - a threaded wsgiref server in a daemon thread.
+* ``start_subprocess(...)`` / ``main()`` - the same in a child process that dies with
+  its parent, which is how ``steward serve`` runs it.
+
+Placement's database layer is global and configured once per process (its
+``db_api.configure`` is ``@run_once``), so a process serves at most one Placement
+database; ``build_app`` enforces that instead of silently using the first one.
+"""
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from wsgiref import simple_server
+
+from steward.common import exception
+
+LOG = logging.getLogger(__name__)
+
+# The connection URL travels to the child in the environment, not argv: a MySQL URL
+# carries a password that `ps` would show to every user of the host.
+CONNECTION_ENV = 'STEWARD_PLACEMENT_CONNECTION'
+# Lets the parent tell its own child's answer from another server's on the same port.
+PID_HEADER = 'X-Steward-Placement-Pid'
+_PR_SET_PDEATHSIG = 1
+
+_build_lock = threading.Lock()
+_built = {}   # 'url' once placement's DB layer is configured; 'app' once loaded
+
+
+def _redact(url):
+    try:
+        import sqlalchemy
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - only used in messages
+        return '<unparseable URL>'
+
+
+def _sqlite_path(url):
+    """File path of a file-backed SQLite URL, '' for in-memory, None otherwise."""
+    import sqlalchemy
+    u = sqlalchemy.engine.make_url(url)
+    if not u.drivername.startswith('sqlite'):
+        return None
+    if not u.database or u.database == ':memory:' or u.query.get('mode') == 'memory':
+        return ''
+    return u.database
+
+
+def build_app(connection_url):
+    """The Placement WSGI app on ``connection_url``; one database per process.
+
+    A repeated call with the same URL returns the same app; another URL raises
+    InvalidConfiguration. Placement's oslo.log setup is deliberately not called: it
+    would reconfigure the host process's logging. Its loggers propagate to whatever
+    the host configured.
+    """
+    with _build_lock:
+        if _built.get('url') not in (None, connection_url):
+            raise exception.InvalidConfiguration(
+                reason='this process already runs Placement on %s; Placement '
+                       'configures its database once per process, so %s cannot be '
+                       'served here' % (_redact(_built['url']), _redact(connection_url)))
+        if _built.get('app') is not None:
+            return _built['app']
+        # Each step is recorded once done: if a later one fails (a bad URL, a locked
+        # database) the DB layer stays configured for this URL and a retry with it
+        # resumes where it stopped.
+        if 'url' not in _built:
+            _configure_db(connection_url)
+        if 'engine' not in _built:
+            _built['engine'] = _start_engine()
+        import placement.deploy
+        # Migrates the schema and syncs standard traits and resource classes.
+        _built['app'] = placement.deploy.loadapp(_built['conf'])
+        return _built['app']
+
+
+def _configure_db(connection_url):
+    from oslo_config import cfg
+    import placement.db_api
+
+    if placement.db_api.configure.called:
+        raise exception.InvalidConfiguration(
+            reason="Placement's database layer was already configured in this "
+                   'process by other code (an upstream PlacementFixture?)')
+    path = _sqlite_path(connection_url)
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    conf = cfg.ConfigOpts()
+    _register_quietly(conf)
+    # Overrides must precede parsing: connection is required and parsing checks it.
+    conf.set_override('connection', connection_url, group='placement_database')
+    conf.set_override('sync_on_startup', True, group='placement_database')
+    conf.set_override('auth_strategy', 'noauth2', group='api')
+    # No files and no directories: /etc/placement/placement.conf must not leak in.
+    conf([], project='placement', default_config_files=[], default_config_dirs=[])
+    placement.db_api.configure(conf)
+    _built['url'], _built['conf'] = connection_url, conf
+
+
+def _start_engine():
+    import placement.db_api
+
+    # Left to itself, oslo.db starts the engine facade with the global cfg.CONF and
+    # registers its own [database] options there, which clash with Steward's
+    # [database] group (DuplicateOptError in whichever registers second). Starting
+    # it with conf=None takes every setting from the [placement_database] values
+    # configure() passed; there is no public API for that, hence the private one.
+    factory = getattr(placement.db_api.placement_context_manager, '_factory', None)
+    if factory is None or not hasattr(factory, '_start'):
+        raise exception.InvalidConfiguration(
+            reason='this oslo.db has no enginefacade _factory._start; the embedded '
+                   'Placement needs updating for it')
+    factory._start(conf=None)
+    engine = placement.db_api.get_placement_engine()
+    if engine.dialect.name == 'sqlite':
+        _serialize_sqlite_writers(engine)
+    return engine
+
+
+def _register_quietly(conf):
+    """placement.conf.register_opts without its side effects on host logging.
+
+    It calls oslo.log's register_options, which adds a stderr handler to the root
+    logger when it has none and makes this private conf the one oslo.log formatters
+    built without a config read; both belong to the host process.
+    """
+    import placement.conf
+    from oslo_log import formatters
+
+    root = logging.getLogger()
+    before, saved_conf = list(root.handlers), formatters._CONF
+    try:
+        placement.conf.register_opts(conf)
+    finally:
+        formatters._CONF = saved_conf
+        for handler in root.handlers[:]:
+            if handler not in before:
+                root.removeHandler(handler)
+
+
+def _serialize_sqlite_writers(engine):
+    """Make concurrent writers queue instead of failing with 'database is locked'.
+
+    oslo.db emits a deferred BEGIN; two writers then both take a read lock, one fails
+    to upgrade it at once and Placement answers HTTP 500 where it should answer 409,
+    which breaks every generation-retry loop. The outermost transaction of a thread
+    becomes BEGIN IMMEDIATE (writers wait on SQLite's 5 s busy timeout); nested
+    transactions in the same thread (Placement's reader.independent inside its
+    allocation retry loop) keep a plain BEGIN, else they wait on their own lock.
+    oslo.db's listener is removed, not pre-empted: insert=True does not order a
+    listener ahead of it (SQLAlchemy 2.1).
+    """
+    import sqlalchemy
+
+    depth = threading.local()
+    for fn in list(engine.dispatch.begin):
+        if getattr(fn, '__name__', '') == '_sqlite_emit_begin':
+            sqlalchemy.event.remove(engine, 'begin', fn)
+
+    @sqlalchemy.event.listens_for(engine, 'begin')
+    def _begin(conn):
+        if 'in_transaction' not in conn.info:
+            level = getattr(depth, 'n', 0)
+            conn.exec_driver_sql('BEGIN' if level else 'BEGIN IMMEDIATE')
+            conn.info['in_transaction'] = True
+            conn.info['steward_tx_counted'] = True
+            depth.n = level + 1
+
+    @sqlalchemy.event.listens_for(engine, 'commit')
+    @sqlalchemy.event.listens_for(engine, 'rollback')
+    def _end(conn):
+        if conn.info.pop('steward_tx_counted', None):
+            depth.n = max(0, getattr(depth, 'n', 1) - 1)
+
+
+# -- serving ------------------------------------------------------------------------
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+    # socketserver's default backlog (5) resets bursts of concurrent clients.
+    request_queue_size = 128
+
+    def server_bind(self):
+        # HTTPServer.server_bind resolves getfqdn(host), a DNS lookup that can stall
+        # startup for seconds on hosts with slow resolvers; the name is unused.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+        self.setup_environ()
+
+    def handle_error(self, request, client_address):
+        # A client hanging up mid-response is routine; don't print tracebacks.
+        LOG.debug('Error serving %s', client_address, exc_info=True)
+
+
+class _ThreadingWSGIServer6(_ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, format, *args):
+        pass   # Placement's requestlog middleware already logs every request
+
+
+def _url(host, port):
+    if host in ('0.0.0.0', ''):
+        host = '127.0.0.1'
+    elif host == '::':
+        host = '::1'
+    return 'http://%s:%d' % ('[%s]' % host if ':' in host else host, port)
+
+
+class EmbeddedServer:
+    """A Placement app served from a daemon thread of this process."""
+
+    def __init__(self, httpd, thread):
+        self._httpd = httpd
+        self._thread = thread
+        self.host = httpd.server_address[0]
+        self.port = httpd.server_address[1]
+        self.url = _url(self.host, self.port)
+
+    def shutdown(self):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+
+
+def serve(app, host='127.0.0.1', port=0):
+    """Serve ``app`` on host:port (0 = a free port); returns once listening."""
+    url = _built.get('url')
+    if url is not None and _sqlite_path(url) == '':
+        # In-memory SQLite is one connection shared by all threads: concurrent
+        # requests over-commit allocations and can hang the server.
+        raise exception.InvalidConfiguration(
+            reason='in-memory SQLite Placement cannot be served by a threaded server; '
+                   'use a file database')
+    server_class = _ThreadingWSGIServer6 if ':' in host else _ThreadingWSGIServer
+    httpd = simple_server.make_server(host, port, app, server_class=server_class,
+                                      handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={'poll_interval': 0.2},
+                              name='placement-%d' % httpd.server_address[1], daemon=True)
+    thread.start()
+    return EmbeddedServer(httpd, thread)
+
+
+def _with_pid_header(app):
+    pid = str(os.getpid())
+
+    def wrapped(environ, start_response):
+        def _start(status, headers, exc_info=None):
+            return start_response(status, list(headers) + [(PID_HEADER, pid)], exc_info)
+        return app(environ, _start)
+    return wrapped
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='python -m steward.placement.embedded',
+        description='Serve the real OpenStack Placement (noauth2: X-Auth-Token admin).')
+    parser.add_argument('--connection', default=os.environ.get(CONNECTION_ENV),
+                        help='database URL (default: $%s)' % CONNECTION_ENV)
+    parser.add_argument('--host', default='127.0.0.1')
+    parser.add_argument('--port', type=int, default=8778)
+    parser.add_argument('--log-level', default='INFO',
+                        help='INFO logs one line per request (Placement requestlog)')
+    args = parser.parse_args(argv)
+    if not args.connection:
+        parser.error('--connection or $%s is required' % CONNECTION_ENV)
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format='%(asctime)s %(process)d %(levelname)s %(name)s %(message)s')
+    stop = threading.Event()
+    # serve_forever runs in another thread: shutdown() called from a signal handler
+    # on the serving thread would deadlock, so the handler only sets a flag.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        server = serve(_with_pid_header(build_app(args.connection)), args.host, args.port)
+    except Exception as exc:  # noqa: BLE001 - the parent reads this from the log
+        LOG.error('Embedded Placement failed to start on %s:%s: %s', args.host,
+                  args.port, exc, exc_info=not isinstance(exc, OSError))
+        return 1
+    LOG.info('Placement listening on %s (pid %d)', server.url, os.getpid())
+    while not stop.wait(1.0):
+        pass
+    LOG.info('Placement on %s stopping', server.url)
+    server.shutdown()
+    return 0
+
+
+# -- child process ------------------------------------------------------------------
+def _resolve_prctl():
+    if not sys.platform.startswith('linux'):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Resolved in the parent: a dlopen in the forked child of a threaded parent can
+# deadlock on a loader lock held by another thread at fork time.
+_PRCTL = _resolve_prctl()
+
+
+def _die_with_parent(parent_pid):
+    def preexec():
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent_pid:   # the parent died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+def _probe(url, timeout):
+    """(status, pid header, JSON body or None) of GET url/, or None if nothing answers."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url + '/', timeout=timeout) as resp:
+            status, pid, raw = resp.status, resp.headers.get(PID_HEADER), resp.read()
+    except urllib.error.HTTPError as exc:
+        status, pid, raw = exc.code, exc.headers.get(PID_HEADER), b''
+    except (OSError, ValueError):
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    return status, pid, body
+
+
+def _is_placement_doc(body):
+    return isinstance(body, dict) and isinstance(body.get('versions'), list)
+
+
+def _tail(path, limit=4000):
+    try:
+        with open(path, 'rb') as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode('utf-8', 'replace').strip()
+    except OSError as exc:
+        return '(log unreadable: %s)' % exc
+
+
+class EmbeddedProcess:
+    """A Placement child process; ``stop()`` terminates it."""
+
+    def __init__(self, proc, url, log_file, owns_log):
+        self._proc = proc
+        self.pid = proc.pid
+        self.url = url
+        self.log_file = log_file
+        self._owns_log = owns_log
+
+    def stop(self, timeout=10.0):
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._owns_log:
+            try:
+                os.unlink(self.log_file)
+            except OSError:
+                pass
+        return self._proc.returncode
+
+
+def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
+                     timeout=30.0):
+    """Start Placement in a child process and wait until it answers ``GET /``.
+
+    The child gets SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG). The
+    signal follows the *thread* that forked, so call this from a long-lived thread
+    (the main thread of a service). Without ``log_file`` the child logs to a
+    temporary file removed by ``stop()``.
+    """
+    url = _url(host, port)
+    found = _probe(url, 1.0)
+    if found and _is_placement_doc(found[2]):
+        raise exception.EmbeddedPlacementError(
+            host=host, port=port,
+            reason='a Placement service already answers on port %d (not started by '
+                   'this process); stop it or set [placement] embedded_port to a free '
+                   'port' % port)
+
+    owns_log = log_file is None
+    if owns_log:
+        fd, log_file = tempfile.mkstemp(prefix='steward-placement-', suffix='.log')
+        log = os.fdopen(fd, 'ab')
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        log = open(log_file, 'ab')
+
+    env = dict(os.environ)
+    env[CONNECTION_ENV] = connection
+    # The child must import this very steward even when it is not installed.
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (src, env.get('PYTHONPATH')) if p)
+    with log:
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'steward.placement.embedded',
+             '--host', host, '--port', str(port)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            close_fds=True, preexec_fn=_die_with_parent(os.getpid()))
+    child = EmbeddedProcess(proc, url, log_file, owns_log)
+
+    deadline = time.monotonic() + timeout
+    while True:
+        rc = proc.poll()
+        if rc is not None:
+            tail = _tail(log_file)
+            child._owns_log = False   # keep the log of a failed start for the operator
+            child.stop()
+            raise exception.EmbeddedPlacementError(
+                host=host, port=port,
+                reason='the child exited with status %s before answering; log %s '
+                       'ends with:\n%s' % (rc, log_file, tail))
+        found = _probe(url, 1.0)
+        # Only our child's answer counts: another server may have taken the port.
+        if found and found[0] == 200 and found[1] == str(proc.pid):
+            LOG.info('Embedded Placement (pid %d) answers on %s', proc.pid, url)
+            return child
+        if time.monotonic() > deadline:
+            tail = _tail(log_file)
+            child._owns_log = False   # keep the log of a failed start for the operator
+            child.stop()
+            raise exception.EmbeddedPlacementError(
+                host=host, port=port,
+                reason='no answer to GET / within %.0f s; log %s ends with:\n%s'
+                       % (timeout, log_file, tail))
+        time.sleep(0.1)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

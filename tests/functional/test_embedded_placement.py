@@ -1,0 +1,75 @@
+"""The embedded Placement: in-process app/server and the child process."""
+import os
+import socket
+
+import httpx
+import pytest
+
+from steward.common import exception
+from steward.placement import embedded
+from tests.placement_fixture import get_placement
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_in_process_server_on_port_zero():
+    server = get_placement()
+    assert server.port != 0 and server.url == 'http://127.0.0.1:%d' % server.port
+    doc = httpx.get(server.url + '/', trust_env=False).json()
+    assert doc['versions'][0]['max_version'] == '1.39'
+    # noauth2: no token is 401, the token 'admin' is an admin.
+    assert httpx.get(server.url + '/resource_providers', trust_env=False).status_code == 401
+
+
+def test_build_app_is_once_per_process():
+    get_placement()
+    url = embedded._built['url']
+    assert embedded.build_app(url) is embedded.build_app(url)
+    with pytest.raises(exception.InvalidConfiguration, match='once per process'):
+        embedded.build_app('sqlite:////nonexistent/other.sqlite')
+
+
+def test_subprocess_serves_and_stops(tmp_path):
+    port = _free_port()
+    db = tmp_path / 'state' / 'placement.sqlite'      # the directory is created
+    log = tmp_path / 'placement.log'
+    child = embedded.start_subprocess('sqlite:///%s' % db, '127.0.0.1', port,
+                                      log_file=str(log))
+    try:
+        assert child.url == 'http://127.0.0.1:%d' % port
+        resp = httpx.get(child.url + '/', trust_env=False)
+        assert resp.status_code == 200
+        assert resp.json()['versions'][0]['max_version'] == '1.39'
+        assert resp.headers[embedded.PID_HEADER] == str(child.pid)
+        rps = httpx.get(child.url + '/resource_providers', trust_env=False,
+                        headers={'X-Auth-Token': 'admin'})
+        assert rps.status_code == 200 and rps.json() == {'resource_providers': []}
+        assert db.exists()
+        # A second one on the same port is refused, naming the port.
+        with pytest.raises(exception.EmbeddedPlacementError, match=str(port)):
+            embedded.start_subprocess('sqlite:///%s' % db, '127.0.0.1', port)
+    finally:
+        rc = child.stop()
+    assert rc == 0                      # SIGTERM is a clean exit
+    assert _gone(child.pid)
+    assert 'Placement listening on' in log.read_text()
+
+
+def test_subprocess_start_failure_shows_the_log(tmp_path):
+    with pytest.raises(exception.EmbeddedPlacementError) as exc:
+        embedded.start_subprocess('nosuchdriver://x', '127.0.0.1', _free_port(),
+                                  log_file=str(tmp_path / 'placement.log'), timeout=30)
+    assert 'exited with status 1' in str(exc.value)
+    assert 'nosuchdriver' in str(exc.value)
