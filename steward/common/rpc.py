@@ -4,6 +4,7 @@ import threading
 import oslo_messaging as messaging
 
 from steward.common import context as steward_context
+from steward.common import memory_transport
 from steward.conf import CONF
 
 _lock = threading.Lock()
@@ -23,10 +24,15 @@ class ContextSerializer(messaging.NoOpSerializer):
 
 def get_transport():
     global _transport, _url
+    memory_transport.register()
     with _lock:
         if _transport is None or _url != CONF.transport_url:
             _transport = messaging.get_rpc_transport(
                 CONF, allowed_remote_exmods=ALLOWED_EXMODS)
+            if CONF.transport_url.startswith(f'kombu+{memory_transport.ALIAS}'):
+                # Nothing to heartbeat in-process (and kombu warns it cannot).
+                CONF.set_default('heartbeat_timeout_threshold', 0,
+                                 group='oslo_messaging_rabbit')
             _url = CONF.transport_url
         return _transport
 

@@ -81,9 +81,18 @@ def reader():
             yield session
 
 
+# SQLite admits one writer at a time and makes the others poll with growing sleeps
+# (busy_timeout), which turned a burst of 16 concurrent binds into 250 ms tails.
+# Writers of this process therefore queue on a lock first; other processes still
+# meet SQLite's own locking, which is what correctness rests on.
+_sqlite_writer_lock = threading.RLock()
+
+
 @contextlib.contextmanager
 def writer():
-    get_engine()
-    with _writer_factory() as session:
+    engine = get_engine()
+    queue = (_sqlite_writer_lock if engine.dialect.name == 'sqlite'
+             else contextlib.nullcontext())
+    with queue, _writer_factory() as session:
         with session.begin():
             yield session
