@@ -1,0 +1,161 @@
+"""Conductor <-> real Placement: reservations that mirror device_state, the
+compute-node provider, and quiet discovery cycles."""
+import uuid
+
+import pytest
+
+from steward.common import exception
+from steward.common import states
+from steward.db import api as db_api
+from steward.db import session
+from steward.drivers import base
+from steward.drivers import objects
+from steward.placement import client as placement_client
+from tests import placement_fixture
+from tests.functional import conductor_fixtures as cf
+
+
+class OneFunctionDriver(base.Driver):
+    """A device with a single accelerator (a PCI function): the case where a bind
+    reserves the whole provider."""
+    name = 'onefn'
+
+    def discover(self):
+        info = objects.pci_info('0000', '0a', '00', '1')
+        return [objects.DriverDevice(
+            vendor='0x8086', model='one', type='GPU',
+            controlpath_id=objects.DriverControlPathID('PCI', info),
+            deployable_list=[objects.DriverDeployable(
+                name=f'{self.host}_0000:0a:00.1', num_accelerators=1,
+                attribute_list=[objects.DriverAttribute('rc', 'CUSTOM_PCI_8086_0001'),
+                                objects.DriverAttribute('trait0', 'CUSTOM_ONE')],
+                attach_handle_list=[objects.DriverAttachHandle('PCI', info)],
+                driver_name='onefn')])]
+
+
+@pytest.fixture
+def placement():
+    server = placement_fixture.get_placement()
+    return placement_client.PlacementClient.from_conf(endpoint=server.url), server
+
+
+def _inventory(server, rp_uuid):
+    with placement_fixture.admin_session(server.url) as s:
+        return s.get(f'/resource_providers/{rp_uuid}/inventories').json()['inventories']
+
+
+def _allocate(server, consumer, rp_uuid, rc):
+    with placement_fixture.admin_session(server.url) as s:
+        r = s.put(f'/allocations/{consumer}', json={
+            'allocations': {rp_uuid: {'resources': {rc: 1}}}, 'project_id': 'p',
+            'user_id': 'u', 'consumer_generation': None, 'consumer_type': 'INSTANCE'})
+        assert r.status_code == 204, r.text
+
+
+def test_single_accelerator_device_is_reserved_while_bound(db, conf, placement):
+    client, server = placement
+    host = placement_fixture.unique_name('host')
+    conductor, _ = cf.stack(conf, client, host=host, drivers=[OneFunctionDriver(conf, host)])
+    cf.make_profile('one', [{'resources:CUSTOM_PCI_8086_0001': '1'}])
+    dep = cf.deployable()
+    rc = 'CUSTOM_PCI_8086_0001'
+    assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 0
+    inst = str(uuid.uuid4())
+    _allocate(server, inst, dep.rp_uuid, rc)            # Nova's claim comes first
+    arq = conductor.arq_create(cf.admin(), 'one', 'p')[0]
+    conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
+                                     'device_rp_uuid': dep.rp_uuid, 'instance_uuid': inst}])
+    assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 1
+    with session.reader() as s:
+        assert db_api.device_list(s)[0].device_state == states.DEV_ALLOCATED
+    # The bind guard: the one accelerator is taken.
+    other = conductor.arq_create(cf.admin(), 'one', 'p')[0]
+    with pytest.raises(exception.DeviceNotAvailable):
+        conductor.arq_bind(cf.admin(), [{'uuid': other['uuid'], 'hostname': host,
+                                         'device_rp_uuid': dep.rp_uuid,
+                                         'instance_uuid': str(uuid.uuid4())}])
+    conductor.arq_delete(cf.admin(), instance_uuid=inst)
+    assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 0
+    with session.reader() as s:
+        assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
+
+
+def test_disable_reserves_and_enable_frees(db, conf, placement):
+    client, server = placement
+    host = placement_fixture.unique_name('host')
+    conductor, _ = cf.stack(conf, client, host=host)
+    dep = cf.deployable()
+    with session.reader() as s:
+        device_uuid = db_api.device_list(s)[0].uuid
+    conductor.device_set_status(cf.admin(), device_uuid, 'maintaining')
+    assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 16
+    cf.make_profile()
+    arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
+    with pytest.raises(exception.DeviceMaintaining):
+        conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
+                                         'device_rp_uuid': dep.rp_uuid,
+                                         'instance_uuid': str(uuid.uuid4())}])
+    conductor.device_set_status(cf.admin(), device_uuid, 'enabled')
+    assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 0
+
+
+def test_multi_accelerator_bind_leaves_reserved_alone(db, conf, placement):
+    client, server = placement
+    host = placement_fixture.unique_name('host')
+    conductor, _ = cf.stack(conf, client, host=host)
+    cf.make_profile()
+    dep = cf.deployable()
+    writes = client.stats['writes']
+    arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
+    conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
+                                     'device_rp_uuid': dep.rp_uuid,
+                                     'instance_uuid': str(uuid.uuid4())}])
+    assert client.stats['writes'] == writes
+    assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 0
+
+
+def test_quiet_cycle_makes_no_placement_request(db, conf, placement):
+    client, _ = placement
+    host = placement_fixture.unique_name('host')
+    conductor, agent = cf.stack(conf, client, host=host)
+    before = dict(client.stats)
+    assert agent.run_cycle() == {'changed': False, 'placement_writes': 0}
+    assert client.stats == before
+    # A restarted conductor (cold caches) reads but writes nothing.
+    conductor.reporter.forget()
+    client.forget()
+    result = agent.run_cycle()
+    assert result['placement_writes'] == 0 and client.stats['writes'] == before['writes']
+
+
+def test_missing_compute_node_is_reported_not_fatal(db, conf, placement):
+    client, server = placement
+    conf.set_override('create_compute_node', False, group='placement')
+    host = placement_fixture.unique_name('host')
+    conductor, agent = cf.stack(conf, client, host=host)   # no exception
+    with session.reader() as s:
+        assert len(db_api.deployable_list(s)) == 1          # persisted anyway
+    assert client.find_provider_by_name(f'{host}_FakeDevice') is None
+    client.ensure_compute_node(host, create=True)           # nova-compute shows up
+    conductor.reporter._compute_nodes.clear()
+    assert agent.run_cycle()['changed'] is True              # retried, not skipped
+    assert client.find_provider_by_name(f'{host}_FakeDevice') is not None
+
+
+def test_inventory_change_reaches_placement(db, conf, placement):
+    client, server = placement
+    host = placement_fixture.unique_name('host')
+    driver = OneFunctionDriver(conf, host)
+    conductor, agent = cf.stack(conf, client, host=host, drivers=[driver])
+    dep = cf.deployable()
+    original = driver.discover
+
+    def more_traits():
+        devs = original()
+        devs[0].deployable_list[0].attribute_list.append(
+            objects.DriverAttribute('trait1', 'CUSTOM_TWO'))
+        return devs
+    driver.discover = more_traits
+    # PUT /traits/CUSTOM_TWO (new custom trait) + PUT of the provider's traits.
+    assert agent.run_cycle()['placement_writes'] == 2
+    assert {'CUSTOM_ONE', 'CUSTOM_TWO', 'OWNER_CYBORG'} <= client.get_traits(dep.rp_uuid)
