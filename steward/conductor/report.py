@@ -7,6 +7,7 @@ no database query and no Placement request. Devices or deployables that vanished
 while a handle is in use are kept (and logged) until released: deleting them would
 orphan the tenant's allocation (an upstream defect).
 """
+import collections
 import hashlib
 import json
 import logging
@@ -34,6 +35,21 @@ def rp_uuid_for(name):
     return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
 
 
+MUTABLE_HANDLE_KEYS = ('managed',)
+
+
+def handle_identity(info):
+    """What makes two attach handles the same handle across discoveries."""
+    try:
+        d = json.loads(info)
+    except (TypeError, ValueError):
+        return info
+    if not isinstance(d, dict):
+        return info
+    return json.dumps({k: v for k, v in d.items() if k not in MUTABLE_HANDLE_KEYS},
+                      sort_keys=True)
+
+
 def canonical(info):
     try:
         return json.dumps(json.loads(info), sort_keys=True)
@@ -48,6 +64,7 @@ class Reporter:
         self._digests = {}
         self._compute_nodes = {}
         self._lock = threading.Lock()
+        self._tls = threading.local()       # per-report state; reports run in parallel
 
     # -- entry point ---------------------------------------------------------------
     def report(self, ctx, host, rp_name, devices):
@@ -57,9 +74,13 @@ class Reporter:
             if self._digests.get(host) == digest:
                 return {'changed': False, 'placement_writes': 0}
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
+        self._tls.deferred = False
         removed_rps = self._persist(ctx, host, parsed)
+        deferred = self._tls.deferred
         writes = self._sync_placement(host, rp_name, removed_rps)
-        if writes is not None:
+        # A change held back for an in-use handle or device must be retried on the
+        # next cycle even though the report itself will not change.
+        if writes is not None and not deferred:
             with self._lock:
                 self._digests[host] = digest
         return {'changed': True, 'placement_writes': writes or 0}
@@ -184,25 +205,44 @@ class Reporter:
             if key not in wanted:
                 s.delete(attr)
 
-    @staticmethod
-    def _diff_handles(s, dep, cpid, reported, existing):
-        by_info = {canonical(h.attach_info): h for h in existing}
-        wanted = {canonical(h.attach_info): h for h in reported}
-        for info, rep in wanted.items():
-            if info not in by_info:
+    def _diff_handles(self, s, dep, cpid, reported, existing):
+        """Match handles by identity (attach_info without mutable keys such as
+        ``managed``) as multisets: an mdev type reports one identical handle per
+        instance, so counts matter, not just presence."""
+        have, want = collections.defaultdict(list), collections.defaultdict(list)
+        for h in sorted(existing, key=lambda h: (not h.in_use, h.id)):
+            have[handle_identity(h.attach_info)].append(h)
+        for h in reported:
+            want[handle_identity(h.attach_info)].append(h)
+        for key in set(have) | set(want):
+            rows, wanted = have[key], want[key]
+            for row, rep in zip(rows, wanted):
+                info = canonical(rep.attach_info)
+                if row.attach_info != info or row.attach_type != rep.attach_type:
+                    if row.in_use:
+                        # Never change how a bound handle is attached (spec 4);
+                        # applied on a later cycle once it is released.
+                        self._tls.deferred = True
+                        LOG.warning('Attach handle %s is in use; its new attach info %s '
+                                    'applies once it is released', row.uuid, info)
+                    else:
+                        row.attach_info, row.attach_type = info, rep.attach_type
+            for rep in wanted[len(rows):]:
                 s.add(m.AttachHandle(uuid=uuidutils.generate_uuid(), deployable_id=dep.id,
                                      cpid_id=cpid.id, in_use=False,
-                                     attach_type=rep.attach_type, attach_info=info))
-        for info, handle in by_info.items():
-            if info not in wanted:
-                if handle.in_use:
+                                     attach_type=rep.attach_type,
+                                     attach_info=canonical(rep.attach_info)))
+            for row in rows[len(wanted):]:
+                if row.in_use:
+                    self._tls.deferred = True
                     LOG.warning('Attach handle %s (%s) vanished from discovery but is '
-                                'in use; kept until released', handle.uuid, info)
+                                'in use; kept until released', row.uuid, row.attach_info)
                 else:
-                    s.delete(handle)
+                    s.delete(row)
 
     def _remove_deployable(self, s, dep, attrs, handles):
         if any(h.in_use for h in handles.get(dep.id, [])):
+            self._tls.deferred = True
             LOG.warning('Deployable %s vanished from discovery but is in use; kept '
                         'until released', dep.name)
             return []

@@ -1,0 +1,122 @@
+"""Reading PCI devices from sysfs (``<sysfs_root>/bus/pci/devices``), no lspci.
+
+Every reader takes the sysfs root so tests and dry runs point it at a tree in the
+kernel's layout. Values are returned without the trailing newline sysfs adds.
+"""
+import dataclasses
+import os
+import re
+
+BDF_RE = re.compile(r'^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$')
+
+
+@dataclasses.dataclass(frozen=True)
+class PciAddress:
+    domain: str
+    bus: str
+    slot: str
+    function: str
+
+    @classmethod
+    def parse(cls, bdf):
+        m = BDF_RE.match(bdf.strip())
+        if not m:
+            raise ValueError(f'not a PCI address: {bdf!r}')
+        return cls(*(g.lower() for g in m.groups()))
+
+    def __str__(self):
+        return f'{self.domain}:{self.bus}:{self.slot}.{self.function}'
+
+    def info(self):
+        """The attach_info / cpid_info fields Cyborg uses (hex strings, no 0x)."""
+        return {'domain': self.domain, 'bus': self.bus, 'device': self.slot,
+                'function': self.function}
+
+
+@dataclasses.dataclass
+class PciDevice:
+    address: PciAddress
+    vendor_id: str          # 4 hex digits, lower case, no 0x
+    product_id: str
+    class_code: str         # 6 hex digits
+    driver: str | None
+    physfn: PciAddress | None    # set on a VF
+    virtfns: list           # VF addresses of a PF
+    path: str
+
+    @property
+    def is_vf(self):
+        return self.physfn is not None
+
+    @property
+    def has_vfs(self):
+        return bool(self.virtfns)
+
+
+def read_attr(path, name, default=None):
+    try:
+        with open(os.path.join(path, name)) as f:
+            return f.read().strip()
+    except OSError:
+        return default
+
+
+def _hex(value, width):
+    if value is None:
+        return None
+    value = value.lower()
+    value = value[2:] if value.startswith('0x') else value
+    return value.zfill(width)
+
+
+def _link_address(path):
+    try:
+        return PciAddress.parse(os.path.basename(os.readlink(path)))
+    except (OSError, ValueError):
+        return None
+
+
+def devices_dir(sysfs_root):
+    return os.path.join(sysfs_root, 'bus', 'pci', 'devices')
+
+
+def read_device(sysfs_root, bdf):
+    path = os.path.join(devices_dir(sysfs_root), bdf)
+    address = PciAddress.parse(bdf)
+    vendor = _hex(read_attr(path, 'vendor'), 4)
+    product = _hex(read_attr(path, 'device'), 4)
+    if vendor is None or product is None:
+        return None
+    driver_link = os.path.join(path, 'driver')
+    driver = os.path.basename(os.readlink(driver_link)) if os.path.islink(driver_link) \
+        else None
+    virtfns = []
+    try:
+        names = sorted(n for n in os.listdir(path) if n.startswith('virtfn'))
+    except OSError:
+        names = []
+    for name in sorted(names, key=lambda n: int(n[6:]) if n[6:].isdigit() else 0):
+        vf = _link_address(os.path.join(path, name))
+        if vf is not None:
+            virtfns.append(vf)
+    return PciDevice(address=address, vendor_id=vendor, product_id=product,
+                     class_code=_hex(read_attr(path, 'class'), 6) or '000000',
+                     driver=driver, physfn=_link_address(os.path.join(path, 'physfn')),
+                     virtfns=virtfns, path=path)
+
+
+def list_devices(sysfs_root):
+    """All PCI devices under the root, sorted by address; unreadable entries skipped."""
+    base = devices_dir(sysfs_root)
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    result = []
+    for name in sorted(names):
+        if not BDF_RE.match(name):
+            continue
+        dev = read_device(sysfs_root, name)
+        if dev is not None:
+            result.append(dev)
+    return result
