@@ -10,6 +10,10 @@ LOG = logging.getLogger(__name__)
 
 BUILTIN = {
     'fake': 'steward.drivers.fake.FakeDriver',
+    'pci': 'steward.drivers.pci.PciDriver',
+    'mdev': 'steward.drivers.mdev.MdevDriver',
+    'nvidia_gpu': 'steward.drivers.nvidia_gpu.NvidiaGpuDriver',
+    'nvme': 'steward.drivers.nvme.NvmeDriver',
 }
 # Upstream Cyborg's entry-point names, so an existing cyborg.conf keeps working.
 ALIASES = {'fake_driver': 'fake', 'pci_driver': 'pci', 'nvme_driver': 'nvme',

@@ -43,18 +43,29 @@ class AgentManager:
                  self.rp_name, [d.name for d in self.drivers])
 
     def discover(self):
-        """One discovery over every driver. The same device (control-path id) from
-        two drivers is a configuration error: which driver owns it is ambiguous."""
+        """One discovery over every driver, in [agent] enabled_drivers order.
+
+        The same device (control-path id) from two drivers is ambiguous. Two
+        mdev-capable drivers (``shares_parents``: the generic mdev driver and a
+        vendor's) may both see a parent: warn, the first listed wins (spec 2).
+        Anything else is a configuration error that stops the agent.
+        """
         devices, owner = [], {}
         for driver in self.drivers:
             for dev in driver.discover():
                 dev.driver_name = dev.driver_name or driver.name
                 key = json.dumps(json.loads(dev.controlpath_id.cpid_info), sort_keys=True)
-                if key in owner:
+                first = owner.get(key)
+                if first is not None:
+                    where = _readable_cpid(key)
+                    if first.shares_parents and driver.shares_parents:
+                        LOG.warning('Drivers %s and %s both report %s; %s (listed first) '
+                                    'keeps it', first.name, driver.name, where, first.name)
+                        continue
                     raise exception.InvalidConfiguration(
-                        reason=f'device {key} is reported by both {owner[key]} and '
+                        reason=f'device {where} is reported by both {first.name} and '
                                f'{driver.name}; enable one driver per device')
-                owner[key] = driver.name
+                owner[key] = driver
                 devices.append(dev)
         return devices
 
@@ -89,3 +100,11 @@ class AgentManager:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def _readable_cpid(key):
+    try:
+        d = json.loads(key)
+        return f"{d['domain']}:{d['bus']}:{d['device']}.{d['function']}"
+    except (ValueError, KeyError, TypeError):
+        return key

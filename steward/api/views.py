@@ -88,5 +88,16 @@ def arq(req, record):
     Only the wire fields are copied: a key added to records for internal use
     does not leak."""
     out = {k: record.get(k) for k in ARQ_FIELDS}
+    out['attach_handle_info'] = _attach_handle_info(req, record)
     out['links'] = [_link(req, 'accelerator_requests', record['uuid'])]
     return out
+
+
+def _attach_handle_info(req, record):
+    info = dict(record.get('attach_handle_info') or {})
+    managed = info.pop('managed', None)
+    if record.get('attach_handle_type') == 'PCI' and req.version >= microversion.PCI_MANAGED:
+        # Stored by the pci driver from device_spec's ``managed`` tag; handles
+        # discovered before it existed have none and mean libvirt-managed.
+        info['managed'] = True if managed is None else managed is True
+    return info

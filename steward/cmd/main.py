@@ -133,8 +133,17 @@ def cmd_status(argv):
     return status.main(argv[2:])
 
 
+def _delegate(module):
+    def run(argv):
+        from oslo_utils import importutils
+        return importutils.import_module(f'steward.cmd.{module}').main(argv)
+    return run
+
+
 COMMANDS = {'serve': cmd_serve, 'api': cmd_api, 'conductor': cmd_conductor,
-            'agent': cmd_agent, 'db': cmd_db, 'status': cmd_status}
+            'agent': cmd_agent, 'db': cmd_db, 'status': cmd_status,
+            # Client-side commands (talk to the API), one module each.
+            'device': _delegate('device'), 'compute': _delegate('compute')}
 
 
 def main(argv=None):

@@ -5,9 +5,11 @@ oslo.messaging registers its own options on the global ``cfg.CONF`` (see
 """
 from oslo_config import cfg
 
-from steward.conf import agent, api, compute, database, default, nova, placement
+from steward.conf import (agent, api, compute, database, default, mdev, nova, nvidia,
+                          nvme, pci, placement)
 
 CONF = cfg.CONF
 
-for _mod in (default, api, database, agent, placement, nova, compute):
+for _mod in (default, api, database, agent, placement, nova, compute, pci, mdev,
+             nvidia, nvme):
     _mod.register_opts(CONF)

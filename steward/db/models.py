@@ -11,7 +11,7 @@ from sqlalchemy import orm
 
 from steward.common import states
 
-DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'GENERIC')
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'GENERIC', 'PCI', 'MDEV', 'NVME')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
 

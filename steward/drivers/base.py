@@ -13,6 +13,10 @@ class Driver(abc.ABC):
 
     #: Name used in [agent] enabled_drivers and in deployables' driver_name.
     name = None
+    #: mdev-capable drivers may both see one parent device: the first listed in
+    #: enabled_drivers keeps it and the agent only warns (spec 2). For every other
+    #: driver a device claimed twice is a configuration error.
+    shares_parents = False
 
     def __init__(self, conf, host):
         self.conf = conf

@@ -45,5 +45,20 @@ def test_same_device_from_two_drivers_is_refused(db, conf):
     conductor, _ = cf.stack(conf)
     agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
                          drivers=[FakeDriver(conf, 'host-a'), CountingFake(conf, 'host-a')])
-    with pytest.raises(exception.InvalidConfiguration, match='both fake and fake'):
+    with pytest.raises(exception.InvalidConfiguration, match='0000:0c:00.0 is reported by both fake and fake'):
         agent.discover()
+
+
+def test_mdev_capable_drivers_share_a_parent_first_wins(db, conf, caplog):
+    class A(FakeDriver):
+        name, shares_parents = 'mdev', True
+
+    class B(FakeDriver):
+        name, shares_parents = 'nvidia_gpu', True
+
+    conductor, _ = cf.stack(conf)
+    agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
+                         drivers=[A(conf, 'host-a'), B(conf, 'host-a')])
+    devices = agent.discover()
+    assert [d.driver_name for d in devices] == ['fake']      # A's copy, the first
+    assert 'keeps it' in caplog.text and 'mdev (listed first)' in caplog.text
