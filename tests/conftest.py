@@ -4,6 +4,7 @@ The schema is built once per session with the real Alembic migrations, then copi
 for each test (a copy is ~100x faster than replaying migrations).
 """
 import shutil
+import uuid
 import warnings
 
 import pytest
@@ -48,14 +49,43 @@ def conf():
                 pass
 
 
-@pytest.fixture
-def db(_template_db, tmp_path, conf):
-    """A migrated SQLite file of this test's own; yields its URL."""
+@pytest.fixture(scope='session')
+def _pg_template():
+    """A migrated PostgreSQL template database, or None without PostgreSQL."""
+    from tests import pg_fixture
+    server = pg_fixture.get_postgres()
+    if server is None:
+        return None
+    from steward.db import migration, session
+    server.psql('DROP DATABASE IF EXISTS steward_template')
+    server.psql('CREATE DATABASE steward_template')
+    CONF.set_override('connection', server.url('steward_template'), group='database')
+    session.dispose()
+    migration.upgrade()
+    session.dispose()
+    CONF.clear_override('connection', group='database')
+    return server
+
+
+@pytest.fixture(params=['sqlite'])
+def db(request, _template_db, tmp_path, conf):
+    """A migrated database of this test's own; yields its URL. SQLite by default;
+    tests that must hold on PostgreSQL too use ``@pytest.mark.parametrize('db',
+    ['sqlite', 'postgresql'], indirect=True)``."""
     from steward.db import session
-    path = tmp_path / 'steward.sqlite'
-    shutil.copy(_template_db, path)
-    conf.set_override('connection', f'sqlite:///{path}', group='database')
+    if request.param == 'postgresql':
+        server = request.getfixturevalue('_pg_template')
+        if server is None:
+            pytest.skip('PostgreSQL server binaries not installed')
+        name = 'steward_' + uuid.uuid4().hex[:12]
+        server.psql(f'CREATE DATABASE {name} TEMPLATE steward_template')
+        url = server.url(name)
+    else:
+        path = tmp_path / 'steward.sqlite'
+        shutil.copy(_template_db, path)
+        url = f'sqlite:///{path}'
+    conf.set_override('connection', url, group='database')
     conf.set_override('state_path', str(tmp_path))
     session.dispose()
-    yield f'sqlite:///{path}'
+    yield url
     session.dispose()

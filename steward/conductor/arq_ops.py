@@ -86,7 +86,7 @@ def bind(ctx, bindings):
                 values['project_id'] = b['project_id']
             states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
                            values=values, request_id=ctx.request_id)
-            device_ops.check_bindable(dep)
+            device_ops.check_bindable(dep, s)
             handle = db.attach_handle_allocate(s, dep)
             states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
                            values={'attach_handle_id': handle.id},

@@ -66,8 +66,17 @@ def desired_reserved(device, single, total):
                               states.DEV_ERROR) else 0
 
 
-def check_bindable(deployable):
-    """The bind guard: raises unless ``deployable``'s device may take a binding."""
+def check_bindable(deployable, session=None):
+    """The bind guard: raises unless ``deployable``'s device may take a binding.
+
+    With a session, the device row is re-read under a row lock first: concurrent
+    binds to one device (PostgreSQL runs them in parallel) then see each other's
+    device_state instead of racing on a stale copy. SQLite writers are serial
+    already and ignore FOR UPDATE."""
+    if session is not None:
+        session.execute(sa.select(m.Device).where(m.Device.id == deployable.device_id)
+                        .with_for_update().execution_options(populate_existing=True)
+                        ).scalar_one()
     device = deployable.device
     if device.status == states.DEVICE_STATUS_MAINTAINING:
         raise exception.DeviceMaintaining(uuid=device.uuid)

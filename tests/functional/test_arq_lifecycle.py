@@ -39,6 +39,7 @@ def test_create_one_arq_per_accelerator_per_group(db, conf):
     assert {a['project_id'] for a in arqs} == {'proj'}
 
 
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
 def test_bind_unbind_delete_restores_everything(db, conf):
     conductor, _ = cf.stack(conf)
     cf.make_profile()
@@ -157,6 +158,7 @@ def test_leftover_deleting_rows_are_finished_at_start(db, conf):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
 def test_32_concurrent_binds_on_16_handles(db, conf):
     conductor, _ = cf.stack(conf)
     cf.make_profile()
