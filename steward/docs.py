@@ -1,0 +1,145 @@
+"""Documents generated from the code, so they cannot drift from it:
+the state diagrams (from steward.common.states) and the configuration reference
+(from the registered oslo.config options).
+
+    .venv/bin/python -m steward.docs            # rewrite doc/states.md, doc/configuration.md
+"""
+import os
+
+from steward.common import states
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _mermaid(transitions, start_states):
+    lines = ['stateDiagram-v2']
+    for state in start_states:
+        lines.append(f'    [*] --> {state}')
+    for t in transitions:
+        if t.source is None:
+            continue
+        lines.append(f'    {t.source} --> {t.target}: {t.event}')
+    return '\n'.join(lines)
+
+
+def _table(transitions):
+    rows = ['| from | event | to |', '|---|---|---|']
+    for t in transitions:
+        rows.append(f'| {t.source or "(unset, before the online migration)"} | '
+                    f'`{t.event}` | {t.target} |')
+    return '\n'.join(rows)
+
+
+
+def states_markdown():
+    arq_docs = _state_docs(states.ARQ_STATES)
+    dev_docs = _state_docs(states.DEVICE_STATES)
+    return f'''# State machines
+
+Generated from `steward/common/states.py` by `python -m steward.docs`; a test fails
+when this file and the code disagree. Every change of an ARQ `state` or a device
+`device_state` goes through `states.advance()`, which checks the edge exists,
+writes it with a compare-and-swap UPDATE and logs one line:
+`<kind> <uuid>: <old> -> <new> (<event>) reason=… request_id=…`.
+
+## Accelerator requests
+
+```mermaid
+{_mermaid(states.ARQ_TRANSITIONS, [states.ARQ_INITIAL])}
+```
+
+{arq_docs}
+
+{_table(states.ARQ_TRANSITIONS)}
+
+## Devices (`device_state`, spec 1)
+
+Placement `reserved = total` for a single-accelerator device in every state but
+`available`; see `steward/conductor/device_ops.py` for the multi-accelerator rule.
+
+```mermaid
+{_mermaid(states.DEVICE_TRANSITIONS, [states.DEV_AVAILABLE])}
+```
+
+{dev_docs}
+
+{_table(states.DEVICE_TRANSITIONS)}
+'''
+
+
+def _state_docs(values):
+    """The docstring under each constant, read from the module source."""
+    import ast
+    import inspect
+    tree = ast.parse(inspect.getsource(states))
+    docs = {}
+    body = tree.body
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.Assign) and isinstance(nxt, ast.Expr)
+                and isinstance(getattr(nxt, 'value', None), ast.Constant)
+                and isinstance(nxt.value.value, str) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            value = getattr(states, node.targets[0].id, None)
+            if isinstance(value, str):
+                docs[value] = ' '.join(nxt.value.value.split())
+    return '\n'.join(f'* **{v}**: {docs.get(v, "")}' for v in values)
+
+
+def configuration_markdown():
+    from steward.conf import opts as steward_opts
+    out = ['# Configuration reference', '',
+           'Generated from the registered options by `python -m steward.docs`; the',
+           'same options, with their defaults, are in `etc/steward.conf.sample`.',
+           'Keystone authentication options of `[placement]` and `[nova]`',
+           '(auth_type, auth_url, ...) are keystoneauth\'s; see the sample.', '']
+    for group, group_opts in steward_opts.list_opts():
+        name = getattr(group, 'name', None) or 'DEFAULT'
+        out += [f'## [{name}]', '']
+        help_text = getattr(group, 'help', None)
+        if help_text:
+            out += [' '.join(help_text.split()), '']
+        out += ['| option | type | default | description |', '|---|---|---|---|']
+        for opt in group_opts:
+            if opt.name in _KEYSTONEAUTH_OPTS:
+                continue
+            default = opt.sample_default if opt.sample_default is not None else opt.default
+            if isinstance(default, list):
+                default = ', '.join(map(str, default))
+            desc = ' '.join((opt.help or '').split()).replace('|', '\\|')
+            if getattr(opt, 'deprecated_opts', None):
+                desc += ' (deprecated name: ' + ', '.join(
+                    d.name for d in opt.deprecated_opts if d.name) + ')'
+            out.append(f'| `{opt.name}` | {type(opt).__name__.replace("Opt", "")} | '
+                       f'`{default}` | {desc} |')
+        out.append('')
+    return '\n'.join(out)
+
+
+def _keystoneauth_opt_names():
+    from keystoneauth1 import loading
+    names = set()
+    for o in (loading.get_session_conf_options() + loading.get_auth_common_conf_options()
+              + loading.get_auth_plugin_conf_options('password')
+              + loading.get_adapter_conf_options(include_deprecated=False)):
+        names.add(o.name)
+    return names
+
+
+_KEYSTONEAUTH_OPTS = _keystoneauth_opt_names()
+
+
+GENERATED = {
+    'doc/states.md': states_markdown,
+    'doc/configuration.md': configuration_markdown,
+}
+
+
+def main():
+    for path, build in GENERATED.items():
+        with open(os.path.join(ROOT, path), 'w') as f:
+            f.write(build())
+        print(f'wrote {path}')
+
+
+if __name__ == '__main__':
+    main()
