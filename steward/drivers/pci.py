@@ -1,0 +1,243 @@
+"""The generic PCI driver: whole PCI functions picked by ``[pci] device_spec``.
+
+Each matching function (a VF counts as its own device) is one device with one
+deployable of one accelerator and one ``PCI`` attach handle whose attach_info
+carries the address and the entry's ``managed`` tag (spec 4): Nova turns it into
+``<hostdev managed='yes|no'>``.
+
+Entries are read once, when the driver is built at agent start. An invalid entry is
+logged at ERROR with the entry and the offending value and is skipped: treating it
+as ``managed: true`` would let libvirt rebind a device bound to a VFIO variant
+driver, which is what ``managed: false`` exists to prevent. For the same reason,
+when only an entry's tags are bad (its matching keys parse), the devices it matches
+are withheld rather than left to a later, broader entry with another ``managed``.
+"""
+import dataclasses
+import functools
+import json
+import logging
+
+import os_resource_classes as orc
+import os_traits
+from oslo_utils import strutils
+
+from steward.common import exception
+from steward.drivers import base
+from steward.drivers import device_spec
+from steward.drivers import objects
+from steward.drivers import pci_sysfs
+
+LOG = logging.getLogger(__name__)
+
+OPTION = '[pci] device_spec'
+#: Keys this driver reads; the matcher's keys plus its own tags.
+KNOWN_KEYS = frozenset(device_spec.MATCH_KEYS + ('managed', 'resource_class', 'traits'))
+_CUSTOM = 'CUSTOM_'
+_MAX_NAME = 255             # Placement's limit for resource class and trait names
+
+
+@dataclasses.dataclass(frozen=True)
+class PciEntry:
+    """One device_spec entry with its tags resolved, or the reason they are bad."""
+    spec: device_spec.DeviceSpec
+    managed: bool | None = None
+    resource_class: str | None = None   # None: CUSTOM_PCI_<VENDOR>_<PRODUCT>
+    traits: tuple = ()
+    error: str | None = None            # set: the devices it matches are withheld
+
+
+def parse_managed(fields):
+    """The ``managed`` tag as a bool; absent means libvirt-managed (Nova's default).
+
+    JSON booleans are the documented form; strings go through oslo.utils' strict
+    conversion (yes/no, on/off, true/false, 1/0, y/n, t/f, any case), and so do the
+    integers 0 and 1, which Nova accepts the same way. Anything else is an error.
+    """
+    if 'managed' not in fields:
+        return True
+    value = fields['managed']
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, int)):
+        try:
+            return strutils.bool_from_string(value, strict=True)
+        except ValueError:
+            pass
+    raise ValueError(f'managed {json.dumps(value)} is not a boolean; use true or false '
+                     f'(or one of the strings yes/no, on/off, 1/0)')
+
+
+def _custom_name(value, what, normalize):
+    """Nova's normalisation: upper case, non-alphanumerics to ``_``, one CUSTOM_."""
+    name = value.strip().upper()
+    if name.startswith(_CUSTOM):
+        # os_resource_classes/os_traits.normalize_name always prefix: without this
+        # CUSTOM_FOO would become CUSTOM_CUSTOM_FOO.
+        name = name[len(_CUSTOM):]
+    norm = normalize(name)
+    if not norm[len(_CUSTOM):].strip('_'):
+        raise ValueError(f'{what} {json.dumps(value)} has no letters or digits')
+    if len(norm) > _MAX_NAME:
+        raise ValueError(f'{what} {json.dumps(value)} is longer than {_MAX_NAME} '
+                         f'characters')
+    return norm
+
+
+def parse_resource_class(fields):
+    """The ``resource_class`` override: a standard name as is, else CUSTOM_*."""
+    if 'resource_class' not in fields:
+        return None
+    value = fields['resource_class']
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f'resource_class {json.dumps(value)} must be a non-empty string')
+    if value.strip().upper() in orc.STANDARDS:
+        return value.strip().upper()
+    return _custom_name(value, 'resource_class', orc.normalize_name)
+
+
+@functools.cache
+def _standard_traits():
+    return frozenset(os_traits.get_traits())
+
+
+def parse_traits(fields):
+    """``traits``: a JSON list of names, or Nova's comma-separated string.
+
+    Standard os-traits names are kept (as Nova does); others become CUSTOM_*.
+    """
+    value = fields.get('traits')
+    if value is None and 'traits' not in fields:
+        return ()
+    if isinstance(value, str):
+        items = value.split(',')
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise ValueError(f'traits {json.dumps(value)} must be a list of names or a '
+                         f'comma-separated string')
+    result = []
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f'traits item {json.dumps(item)} must be a non-empty string')
+        name = item.strip()
+        if name.upper() in _standard_traits():
+            name = name.upper()
+        else:
+            name = _custom_name(name, 'traits item', os_traits.normalize_name)
+        if name not in result:
+            result.append(name)
+    return tuple(result)
+
+
+def resolve_tags(spec):
+    """A parsed spec -> PciEntry; InvalidConfiguration quoting the entry."""
+    try:
+        return PciEntry(spec=spec, managed=parse_managed(spec.fields),
+                        resource_class=parse_resource_class(spec.fields),
+                        traits=parse_traits(spec.fields))
+    except ValueError as err:
+        raise exception.InvalidConfiguration(
+            reason=f'{OPTION} entry {spec.raw!r}: {err}')
+
+
+def load_entries(values):
+    """Every entry in configured order; invalid ones logged at ERROR and skipped.
+
+    An entry whose matching keys are fine but whose tags are not is kept as a
+    withholding entry (``error`` set), so its devices are not reported at all.
+    """
+    entries = []
+    for raw in values or []:
+        try:
+            spec = device_spec.parse(raw, option=OPTION)
+        except exception.InvalidConfiguration as err:
+            LOG.error('%s; this entry is skipped (%s)', err, err.code)
+            continue
+        try:
+            entry = resolve_tags(spec)
+        except exception.InvalidConfiguration as err:
+            LOG.error('%s; this entry is skipped and the devices it matches are not '
+                      'reported, not even by a later entry (%s)', err, err.code)
+            entries.append(PciEntry(spec=spec, error=str(err)))
+            continue
+        unknown = sorted(set(spec.fields) - KNOWN_KEYS)
+        if unknown:
+            LOG.warning('%s entry %r: keys %s are ignored by the pci driver', OPTION,
+                        raw, unknown)
+        entries.append(entry)
+    return entries
+
+
+def default_resource_class(device):
+    """Nova's PCI-in-Placement name: CUSTOM_PCI_<VENDOR>_<PRODUCT>, upper-case hex."""
+    return f'CUSTOM_PCI_{device.vendor_id.upper()}_{device.product_id.upper()}'
+
+
+class PciDriver(base.Driver):
+    name = 'pci'
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.sysfs_root = conf.sysfs_root
+        self.entries = load_entries(conf.pci.device_spec)
+        self._logged = set()        # (reason, address): say it once, not every cycle
+
+    def init_host(self, context=None):
+        valid = [e for e in self.entries if e.error is None]
+        if not valid:
+            LOG.warning('pci driver enabled but %s has no valid entry: no device is '
+                        'reported', OPTION)
+        for entry in valid:
+            LOG.info('pci driver: entry %s -> managed=%s', entry.spec.raw, entry.managed)
+
+    def discover(self):
+        found = []
+        if not self.entries:
+            return found
+        for dev in pci_sysfs.list_devices(self.sysfs_root):
+            entry = next((e for e in self.entries
+                          if e.spec.matches(dev, self.sysfs_root)), None)
+            if entry is None:
+                continue
+            if entry.error is not None:
+                self._once('invalid', dev.address, logging.WARNING,
+                           'pci: %s is not reported: its first matching entry is invalid '
+                           '(%s)', dev.address, entry.error)
+                continue
+            if dev.has_vfs:
+                # Its VFs are enabled: handing out the PF would take them all away.
+                self._once('pf', dev.address, logging.INFO,
+                           'pci: %s has %d VFs enabled; the PF itself is not reported',
+                           dev.address, len(dev.virtfns))
+                continue
+            found.append(self._device(dev, entry))
+        return found
+
+    def _once(self, reason, address, level, msg, *args):
+        if (reason, address) not in self._logged:
+            self._logged.add((reason, address))
+            LOG.log(level, msg, *args)
+
+    def _device(self, dev, entry):
+        address = dev.address.info()
+        board = {'vendor_id': dev.vendor_id, 'product_id': dev.product_id,
+                 'class': dev.class_code, 'address': str(dev.address),
+                 'driver': dev.driver}
+        if dev.physfn is not None:
+            board['physfn'] = str(dev.physfn)
+        attributes = [objects.DriverAttribute(
+            'rc', entry.resource_class or default_resource_class(dev))]
+        attributes += [objects.DriverAttribute(f'trait{i}', t)
+                       for i, t in enumerate(entry.traits)]
+        handle = objects.DriverAttachHandle(
+            attach_type='PCI',
+            attach_info=json.dumps(dict(address, managed=entry.managed), sort_keys=True))
+        deployable = objects.DriverDeployable(
+            name=f'{self.host}_{dev.address}', num_accelerators=1,
+            attribute_list=attributes, attach_handle_list=[handle], driver_name=self.name)
+        return objects.DriverDevice(
+            vendor=dev.vendor_id, model=dev.product_id, type='PCI',
+            controlpath_id=objects.DriverControlPathID(
+                'PCI', objects.pci_info(**address)),
+            deployable_list=[deployable], std_board_info=json.dumps(board, sort_keys=True),
+            driver_name=self.name)
