@@ -1,0 +1,528 @@
+"""Simulated NVMe controllers: the Python side of shim.c.
+
+A Simulation owns a directory holding a sysfs tree in the kernel's layout, a /dev with
+the controller and namespace nodes, and the hardware state the LD_PRELOAD shim serves
+to the real nvme-cli. Everything the controllers "remember" lives in files under the
+state directory, shared with the shim under flock, so any number of nvme-cli processes
+(and the detached sanitize erasers they start) see one consistent controller.
+"""
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from steward.drivers.pci_sysfs import PciAddress
+from tests import sysfs_tree
+from tests.nvme_sim import build
+
+SPROG_SCALE = 65536
+LBA_FORMATS = {512: 0, 4096: 1}         # block size -> LBA format index (FLBAS)
+SANACT = {1: 'exit-failure', 2: 'block', 3: 'overwrite', 4: 'crypto'}
+SSTAT = {0: 'never', 1: 'success', 2: 'in_progress', 3: 'failed', 4: 'success_no_dealloc'}
+MAX_NAMESPACES = 128                    # MAX_NS in shim.c
+MAX_ROOT_LEN = 1024                     # keeps every path the shim builds under PATH_MAX
+CTRL_MAJOR, DISK_MAJOR = 241, 259       # as the shim reports them
+_INT_FIELDS = {'t', 'pid', 'opcode', 'nsid', 'cdw2', 'cdw3', 'cdw10', 'cdw11', 'cdw12',
+               'cdw13', 'cdw14', 'cdw15', 'data_len', 'timeout_ms', 'result', 'injected'}
+
+
+class SimError(Exception):
+    """Misuse of the simulation (bad parameters, unknown namespace, broken state)."""
+
+
+# ------------------------------------------------------------------ state files
+
+def _read_kv(path):
+    values = {}
+    with open(path) as f:
+        for line in f:
+            key, sep, value = line.rstrip('\n').partition('=')
+            if sep:
+                values[key] = value
+    return values
+
+
+def _write_kv(path, values):
+    tmp = f'{path}.tmp.{os.getpid()}.{threading.get_ident()}'
+    with open(tmp, 'w') as f:
+        f.writelines(f'{k}={v}\n' for k, v in values.items())
+    os.replace(tmp, path)
+
+
+def _ascii(name, value, limit):
+    if not isinstance(value, str) or not value or len(value) > limit \
+            or not all(0x20 <= ord(ch) < 0x7f for ch in value):
+        raise SimError(f'{name} must be 1..{limit} printable ASCII characters, got {value!r}')
+    return value
+
+
+def _hex4(name, value):
+    value = str(value).lower().removeprefix('0x')
+    if not re.fullmatch(r'[0-9a-f]{4}', value):
+        raise SimError(f'{name} must be 4 hex digits, got {value!r}')
+    return value
+
+
+def _attr(directory, name, value):
+    Path(directory, name).write_text(f'{value}\n')
+
+
+def _relink(target, link):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(link)
+    os.symlink(target, link)
+
+
+class Controller:
+    """One simulated controller (one PCI function, one NVM subsystem)."""
+
+    def __init__(self, sim, name, index, address):
+        self.sim = sim
+        self.name = name
+        self.index = index
+        self.address = address
+        self.dir = sim.state_dir / name
+        self.char_path = os.path.join(sim.dev_root, name)
+
+    def __repr__(self):
+        return f'<Controller {self.name} {self.address}>'
+
+    # -- state access (same flock as the shim)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.dir / 'lock', 'r+') as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _state(self):
+        return _read_kv(self.dir / 'state')
+
+    def _config(self):
+        return _read_kv(self.dir / 'config')
+
+    @contextlib.contextmanager
+    def _edit_state(self):
+        with self._locked():
+            values = self._state()
+            yield values
+            _write_kv(self.dir / 'state', values)
+
+    def _tool(self, action):
+        result = subprocess.run([str(self.sim.tool), action, self.name],
+                                env={'NVME_SIM_STATE': str(self.sim.state_dir)},
+                                capture_output=True, text=True, check=False)
+        if result.returncode:
+            raise SimError(f'nvme-sim {action} {self.name}: {result.stderr.strip()}')
+
+    # -- namespaces
+
+    def namespaces(self):
+        """Allocated namespaces: nsid, size (bytes), block_size, attached, backing, node."""
+        result = []
+        for key, value in self._state().items():
+            if not key.startswith('ns.'):
+                continue
+            nsze, flbas, attached = (int(v) for v in value.split())
+            nsid = int(key[3:])
+            block = 512 if flbas == 0 else 4096
+            node = os.path.join(self.sim.dev_root, f'{self.name}n{nsid}')
+            result.append({'nsid': nsid, 'size': nsze * block, 'block_size': block,
+                           'nsze': nsze, 'attached': bool(attached),
+                           'backing': str(self.dir / f'ns{nsid}.img'),
+                           'node': node if os.path.lexists(node) else None})
+        return sorted(result, key=lambda n: n['nsid'])
+
+    def _namespace(self, nsid):
+        for ns in self.namespaces():
+            if ns['nsid'] == nsid:
+                return ns
+        raise SimError(f'{self.name} has no namespace {nsid}')
+
+    def namespace_paths(self):
+        """The namespace nodes the host sees now (one per attached namespace)."""
+        return [ns['node'] for ns in self.namespaces() if ns['node']]
+
+    def backing_files(self):
+        """The files holding every allocated namespace's data, attached or not."""
+        return [ns['backing'] for ns in self.namespaces()]
+
+    # -- tenant data
+
+    def write(self, offset, data, nsid=1):
+        ns = self._namespace(nsid)
+        if offset < 0 or offset + len(data) > ns['size']:
+            raise SimError(f'write of {len(data)} bytes at {offset} is outside namespace '
+                           f'{nsid} ({ns["size"]} bytes)')
+        with self._edit_state() as st:
+            fd = os.open(ns['backing'], os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, offset)
+            finally:
+                os.close(fd)
+            st['gde'] = '0'     # the subsystem now holds user data again
+
+    def read(self, offset, length, nsid=1):
+        ns = self._namespace(nsid)
+        if offset < 0 or offset + length > ns['size']:
+            raise SimError(f'read of {length} bytes at {offset} is outside namespace {nsid}')
+        fd = os.open(ns['backing'], os.O_RDONLY)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
+    # -- faults
+
+    def inject(self, opcode, status, times=1, queue=None, skip=0):
+        """The next `times` commands with this opcode complete with NVMe `status`.
+
+        times=None: every such command until clear_injections(). queue='admin' or 'io'
+        restricts the match where opcodes overlap (0x02 Get Log Page / Read, 0x08 Abort /
+        Write Zeroes); skip lets that many matching commands through first.
+        """
+        if queue not in (None, 'admin', 'io'):
+            raise SimError(f"queue must be None, 'admin' or 'io', got {queue!r}")
+        if not 0 <= opcode <= 0xff or not 0 < status <= 0xffff:
+            raise SimError(f'bad opcode/status {opcode!r}/{status!r}')
+        if times is not None and times < 1:
+            raise SimError('times must be >= 1 or None')
+        with self._edit_state() as st:
+            entries = [v for k, v in st.items() if k.startswith('inject.')]
+            for k in [k for k in st if k.startswith('inject.')]:
+                del st[k]
+            entries.append(f'{queue or "any"} {opcode:#x} {status:#x} '
+                           f'{-1 if times is None else times} {skip}')
+            for i, entry in enumerate(entries):
+                st[f'inject.{i}'] = entry
+
+    def clear_injections(self):
+        with self._edit_state() as st:
+            for k in [k for k in st if k.startswith('inject.')]:
+                del st[k]
+
+    def inject_sanitize_failure(self):
+        """The next sanitize runs its course, erases nothing and ends with SSTAT failed."""
+        with self._edit_state() as st:
+            st['fail_next'] = '1'
+
+    def inject_sanitize_hang(self, progress=0.43):
+        """The next sanitize never finishes: SSTAT in progress, SPROG frozen at `progress`."""
+        if not 0 <= progress < 1:
+            raise SimError('progress must be in [0, 1)')
+        with self._edit_state() as st:
+            st['hang_next'] = str(int(progress * SPROG_SCALE))
+
+    def release_sanitize_hang(self):
+        """Let a hung sanitize go on from where SPROG froze (the stuck firmware recovers)."""
+        with self._edit_state() as st:
+            if st.get('mode') != 'hang':
+                raise SimError(f'{self.name} has no hung sanitize')
+            frozen = int(st['sprog']) / SPROG_SCALE
+            st['mode'] = 'run'
+            st['done'] = '0'
+            duration_ms = int(self._config()['sanitize_ms'])
+            st['start_ms'] = str(int(time.time() * 1000 - frozen * duration_ms))
+        self._tool('resume')
+
+    def update(self, **changes):
+        """Change capabilities or knobs of a live controller (what id-ctrl reports next)."""
+        keys = {'ces': 'ces', 'bes': 'bes', 'wzs': 'wzs', 'ns_mgmt': 'ns_mgmt',
+                'format_nvm': 'fmt', 'report_estimates': 'estimates',
+                'auto_rescan': 'auto_rescan', 'sanicap_extra': 'sanicap_extra',
+                'sanitize_seconds': 'sanitize_ms', 'critical_warning': None}
+        unknown = set(changes) - set(keys)
+        if unknown:
+            raise SimError(f'cannot update {sorted(unknown)}; known: {sorted(keys)}')
+        with self._locked():
+            config = self._config()
+            state = self._state()
+            for name, value in changes.items():
+                if name == 'critical_warning':
+                    state['critical_warning'] = str(int(value))
+                elif name == 'sanitize_seconds':
+                    config['sanitize_ms'] = str(int(float(value) * 1000))
+                elif name == 'sanicap_extra':
+                    config['sanicap_extra'] = f'{int(value):#x}'
+                else:
+                    config[keys[name]] = str(int(bool(value)))
+            _write_kv(self.dir / 'config', config)
+            _write_kv(self.dir / 'state', state)
+
+    # -- observation
+
+    def sanitize_state(self):
+        st = self._state()
+        mode = st.get('mode') or None
+        sstat = int(st['sstat']) & 7
+        scdw10 = int(st['scdw10'], 0)
+        sprog = int(st['sprog']) if mode else SPROG_SCALE - 1
+        return {'sstat': sstat, 'status': SSTAT.get(sstat, str(sstat)),
+                'sprog': sprog, 'progress': 1.0 if not mode else sprog / SPROG_SCALE,
+                'in_progress': mode is not None, 'mode': mode,
+                'action': SANACT.get(scdw10 & 7) if sstat else None, 'scdw10': scdw10,
+                'failure_mode': st.get('failure') or None,
+                'global_data_erased': st.get('gde') == '1',
+                'eraser_pid': int(st.get('eraser_pid') or 0) or None,
+                'eraser_alive': self._eraser_alive()}
+
+    def wait_sanitize(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.sanitize_state()
+            if not state['in_progress']:
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError(f'{self.name}: sanitize still in progress: {state}')
+            time.sleep(0.01)
+
+    def commands(self):
+        """Every command the shim received for this controller, oldest first."""
+        try:
+            text = (self.dir / 'commands.log').read_text()
+        except FileNotFoundError:
+            return []
+        result = []
+        for line in text.splitlines():
+            entry = {}
+            for field in line.split():
+                key, _, value = field.partition('=')
+                if key in _INT_FIELDS:
+                    entry[key] = int(value, 0)
+                elif key == 'status':
+                    entry[key] = -int(value[1:], 0) if value.startswith('-') else int(value, 0)
+                else:
+                    entry[key] = value
+            result.append(entry)
+        return result
+
+    def _eraser_alive(self):
+        try:
+            fd = os.open(self.dir / 'eraser.lock', os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)        # closing drops a lock taken just now
+        return False
+
+    def _stop_eraser(self):
+        with self._locked():
+            if not self._eraser_alive():
+                return
+            pid = int(self._state().get('eraser_pid') or 0)
+            if pid > 0:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+class _NvmeCliRemoval:
+    """Returned by Simulation.remove_nvme_cli(): also a context manager that restores."""
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.path = sim.nvme_cli
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        self.sim.restore_nvme_cli()
+
+
+class Simulation:
+    """A host with simulated NVMe controllers under `root` (see README.md)."""
+
+    def __init__(self, root, nvme_cli=None):
+        root = Path(root).resolve()
+        if len(str(root)) > MAX_ROOT_LEN:
+            raise SimError(f'simulation root path longer than {MAX_ROOT_LEN} characters')
+        self.root = root
+        self.sysfs_root = str(root / 'sys')
+        self.dev_root = str(root / 'dev')
+        self.state_dir = root / 'nvme-sim'
+        for d in (self.sysfs_root, self.dev_root, self.state_dir, root / 'bin'):
+            os.makedirs(d, exist_ok=True)
+        artifacts = build.build()
+        self.shim, self.tool = artifacts.shim, artifacts.tool
+        _write_kv(self.state_dir / 'sim.conf',
+                  {'dev_root': os.path.realpath(self.dev_root),
+                   'sysfs_root': os.path.realpath(self.sysfs_root)})
+        self.env = {'LD_PRELOAD': str(self.shim), 'NVME_SIM_STATE': str(self.state_dir)}
+        self.real_nvme_cli = nvme_cli or shutil.which(
+            'nvme', path=os.pathsep.join([os.environ.get('PATH', ''), '/usr/sbin', '/sbin']))
+        if not self.real_nvme_cli:
+            raise SimError('nvme-cli not found (Debian: apt-get install nvme-cli)')
+        self.nvme_cli = str(root / 'bin' / 'nvme')
+        self.restore_nvme_cli()
+        self.controllers = []
+        self.node_kind = None       # 'mknod' or 'file', decided by the first controller
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Stop erasers still running (a hung sanitize has none)."""
+        for ctrl in self.controllers:
+            ctrl._stop_eraser()
+
+    # -- nvme-cli
+
+    def remove_nvme_cli(self):
+        """Make sim.nvme_cli vanish (the "nvme-cli not installed" fault).
+
+        Configure [nvme] nvme_cli = sim.nvme_cli; after this call it names nothing until
+        restore_nvme_cli(). Used as `with sim.remove_nvme_cli():` it is restored on exit.
+        """
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.nvme_cli)
+        return _NvmeCliRemoval(self)
+
+    def restore_nvme_cli(self):
+        _relink(self.real_nvme_cli, self.nvme_cli)
+
+    def environ(self):
+        """os.environ plus the simulation's variables, for subprocess env=."""
+        return {**os.environ, **self.env}
+
+    def nvme(self, *args, timeout=60):
+        """Run sim.nvme_cli under the simulation; returns the CompletedProcess."""
+        return subprocess.run([self.nvme_cli, *map(str, args)], env=self.environ(),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    # -- controllers
+
+    def controller(self, name):
+        for ctrl in self.controllers:
+            if ctrl.name == name:
+                return ctrl
+        raise SimError(f'no controller {name}')
+
+    def add_controller(self, address='0000:0a:00.0', vendor_id='8086', product_id='0a54',
+                       serial=None, model='Sim NVMe', firmware='1.0',
+                       namespaces=(64 * 2**20,), block_size=512, ces=True, bes=True,
+                       wzs=True, ns_mgmt=True, sanitize_seconds=0.5, *,
+                       subsystem_vendor_id=None, capacity=None, max_namespaces=32,
+                       cntlid=0, format_nvm=True, sanicap_extra=0, report_estimates=True,
+                       auto_rescan=True):
+        index = len(self.controllers)
+        name = f'nvme{index}'
+        try:
+            address = str(PciAddress.parse(address))
+        except ValueError as e:
+            raise SimError(str(e)) from None
+        if any(c.address == address for c in self.controllers):
+            raise SimError(f'a controller already sits at {address}')
+        vendor_id, product_id = _hex4('vendor_id', vendor_id), _hex4('product_id', product_id)
+        ssvid = _hex4('subsystem_vendor_id', subsystem_vendor_id or vendor_id)
+        serial = _ascii('serial', serial or f'SIMSN{index + 1:04d}', 20)
+        model, firmware = _ascii('model', model, 40), _ascii('firmware', firmware, 8)
+        if block_size not in LBA_FORMATS:
+            raise SimError(f'block_size must be one of {sorted(LBA_FORMATS)}')
+        namespaces = list(namespaces)
+        for size in namespaces:
+            if not isinstance(size, int) or size <= 0 or size % block_size:
+                raise SimError(f'namespace size {size!r} is not a positive multiple of '
+                               f'{block_size}')
+        if not 1 <= max_namespaces <= MAX_NAMESPACES or len(namespaces) > max_namespaces:
+            raise SimError(f'max_namespaces must be 1..{MAX_NAMESPACES} and hold '
+                           f'{len(namespaces)} namespaces')
+        capacity = sum(namespaces) if capacity is None else capacity
+        if capacity < sum(namespaces) or capacity <= 0:
+            raise SimError('capacity is smaller than the namespaces')
+        if sanitize_seconds < 0:
+            raise SimError('sanitize_seconds must be >= 0')
+
+        ctrl = Controller(self, name, index, address)
+        ctrl.dir.mkdir()
+        (ctrl.dir / 'lock').touch()
+        sysfs_rel = self._add_sysfs(name, index, address, vendor_id, product_id, ssvid,
+                                    serial, model, firmware, cntlid)
+        _write_kv(ctrl.dir / 'config', {
+            'name': name, 'index': index, 'address': address, 'vid': f'0x{vendor_id}',
+            'ssvid': f'0x{ssvid}', 'serial': serial, 'model': model, 'firmware': firmware,
+            'cntlid': cntlid, 'capacity': capacity, 'max_ns': max_namespaces,
+            'ces': int(ces), 'bes': int(bes), 'wzs': int(wzs), 'ns_mgmt': int(ns_mgmt),
+            'fmt': int(format_nvm), 'estimates': int(report_estimates),
+            'auto_rescan': int(auto_rescan), 'sanicap_extra': f'{sanicap_extra:#x}',
+            'sanitize_ms': int(sanitize_seconds * 1000), 'sysfs_rel': sysfs_rel})
+        state = {'sstat': 0, 'sprog': SPROG_SCALE - 1, 'scdw10': '0x0', 'gde': 1, 'mode': '',
+                 'failure': '', 'fail_next': 0, 'hang_next': -1, 'gen': 0, 'done': 0,
+                 'total': 0, 'start_ms': 0, 'eraser_pid': 0, 'critical_warning': 0}
+        for nsid, size in enumerate(namespaces, 1):
+            with open(ctrl.dir / f'ns{nsid}.img', 'wb') as f:
+                f.truncate(size)
+            state[f'ns.{nsid}'] = f'{size // block_size} {LBA_FORMATS[block_size]} 1'
+        _write_kv(ctrl.dir / 'state', state)
+        self._add_char_node(ctrl.char_path)
+        self.controllers.append(ctrl)
+        ctrl._tool('rescan')       # the kernel's first scan: namespace nodes appear
+        return ctrl
+
+    def _add_char_node(self, path):
+        # nvme-cli fstat()s the node; a real char node (same numbers as /dev/null) keeps
+        # tools outside the shim honest, a plain file works where mknod is not allowed.
+        if self.node_kind in (None, 'mknod'):
+            try:
+                os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+                self.node_kind = 'mknod'
+                return
+            except PermissionError:
+                if self.node_kind == 'mknod':
+                    raise
+        Path(path).touch(mode=0o600)
+        self.node_kind = 'file'
+
+    def _add_sysfs(self, name, index, address, vendor_id, product_id, ssvid, serial,
+                   model, firmware, cntlid):
+        sys = Path(self.sysfs_root)
+        pci = sysfs_tree.make_pci(sys, address, f'0x{vendor_id}', f'0x{product_id}',
+                                  cls='0x010802', driver='nvme')
+        for attr, value in (('subsystem_vendor', f'0x{ssvid}'),
+                            ('subsystem_device', f'0x{product_id}'), ('revision', '0x00'),
+                            ('numa_node', '-1')):
+            _attr(pci, attr, value)
+        drv = sys / 'bus' / 'pci' / 'drivers' / 'nvme'
+        _relink(os.path.relpath(pci, drv), drv / address)
+        ctrl = pci / 'nvme' / name
+        ctrl.mkdir(parents=True)
+        nqn = f'nqn.2024-01.org.steward.nvme-sim:{serial}'
+        for attr, value in (('address', address), ('serial', serial.ljust(20)),
+                            ('model', model.ljust(40)), ('firmware_rev', firmware.ljust(8)),
+                            ('state', 'live'), ('transport', 'pcie'),
+                            ('dev', f'{CTRL_MAJOR}:{index}'), ('cntlid', cntlid),
+                            ('cntrltype', 'io'), ('subsysnqn', nqn), ('queue_count', 9),
+                            ('sqsize', 1023), ('kato', 0), ('numa_node', -1)):
+            _attr(ctrl, attr, value)
+        classes = sys / 'class' / 'nvme'
+        classes.mkdir(parents=True, exist_ok=True)
+        _relink(os.path.join('..', '..', '..', address), ctrl / 'device')   # as the kernel
+        _relink(os.path.relpath(classes, ctrl), ctrl / 'subsystem')
+        _relink(os.path.relpath(ctrl, classes), classes / name)
+        subsys = sys / 'devices' / 'virtual' / 'nvme-subsystem' / f'nvme-subsys{index}'
+        subsys.mkdir(parents=True)
+        for attr, value in (('subsysnqn', nqn), ('model', model.ljust(40)),
+                            ('serial', serial.ljust(20)), ('firmware_rev', firmware.ljust(8)),
+                            ('subsystype', 'nvm'), ('iopolicy', 'numa')):
+            _attr(subsys, attr, value)
+        _relink(os.path.relpath(ctrl, subsys), subsys / name)
+        sub_class = sys / 'class' / 'nvme-subsystem'
+        sub_class.mkdir(parents=True, exist_ok=True)
+        _relink(os.path.relpath(subsys, sub_class), sub_class / subsys.name)
+        return str(ctrl.relative_to(sys))
