@@ -6,9 +6,15 @@ group = cfg.OptGroup('mdev', title='Generic mdev driver',
 
 opts = [
     cfg.MultiStrOpt('device_spec', default=[],
-                    help='One JSON object per value: address (parent device) and '
-                         'mdev_type required; max_instances, resource_class and '
-                         'traits optional.'),
+                    help='One JSON object per value, one (parent, type) pair each: '
+                         'address (the parent\'s name in /sys/class/mdev_bus: a PCI '
+                         'address such as 0000:41:00.0, or a virtual parent such as '
+                         'mtty) and mdev_type (e.g. nvidia-319, i915-GVTg_V5_4, '
+                         'mtty-2) required; max_instances (cap on the reported '
+                         'total), resource_class (default CUSTOM_MDEV_<TYPE>) and '
+                         'traits (list) optional. A trailing comma after the object '
+                         'is accepted. Only listed pairs are reported; invalid '
+                         'entries are logged at start and skipped.'),
 ]
 
 

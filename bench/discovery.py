@@ -1,0 +1,180 @@
+"""One mdev discovery cycle over a large host: a generated sysfs tree of 256 parents
+x 16 types (kernel layout, in a temp dir), the real mdev driver and agent, the real
+conductor on SQLite, and optionally the real Placement in a child process.
+
+Prints, for a first cycle (everything new) and a quiet second cycle (nothing
+changed), the time of discovery, of building the report payload, and of the
+conductor's report handling; then the same with Placement, and one cycle where a
+single type's capacity changed. Target: a cycle <= 0.5 s including the report.
+
+    .venv/bin/python bench/discovery.py [--parents 256] [--types 16] [--available 4]
+        [--created 1] [--no-placement] [--profile]
+"""
+import argparse
+import cProfile
+import io
+import json
+import logging
+import os
+import pstats
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from steward.agent.manager import AgentManager  # noqa: E402
+from steward.common import context  # noqa: E402
+from steward.conductor import device_ops  # noqa: E402
+from steward.conductor.manager import ConductorManager  # noqa: E402
+from steward.conductor.rpcapi import ConductorAPI  # noqa: E402
+from steward.conf import CONF  # noqa: E402
+from steward.db import migration  # noqa: E402
+from steward.db import session  # noqa: E402
+from steward.drivers import mdev  # noqa: E402
+from tests.mdev_tree import MdevTree  # noqa: E402
+
+
+class Silent:
+    def notify(self, events):
+        pass
+
+    def stop(self):
+        pass
+
+
+def build_tree(root, parents, types, available, created):
+    tree = MdevTree(root)
+    entries = []
+    type_specs = {f'bench-{t}': {'available': available, 'name': f'Bench type {t}',
+                                 'description': f'benchmark type {t}'}
+                  for t in range(types)}
+    for p in range(parents):
+        bdf = f'0000:{p:02x}:00.0'
+        tree.add_pci_parent(bdf, type_specs)
+        for type_name in type_specs:
+            for _ in range(created):
+                tree.create_instance(bdf, type_name)
+            entries.append(json.dumps({'address': bdf, 'mdev_type': type_name}))
+    return tree, entries
+
+
+def fresh_database(tmp, name):
+    CONF.set_override('connection', f'sqlite:///{tmp}/{name}.sqlite', group='database')
+    session.dispose()
+    migration.upgrade()
+
+
+def one_cycle(agent, conductor):
+    """What AgentManager.run_cycle does, timed in steps: wall seconds of discover,
+    payload and report, wall and CPU seconds of the whole, and the report result."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    devices = agent.discover()
+    t1 = time.perf_counter()
+    payload = [d.to_dict() for d in devices]
+    t2 = time.perf_counter()
+    result = agent.conductor.report_data(context.get_admin_context(), agent.host,
+                                         agent.rp_name, payload)
+    t3, c3 = time.perf_counter(), time.process_time()
+    return {'discover': t1 - t0, 'payload': t2 - t1, 'report': t3 - t2,
+            'total': t3 - t0, 'cpu': c3 - c0, 'result': result}
+
+
+def show(label, f):
+    print(f'  {label:<36} {f["total"]:7.3f} s wall, {f["cpu"]:6.3f} s CPU  '
+          f'(discover {f["discover"]:.3f}, payload {f["payload"]:.3f}, report '
+          f'{f["report"]:.3f}; Placement writes {f["result"].get("placement_writes", 0)})')
+
+
+def show_best(label, runs):
+    best = min(runs, key=lambda f: f['total'])
+    show(f'{label} (best of {len(runs)})', best)
+
+
+def profile_cycle(agent, conductor, label):
+    prof = cProfile.Profile()
+    prof.enable()
+    one_cycle(agent, conductor)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats('cumulative').print_stats(18)
+    print(f'--- profile: {label} ---')
+    print('\n'.join(out.getvalue().splitlines()[:45]))
+
+
+def run(tmp, args, tree, placement=None, label=''):
+    fresh_database(tmp, 'steward-' + label.replace(' ', '-'))
+    conductor = ConductorManager(placement, notifier=Silent())
+    conductor.init_host()
+    agent = AgentManager(CONF, ConductorAPI(conductor), host='bench-host',
+                         drivers=[mdev.MdevDriver(CONF, 'bench-host')])
+    print(f'{label}:')
+    show('first cycle (all new)', one_cycle(agent, conductor))
+    show_best('quiet cycle', [one_cycle(agent, conductor) for _ in range(5)])
+    conductor.reporter.forget()
+    show('quiet cycle after conductor restart', one_cycle(agent, conductor))
+    tree.create_instance('0000:00:00.0', 'bench-0')           # total unchanged
+    show('one mdev created outside Steward', one_cycle(agent, conductor))
+    tree.set_available('0000:01:00.0', 'bench-1', 1)          # one type shrinks
+    show('one type shrank', one_cycle(agent, conductor))
+    if args.profile:
+        profile_cycle(agent, conductor, f'{label}, quiet cycle')
+        conductor.reporter.forget()
+        profile_cycle(agent, conductor, f'{label}, quiet cycle after restart')
+    if placement is not None:
+        print(f'  placement client totals: {placement.stats}')
+    conductor.stop()
+    device_ops.set_placement_client(None)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--parents', type=int, default=256)
+    ap.add_argument('--types', type=int, default=16)
+    ap.add_argument('--available', type=int, default=4,
+                    help='available_instances of every type')
+    ap.add_argument('--created', type=int, default=1,
+                    help='mdevs already created per type')
+    ap.add_argument('--no-placement', action='store_true')
+    ap.add_argument('--profile', action='store_true')
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    CONF([], project='steward', default_config_files=[])
+
+    with tempfile.TemporaryDirectory(prefix='steward-bench-discovery-') as tmp:
+        t0 = time.perf_counter()
+        tree, entries = build_tree(os.path.join(tmp, 'sys'), args.parents, args.types,
+                                   args.available, args.created)
+        per_type = args.available + args.created
+        print(f'tree: {args.parents} parents x {args.types} types, {per_type} instances '
+              f'each = {args.parents * args.types} deployables, '
+              f'{args.parents * args.types * per_type} attach handles '
+              f'(built in {time.perf_counter() - t0:.1f} s)')
+        CONF.set_override('sysfs_root', os.path.join(tmp, 'sys'))
+        CONF.set_override('state_path', tmp)
+        CONF.set_override('device_spec', entries, group='mdev')
+        payload = [d.to_dict() for d in mdev.MdevDriver(CONF, 'bench-host').discover()]
+        print(f'report payload: {len(json.dumps(payload)) / 1e6:.1f} MB as JSON')
+
+        run(tmp, args, tree, None, 'conductor on SQLite, no Placement')
+        if not args.no_placement:
+            from steward.placement import client as placement_client
+            from steward.placement import embedded
+            from tests.stack import free_port
+            child = embedded.start_subprocess(f'sqlite:///{tmp}/placement.sqlite',
+                                              port=free_port())
+            try:
+                placement = placement_client.PlacementClient.from_conf(endpoint=child.url)
+                # A fresh tree: the no-Placement run changed two types.
+                tree2, _ = build_tree(os.path.join(tmp, 'sys2'), args.parents,
+                                      args.types, args.available, args.created)
+                CONF.set_override('sysfs_root', os.path.join(tmp, 'sys2'))
+                run(tmp, args, tree2, placement,
+                    'conductor on SQLite + real Placement (child process)')
+            finally:
+                child.stop()
+        print('target: <= 0.5 s per cycle including the report to the conductor')
+
+
+if __name__ == '__main__':
+    main()
