@@ -1,0 +1,186 @@
+"""The two services the compute side talks to: Steward's accelerator API and
+Placement. Every failed call becomes ServiceCallFailed naming the call, the
+status and the service's own error text.
+
+The accelerator API is asked for microversion 2.4 (``attach_handle_info.managed``
+on PCI ARQs, spec 4): real Nova sends no header and is served 2.0. Under
+``[api] auth_strategy = noauth`` a request without identity headers is an admin
+with a service token, which binding and ``DELETE ?instance=`` need; with
+Keystone, pass a token that carries the service role.
+"""
+import json
+import logging
+import urllib.parse
+
+import httpx
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import session as ks_session
+import requests
+
+from steward.compute import errors
+
+LOG = logging.getLogger(__name__)
+
+ACCELERATOR_MICROVERSION = '2.4'
+PLACEMENT_MICROVERSION = '1.39'
+TIMEOUT = 60
+
+
+def _detail(text):
+    """The error text of a Steward, Placement or unknown error body."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return ' '.join(text.split())[:300] or 'no body'
+    if isinstance(doc, dict):
+        if 'error_message' in doc:
+            code = doc.get('error_code')
+            return f"{doc['error_message']}" + (f' ({code})' if code else '')
+        errs = doc.get('errors')
+        if isinstance(errs, list) and errs and isinstance(errs[0], dict):
+            e = errs[0]
+            return ' '.join(str(e.get('detail') or e.get('title')).split()) + \
+                (f" ({e['code']})" if e.get('code') else '')
+    return ' '.join(text.split())[:300]
+
+
+class StewardApi:
+    """The accelerator API calls Nova makes (cyborg-api.md §11)."""
+
+    def __init__(self, endpoint, token=None, timeout=TIMEOUT):
+        base = endpoint.rstrip('/')
+        if base.endswith('/v2'):
+            base = base[:-3]
+        headers = {'OpenStack-API-Version': f'accelerator {ACCELERATOR_MICROVERSION}',
+                   'Accept': 'application/json'}
+        if token:
+            headers.update({'X-Auth-Token': token, 'X-Service-Token': token})
+        self.endpoint = base + '/v2'
+        self._http = httpx.Client(base_url=self.endpoint, headers=headers,
+                                  timeout=timeout, trust_env=False)
+
+    def close(self):
+        self._http.close()
+
+    def _call(self, method, path, ok=(200,), **kwargs):
+        call = f'{method} {path}'
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as err:
+            raise errors.ServiceCallFailed(service='Steward API', call=call,
+                                           reason=f'{type(err).__name__}: {err} '
+                                                  f'({self.endpoint})') from None
+        if resp.status_code not in ok:
+            err = errors.ServiceCallFailed(
+                service='Steward API', call=call,
+                reason=f'HTTP {resp.status_code}: {_detail(resp.text)}')
+            err.http_status = resp.status_code
+            raise err
+        return resp
+
+    def device_profile(self, name):
+        """The one profile called ``name`` (Nova requires exactly one)."""
+        found = self._call('GET', '/device_profiles',
+                           params={'name': name}).json()['device_profiles']
+        found = [p for p in found if p.get('name') == name]
+        if len(found) != 1:
+            raise errors.DeviceProfileUnusable(
+                name=name, reason='no such device profile' if not found
+                else f'{len(found)} profiles have that name')
+        return found[0]
+
+    def create_arqs(self, device_profile_name):
+        return self._call('POST', '/accelerator_requests', ok=(201,),
+                          json={'device_profile_name': device_profile_name}
+                          ).json()['arqs']
+
+    def bind(self, bindings):
+        """One collection PATCH for all ARQs: ``{arq_uuid: {hostname,
+        device_rp_uuid, instance_uuid}}``."""
+        body = {arq: [{'op': 'add', 'path': f'/{k}', 'value': v}
+                      for k, v in sorted(values.items())]
+                for arq, values in bindings.items()}
+        self._call('PATCH', '/accelerator_requests', ok=(202,), json=body)
+
+    def resolved_arqs(self, instance_uuid):
+        """The instance's ARQs once all are resolved, or None while binding (423)."""
+        resp = self._call('GET', '/accelerator_requests', ok=(200, 423),
+                          params={'instance': instance_uuid, 'bind_state': 'resolved'})
+        return None if resp.status_code == 423 else resp.json()['arqs']
+
+    def list_arqs(self, instance_uuid=None):
+        params = {'instance': instance_uuid} if instance_uuid else None
+        return self._call('GET', '/accelerator_requests', params=params).json()['arqs']
+
+    def delete_arqs_of_instance(self, instance_uuid):
+        self._call('DELETE', '/accelerator_requests', ok=(204,),
+                   params={'instance': instance_uuid})
+
+    def delete_arqs(self, uuids):
+        """Delete ``uuids``, whichever of them still exist (``?arqs=`` is all or
+        nothing, so after a 404 each is deleted on its own)."""
+        if not uuids:
+            return
+        try:
+            self._call('DELETE', '/accelerator_requests', ok=(204,),
+                       params={'arqs': ','.join(uuids)})
+            return
+        except errors.ServiceCallFailed as err:
+            if getattr(err, 'http_status', None) != 404:
+                raise
+        for uuid in uuids:
+            self._call('DELETE', f'/accelerator_requests/{uuid}', ok=(204, 404))
+
+
+class PlacementApi:
+    """Placement at 1.39 through keystoneauth: ``endpoint`` given means a noauth2
+    Placement (the embedded one; token ``admin``), else the ``[placement]``
+    keystone options."""
+
+    def __init__(self, adapter):
+        self._adapter = adapter
+
+    @classmethod
+    def from_conf(cls, conf, endpoint=None):
+        if endpoint:
+            auth = ks_loading.get_plugin_loader('admin_token').load_from_options(
+                endpoint=endpoint.rstrip('/'), token='admin')
+            http = requests.Session()
+            http.trust_env = False      # a proxy from the environment must not catch loopback
+            sess = ks_session.Session(auth=auth, session=http,
+                                      timeout=conf.placement.timeout or TIMEOUT)
+            adapter = ks_adapter.Adapter(sess, service_type='placement',
+                                         default_microversion=PLACEMENT_MICROVERSION)
+        else:
+            auth = ks_loading.load_auth_from_conf_options(conf, 'placement')
+            sess = ks_loading.load_session_from_conf_options(conf, 'placement', auth=auth)
+            adapter = ks_loading.load_adapter_from_conf_options(
+                conf, 'placement', session=sess, auth=auth,
+                default_microversion=PLACEMENT_MICROVERSION)
+        return cls(adapter)
+
+    def call(self, method, path, body=None, ok=(200,), params=None):
+        if params:
+            path = f'{path}?{urllib.parse.urlencode(params)}'
+        call = f'{method} {path}'
+        try:
+            resp = self._adapter.request(path, method, json=body, raise_exc=False)
+        except ks_exc.ClientException as err:
+            raise errors.ServiceCallFailed(service='Placement', call=call,
+                                           reason=str(err) or type(err).__name__) from None
+        if resp.status_code not in ok:
+            err = errors.ServiceCallFailed(
+                service='Placement', call=call,
+                reason=f'HTTP {resp.status_code}: {_detail(resp.text)}')
+            err.http_status = resp.status_code
+            try:
+                err.placement_code = resp.json()['errors'][0].get('code')
+            except (ValueError, KeyError, IndexError, TypeError):
+                err.placement_code = None
+            raise err
+        return resp
+
+    def get(self, path, params=None):
+        return self.call('GET', path, params=params).json()
