@@ -1,8 +1,11 @@
 """Wiring shared by the steward commands: configuration, database, Placement,
-RPC servers and the HTTP server."""
+RPC servers, the HTTP server, and what the separate services of a multi-host
+deployment check and share (transport, RPC version caps, shutdown)."""
 import logging as pylogging
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from oslo_log import log as logging
@@ -75,13 +78,146 @@ def stop_rpc_server(srv):
         LOG.exception('Stopping an RPC server failed')
 
 
-def run_http(app, host, port):
+def run_http(app, host, port, workers=1):
+    """Serve ``app`` until SIGTERM/SIGINT. With ``workers`` > 1, ``app`` is an
+    import string of an app factory (uvicorn starts that many worker processes,
+    each building its own app, and restarts a worker that dies)."""
     import uvicorn
-    config = uvicorn.Config(app, host=host, port=port, log_level='warning',
-                            access_log=False, lifespan='off')
-    server = uvicorn.Server(config)
-    LOG.info('Steward API listening on http://%s:%s/v2', host, port)
-    server.run()
+    kwargs = dict(host=host, port=port, log_level='warning', access_log=False,
+                  lifespan='off')
+    LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))', host, port,
+             workers)
+    if workers > 1:
+        uvicorn.run(app, factory=True, workers=workers, **kwargs)
+        return
+    uvicorn.Server(uvicorn.Config(app, **kwargs)).run()
+
+
+# -- separate services (steward api | conductor | agent) ---------------------------
+# Transports that only reach the same process: the separate services must share a
+# broker instead.
+IN_PROCESS_TRANSPORTS = ('kombu+stewardmem', 'kombu+memory', 'fake')
+
+
+def _redacted(url):
+    """``url`` with its password replaced, for messages."""
+    import urllib.parse
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return '<unparseable URL>'
+    if parts.password:
+        netloc = parts.netloc.replace(f':{parts.password}@', ':***@')
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def check_service_config(role):
+    """Refuse a configuration the separate service ``role`` cannot work with, at
+    start and with the option to change, rather than time out on first use."""
+    from steward.common import exception
+    url = CONF.transport_url or ''
+    if url.split(':', 1)[0] in IN_PROCESS_TRANSPORTS:
+        raise exception.InvalidConfiguration(
+            reason=f'steward {role} runs as a separate service but [DEFAULT] '
+                   f'transport_url = {_redacted(url)} only reaches services in the same '
+                   f'process; set it to the shared broker, e.g. '
+                   f'rabbit://steward:PASSWORD@CONTROLLER:5672/')
+    if role in ('api', 'conductor'):
+        connection = CONF.database.connection or ''
+        if connection.startswith('sqlite'):
+            LOG.warning('steward %s uses SQLite (%s): every api and conductor process '
+                        'must then run on this host; set [database] connection to '
+                        'PostgreSQL for a multi-host control plane', role,
+                        _redacted(connection))
+    rpc_version_cap('conductor')
+    rpc_version_cap('agent')
+
+
+def _newest_rpc_version(service):
+    if service == 'conductor':
+        from steward.conductor import rpcapi
+    else:
+        from steward.agent import rpcapi
+    return rpcapi.RPC_API_VERSION
+
+
+def rpc_version_cap(service):
+    """``[upgrade_levels] <service>`` checked against what this release speaks:
+    None (send the newest) when unset."""
+    from steward.common import exception
+    value = (CONF.upgrade_levels[service] or '').strip()
+    if not value:
+        return None
+    newest = _newest_rpc_version(service)
+    major, newest_minor = (int(p) for p in newest.split('.'))
+    try:
+        want_major, want_minor = (int(p) for p in value.split('.'))
+    except ValueError:
+        want_major = want_minor = None
+    if want_major != major or not 0 <= want_minor <= newest_minor:
+        raise exception.InvalidConfiguration(
+            reason=f'[upgrade_levels] {service} = {value!r}: expected a {service} RPC '
+                   f'version from {major}.0 to {newest} (MAJOR.MINOR), or unset for '
+                   f'the newest')
+    return f'{want_major}.{want_minor}'
+
+
+class Periodic:
+    """Runs ``func`` every ``interval`` seconds in a daemon thread until stopped.
+    A failing run is logged and the next one happens on time."""
+
+    def __init__(self, name, interval, func):
+        self.name, self.interval, self.func = name, interval, func
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            try:
+                self.func()
+            except Exception:  # noqa: BLE001 - a periodic task must keep running
+                LOG.exception('Periodic task %s failed; next run in %ss', self.name,
+                              self.interval)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def wait_for_shutdown():
+    """Block until SIGTERM or SIGINT. A second signal exits at once, for a stop
+    that hangs on work in progress (a call stuck on an unreachable database)."""
+    done = threading.Event()
+
+    def handler(signum, _frame):
+        if done.is_set():
+            LOG.warning('Second %s: exiting without waiting for work in progress',
+                        signal.Signals(signum).name)
+            os._exit(1)
+        LOG.info('%s received: shutting down', signal.Signals(signum).name)
+        done.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    while not done.wait(3600):
+        pass
+
+
+def release_shared_resources():
+    """Last step of a service's shutdown: close the broker connections and the
+    database pool so the other side sees a clean close, not a dead peer."""
+    from steward.common import rpc
+    from steward.db import session
+    for step in (rpc.cleanup, session.dispose):
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - shutdown goes on
+            LOG.exception('Shutdown step %s failed', step.__qualname__)
 
 
 def fail(message, code=1):

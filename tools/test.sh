@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/system-packages.sh
 bash tools/bootstrap.sh test
-exec .venv/bin/python -m pytest -n 2 -q "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q "$@"

@@ -1,10 +1,15 @@
 """The ``steward`` command."""
 import argparse
+import json
+import logging
+import os
 import sys
 
 from steward import service
 from steward.common import exception
 from steward.conf import CONF
+
+LOG = logging.getLogger(__name__)
 
 USAGE = """steward COMMAND [--config-file FILE ...]
 
@@ -17,6 +22,12 @@ Administration:
   db sync                    apply schema migrations
   db online-data-migrations  backfill data (device_state, ...)
   status upgrade check       is this deployment ready for an upgrade?
+
+Operator commands (talk to the API; `steward COMMAND -h`, doc/cli.md):
+  deployable list|show       deployables (schedulable parts of devices)
+  profile create|list|show|delete
+                             device profiles
+  arq list|show              accelerator requests
 """
 
 
@@ -27,6 +38,14 @@ def cmd_serve(argv):
     from steward.conductor import rpcapi
 
     service.prepare(argv)
+    if CONF.compute.events_listen and not (CONF.nova.auth_type
+                                           or CONF.nova.endpoint_override):
+        # One host needs no [nova]: bind events go to `steward compute boot`'s
+        # listener (steward/compute/events.py), which serves only while a boot waits.
+        from steward.compute import events
+        CONF.set_override('auth_type', 'none', group='nova')
+        CONF.set_override('endpoint_override',
+                          events.endpoint_for(CONF.compute.events_listen), group='nova')
     service.sync_database()
     placement_proc = service.start_embedded_placement() \
         if service.placement_is_embedded() else None
@@ -57,35 +76,72 @@ def cmd_serve(argv):
 
 
 def cmd_api(argv):
-    from steward.api import app as api_app
-    from steward.conductor import rpcapi
+    from steward import api_factory
     service.prepare(argv)
-    service.run_http(api_app.create_app(rpcapi.ConductorAPI()), CONF.api.host_ip,
-                     CONF.api.port)
+    service.check_service_config('api')
+    workers = CONF.api.workers
+    if workers > 1:
+        # Each worker process builds its own app from the same configuration.
+        os.environ[api_factory.ARGV_ENV] = json.dumps(list(argv))
+        app = api_factory.IMPORT_STRING
+    else:
+        app = api_factory.build()
+    try:
+        service.run_http(app, CONF.api.host_ip, CONF.api.port, workers=workers)
+    finally:
+        service.release_shared_resources()
     return 0
 
 
-def _wait_forever():
-    import signal
-    import threading
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
+# A delete commits Deleting, then removes the row in a second transaction; a crash
+# in between leaves the row for reconciliation. Only rows older than the grace are
+# touched, so the periodic run never races a delete that is still in progress.
+RECONCILE_INTERVAL = 60
+RECONCILE_GRACE = 120
+
+
+def _finish_stale_deletes(grace=RECONCILE_GRACE):
+    import datetime
+    from oslo_utils import timeutils
+    from steward.common import context
+    from steward.common import states
+    from steward.conductor import arq_ops
+    from steward.db import api as db
+    from steward.db import session as db_session
+    cutoff = timeutils.utcnow() - datetime.timedelta(seconds=grace)
+    with db_session.reader() as s:
+        stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])
+                 if a.updated_at is None or a.updated_at < cutoff]
+    if stale:
+        LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
+                 len(stale), grace)
+        arq_ops.finish_deleting(context.get_admin_context(), stale)
+    return len(stale)
 
 
 def cmd_conductor(argv):
     from steward.conductor import manager as conductor_manager
     service.prepare(argv)
+    service.check_service_config('conductor')
     service.sync_database()
-    conductor = conductor_manager.ConductorManager(service.placement_client())
+    extra = {}
+    agent_cap = service.rpc_version_cap('agent')
+    if agent_cap is not None:
+        from steward.agent import rpcapi as agent_rpcapi
+        extra['agent_api'] = agent_rpcapi.AgentAPI(version_cap=agent_cap)
+    conductor = conductor_manager.ConductorManager(service.placement_client(), **extra)
     conductor.init_host()
     srv = service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
+    reconcile = service.Periodic('steward-reconcile', RECONCILE_INTERVAL,
+                                 _finish_stale_deletes).start()
+    LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
     try:
-        _wait_forever()
+        service.wait_for_shutdown()
     finally:
-        service.stop_rpc_server(srv)
+        reconcile.stop()
+        service.stop_rpc_server(srv)     # in-flight calls finish first
         conductor.stop()
+        service.release_shared_resources()
     return 0
 
 
@@ -93,15 +149,20 @@ def cmd_agent(argv):
     from steward.agent import manager as agent_manager
     from steward.conductor import rpcapi
     service.prepare(argv)
-    agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI())
+    service.check_service_config('agent')
+    agent = agent_manager.AgentManager(
+        CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')))
     srv = service.start_rpc_server(CONF.rpc_topic_agent, agent.host, [agent])
+    LOG.info('Agent %s serving topic %s (server %s)', agent.host, CONF.rpc_topic_agent,
+             agent.host)
     try:
         agent.init_host()
         agent.start()
-        _wait_forever()
+        service.wait_for_shutdown()
     finally:
         agent.stop()
         service.stop_rpc_server(srv)
+        service.release_shared_resources()
     return 0
 
 
@@ -143,7 +204,9 @@ def _delegate(module):
 COMMANDS = {'serve': cmd_serve, 'api': cmd_api, 'conductor': cmd_conductor,
             'agent': cmd_agent, 'db': cmd_db, 'status': cmd_status,
             # Client-side commands (talk to the API), one module each.
-            'device': _delegate('device'), 'compute': _delegate('compute')}
+            'device': _delegate('device'), 'compute': _delegate('compute'),
+            'deployable': _delegate('deployable'), 'profile': _delegate('profile'),
+            'arq': _delegate('arq')}
 
 
 def main(argv=None):

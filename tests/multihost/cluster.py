@@ -1,0 +1,501 @@
+"""A multi-host Steward deployment on one machine, for the multihost tests.
+
+Started here, each as its own process: a RabbitMQ node (rabbit.py), a database on
+the tests' PostgreSQL (tests/pg_fixture.py), the real Placement
+(steward.placement.embedded), ``steward db sync``, conductors, ``steward api``
+with several uvicorn workers, and one ``steward agent`` per host, each with its
+own configuration file, ``[DEFAULT] host`` and fake sysfs tree (the fake driver
+plus two PCI functions per host). When run as root with ``ip netns`` available,
+every agent runs in a network namespace of its own and reaches the broker over a
+veth pair, as a compute node reaches its controller; otherwise all processes
+share loopback.
+
+Compute-node resource providers are created up front, as Nova would, and the
+conductors run with ``[placement] create_compute_node = false``: an agent whose
+name has no provider must be refused, not silently given one.
+"""
+import concurrent.futures
+import ctypes
+import ipaddress
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import httpx
+
+from steward.placement import embedded
+from tests.multihost import pg
+from tests.multihost import rabbit
+from tests.sysfs_tree import make_pci
+
+BIN = os.path.dirname(sys.executable)
+PCI_VENDOR, PCI_PRODUCT = '10de', '1eb8'
+PCI_RC = f'CUSTOM_PCI_{PCI_VENDOR.upper()}_{PCI_PRODUCT.upper()}'
+PCI_ADDRESSES = ('0000:81:00.0', '0000:82:00.0')
+PLACEMENT_VERSION = 'placement 1.39'
+DISCOVERY_INTERVAL = 1
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    libc = ctypes.CDLL('libc.so.6', use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _ini(sections):
+    out = []
+    for name, values in sections.items():
+        out.append(f'[{name}]')
+        for key, value in values.items():
+            for v in (value if isinstance(value, list) else [value]):
+                out.append(f'{key} = {v}')
+        out.append('')
+    return '\n'.join(out)
+
+
+class Service:
+    """One ``steward <role>`` process."""
+
+    def __init__(self, name, role, conf_path, log_path, netns=None):
+        self.name, self.role, self.conf_path, self.log_path = name, role, conf_path, \
+            log_path
+        self.netns = netns
+        self.proc = None
+
+    def start(self):
+        cmd = [os.path.join(BIN, 'steward'), self.role, '--config-file', self.conf_path]
+        if self.netns:
+            # `ip netns exec` execs the command: the pid stays the service's.
+            cmd = ['ip', 'netns', 'exec', self.netns] + cmd
+        log = open(self.log_path, 'ab')
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        log.close()
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def kill(self):
+        """kill -9 of the service's process group (uvicorn workers included)."""
+        return self.stop(sig=signal.SIGKILL)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def log(self):
+        with open(self.log_path, errors='replace') as f:
+            return f.read()
+
+    def log_size(self):
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def log_since(self, offset):
+        with open(self.log_path, errors='replace') as f:
+            f.seek(offset)
+            return f.read()
+
+
+class Netns:
+    """A network namespace joined to the root namespace by a veth pair, with
+    ``outer`` (root side) and ``inner`` addresses of a /30 in 198.18.0.0/15, the
+    range set aside for network tests (RFC 2544). Several test processes may run
+    clusters at once: each pair takes a /30 no interface uses yet."""
+
+    def __init__(self, name, index):
+        self.name = name
+        net = ipaddress.ip_network('198.18.0.0/15')
+        used = self._used()
+        slots = net.num_addresses // 4
+        start = (os.getpid() * 8 + index) % slots
+        for k in range(slots):
+            base = net.network_address + ((start + k) % slots) * 4
+            if not {base + 1, base + 2} & used:
+                break
+        self.outer, self.inner = str(base + 1), str(base + 2)
+        self.veth = f'stw{os.getpid() % 100000}v{index}'
+
+    @staticmethod
+    def _used():
+        out = subprocess.run(['ip', '-o', '-4', 'addr', 'show'], capture_output=True,
+                             text=True).stdout
+        return {ipaddress.ip_address(w.split('/')[0]) for line in out.splitlines()
+                for w in line.split() if w.count('.') == 3 and '/' in w}
+
+    @staticmethod
+    def available():
+        if os.geteuid() != 0 or not shutil.which('ip') or \
+                os.environ.get('STEWARD_MULTIHOST_NETNS', '1') == '0':
+            return False
+        probe = f'stwprobe{os.getpid()}'
+        ok = subprocess.run(['ip', 'netns', 'add', probe], capture_output=True).returncode == 0
+        if ok:
+            subprocess.run(['ip', 'netns', 'del', probe], capture_output=True)
+        return ok
+
+    def create(self):
+        def run(*cmd):
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+        run('ip', 'netns', 'add', self.name)
+        run('ip', 'link', 'add', self.veth, 'type', 'veth', 'peer', 'name', 'eth0',
+            'netns', self.name)
+        run('ip', 'addr', 'add', f'{self.outer}/30', 'dev', self.veth)
+        run('ip', 'link', 'set', self.veth, 'up')
+        run('ip', 'netns', 'exec', self.name, 'ip', 'addr', 'add', f'{self.inner}/30',
+            'dev', 'eth0')
+        run('ip', 'netns', 'exec', self.name, 'ip', 'link', 'set', 'eth0', 'up')
+        run('ip', 'netns', 'exec', self.name, 'ip', 'link', 'set', 'lo', 'up')
+        return self
+
+    def delete(self):
+        subprocess.run(['ip', 'link', 'del', self.veth], capture_output=True)
+        subprocess.run(['ip', 'netns', 'del', self.name], capture_output=True)
+
+
+class Cluster:
+    def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
+                 use_netns=None):
+        self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
+        self.hosts = list(hosts)
+        self.n_conductors = conductors
+        self.api_workers = api_workers
+        self.use_netns = Netns.available() if use_netns is None else use_netns
+        self.netns = {}
+        self.rabbit = None
+        self.pg = None
+        self.db_url = None
+        self.placement = None
+        self.placement_url = None
+        self.api_port = rabbit.free_port()
+        self.api_url = f'http://127.0.0.1:{self.api_port}'
+        self.conductors = []
+        self.api = None
+        self.agents = {}
+        self.compute_rps = {}
+
+    # -- configuration ----------------------------------------------------------------
+    def common_conf(self, name, host, broker_host=None):
+        state = self.base / name
+        state.mkdir(exist_ok=True)
+        return {
+            'DEFAULT': {'host': host, 'state_path': str(state),
+                        'transport_url': self.rabbit.url(broker_host)},
+            'database': {'connection': self.db_url},
+            # Reconnect within a few seconds of a broker restart (default cap: 30 s).
+            'oslo_messaging_rabbit': {'rabbit_interval_max': 4},
+        }
+
+    def write_conf(self, name, sections):
+        path = self.base / f'{name}.conf'
+        path.write_text(_ini(sections))
+        return str(path)
+
+    def conductor_conf(self, index):
+        name = f'conductor-{index}'
+        conf = self.common_conf(name, f'mh-ctl-{index}')
+        conf['placement'] = {'auth_type': 'admin_token', 'endpoint': self.placement_url,
+                             'token': 'admin', 'endpoint_override': self.placement_url,
+                             'create_compute_node': 'false'}
+        return name, self.write_conf(name, conf)
+
+    def api_conf(self):
+        conf = self.common_conf('api', 'mh-ctl-api')
+        conf['api'] = {'host_ip': '127.0.0.1', 'port': self.api_port,
+                       'workers': self.api_workers}
+        return self.write_conf('api', conf)
+
+    def sysfs_for(self, host):
+        return self.base / f'sysfs-{host}'
+
+    def agent_conf(self, host, rp_name=None, drivers='fake, pci'):
+        name = f'agent-{host}'
+        root = self.sysfs_for(host)
+        if not root.exists():
+            for bdf in PCI_ADDRESSES:
+                make_pci(root, bdf, f'0x{PCI_VENDOR}', f'0x{PCI_PRODUCT}', cls='0x030200')
+        ns = self.netns.get(host)
+        conf = self.common_conf(name, host, broker_host=ns.outer if ns else None)
+        # An agent has no database: its conductor writes for it.
+        del conf['database']
+        # A report lost in a broker restart is retried on the next cycle; waiting
+        # the default 60 s for its reply only delays that.
+        conf['DEFAULT']['rpc_response_timeout'] = 15
+        conf['DEFAULT']['sysfs_root'] = str(root)
+        conf['agent'] = {'enabled_drivers': drivers,
+                         'discovery_interval': DISCOVERY_INTERVAL}
+        if rp_name:
+            conf['agent']['resource_provider_name'] = rp_name
+        conf['pci'] = {'device_spec': json.dumps({'vendor_id': PCI_VENDOR,
+                                                  'product_id': PCI_PRODUCT})}
+        return name, self.write_conf(name, conf)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self):
+        if self.use_netns:
+            for i, host in enumerate(self.hosts, 1):
+                self.netns[host] = Netns(f'stw{os.getpid()}-{host}', i).create()
+        self.rabbit = rabbit.RabbitServer(
+            base=str(self.base / 'rabbit'),
+            extra_listeners=[ns.outer for ns in self.netns.values()])
+        self.rabbit.start()
+        self.pg = pg.server()
+        if self.pg is None:
+            raise RuntimeError('PostgreSQL is not installed')
+        _name, self.db_url = pg.create_database(self.pg)
+        port = rabbit.free_port()
+        self.placement = embedded.start_subprocess(
+            f'sqlite:///{self.base}/placement.sqlite', '127.0.0.1', port,
+            log_file=str(self.base / 'placement.log'))
+        self.placement_url = self.placement.url
+        for host in self.hosts:
+            self.compute_rps[host] = self.create_compute_node(host)
+
+        sync_conf = self.write_conf('db-sync', self.common_conf('db-sync', 'mh-sync'))
+        subprocess.run([os.path.join(BIN, 'steward'), 'db', 'sync', '--config-file',
+                        sync_conf], check=True, capture_output=True, timeout=120)
+        for i in range(1, self.n_conductors + 1):
+            self.add_conductor(i)
+        self.api = Service('api', 'api', self.api_conf(), str(self.base / 'api.log'))
+        self.api.start()
+        # Conductors first, as doc/multihost.md says: a call published while no
+        # conductor consumes the topic is lost and its caller waits for the timeout.
+        self.wait_for(lambda: self.rabbit.consumers('steward-conductor')
+                      == len(self.conductors), 'conductors on the broker', timeout=120)
+        for host in self.hosts:
+            self.add_agent(host)
+        self.wait_ready()
+
+    def add_conductor(self, index):
+        name, path = self.conductor_conf(index)
+        svc = Service(name, 'conductor', path, str(self.base / f'{name}.log')).start()
+        self.conductors.append(svc)
+        return svc
+
+    def add_agent(self, host, rp_name=None, drivers='fake, pci'):
+        name, path = self.agent_conf(host, rp_name=rp_name, drivers=drivers)
+        ns = self.netns.get(host)
+        svc = Service(name, 'agent', path, str(self.base / f'{name}.log'),
+                      netns=ns.name if ns else None).start()
+        self.agents[host] = svc
+        return svc
+
+    def wait_ready(self, timeout=120, settle=True):
+        deadline = time.monotonic() + timeout
+        self.wait_for(lambda: self.rabbit.consumers('steward-conductor')
+                      == len(self.conductors), 'conductors on the broker', deadline)
+        self.wait_for(self.api_answers, 'the API', deadline)
+        for host in self.hosts:
+            self.wait_for(lambda h=host: self.host_registered(h),
+                          f'agent {host} registered', deadline)
+        if settle:
+            self.settle()
+
+    def settle(self):
+        """Let every conductor see the current report of every host once. Each
+        conductor keeps its own digest of each host's last report, so after a
+        start or a change of devices the next reports are full ones, one per
+        conductor, and a full report that reads device_state from the database
+        while another conductor binds or releases the device can write a stale
+        Placement reservation (a known defect, see doc/multihost.md). Waiting a
+        few discovery cycles keeps the tests that compare Placement off it."""
+        time.sleep(DISCOVERY_INTERVAL * 2 * (len(self.conductors) + 1))
+
+    def wait_for(self, predicate, what, deadline=None, timeout=60, interval=0.2):
+        deadline = deadline or time.monotonic() + timeout
+        while True:
+            try:
+                if predicate():
+                    return
+            except (httpx.HTTPError, OSError):
+                pass
+            for svc in self.services():
+                if svc.proc is not None and not svc.alive() and svc.role != 'agent':
+                    raise RuntimeError(f'{svc.name} exited:\n{svc.log()[-4000:]}')
+            if time.monotonic() > deadline:
+                raise RuntimeError(f'timed out waiting for {what}\n' + self.logs_tail())
+            time.sleep(interval)
+
+    def services(self):
+        """Agents first, conductors last: the order to stop them in, so no agent
+        or API call waits on a conductor that is already gone."""
+        out = list(self.agents.values())
+        if self.api:
+            out.append(self.api)
+        return out + list(self.conductors)
+
+    def stop(self):
+        agents = list(self.agents.values())
+        for group in (agents, [self.api] if self.api else [], self.conductors):
+            with concurrent.futures.ThreadPoolExecutor(max(len(group), 1)) as pool:
+                for f in [pool.submit(svc.stop, timeout=20) for svc in group]:
+                    try:
+                        f.result()
+                    except Exception:  # noqa: BLE001 - tear down the rest regardless
+                        pass
+        if self.placement is not None:
+            self.placement.stop()
+        if self.rabbit is not None:
+            self.rabbit.destroy()
+        for ns in self.netns.values():
+            ns.delete()
+        if self.pg is not None and self.db_url:
+            try:
+                self.pg.psql(f'DROP DATABASE IF EXISTS {self.db_url.rsplit("/", 1)[1]} '
+                             f'WITH (FORCE)')
+            except Exception:  # noqa: BLE001
+                pass
+        if os.environ.get('STEWARD_MULTIHOST_KEEP'):
+            print(f'multihost logs kept in {self.base}')
+        else:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def logs_tail(self, n=2500):
+        parts = []
+        for svc in self.services():
+            try:
+                parts.append(f'--- {svc.name} (pid {svc.proc.pid if svc.proc else "-"})\n'
+                             + svc.log()[-n:])
+            except OSError:
+                pass
+        return '\n'.join(parts)
+
+    # -- clients ----------------------------------------------------------------------
+    def api_client(self, timeout=90):
+        return httpx.Client(base_url=self.api_url, timeout=timeout)
+
+    def placement_client(self):
+        return httpx.Client(base_url=self.placement_url, timeout=30, headers={
+            'X-Auth-Token': 'admin', 'OpenStack-API-Version': PLACEMENT_VERSION})
+
+    def api_answers(self):
+        with self.api_client(timeout=5) as api:
+            return api.get('/v2').status_code == 200
+
+    def create_compute_node(self, name):
+        """The compute-node provider as Nova creates it (a root provider named after
+        the host, with Nova's inventory and traits)."""
+        rp = str(uuid.uuid4())
+        with self.placement_client() as p:
+            r = p.post('/resource_providers', json={'name': name, 'uuid': rp})
+            r.raise_for_status()
+            r = p.put(f'/resource_providers/{rp}/inventories', json={
+                'resource_provider_generation': 0,
+                'inventories': {'VCPU': {'total': 8}, 'MEMORY_MB': {'total': 16384}}})
+            r.raise_for_status()
+            gen = r.json()['resource_provider_generation']
+            p.put(f'/resource_providers/{rp}/traits', json={
+                'resource_provider_generation': gen,
+                'traits': ['COMPUTE_ACCELERATORS', 'OWNER_NOVA']}).raise_for_status()
+        return rp
+
+    # -- views ------------------------------------------------------------------------
+    def deployables(self, host=None):
+        with self.api_client() as api:
+            deps = api.get('/v2/deployables').json()['deployables']
+        # Drivers name deployables <host>_<device>.
+        return [d for d in deps if host is None or d['name'].startswith(f'{host}_')]
+
+    def host_registered(self, host):
+        """Every device of ``host`` in the database and its providers in Placement."""
+        deps = self.deployables(host)
+        if len(deps) != 1 + len(PCI_ADDRESSES):
+            return False
+        with self.placement_client() as p:
+            tree = p.get('/resource_providers', params={
+                'in_tree': self.compute_rps[host]}).json()['resource_providers']
+        return {d['rp_uuid'] for d in deps} <= {rp['uuid'] for rp in tree}
+
+    def pci_rp(self, host, address=PCI_ADDRESSES[0]):
+        name = f'{host}_{address}'
+        return next(d['rp_uuid'] for d in self.deployables(host) if d['name'] == name)
+
+    def fake_rp(self, host):
+        return next(d['rp_uuid'] for d in self.deployables(host)
+                    if d['name'] == f'{host}_FakeDevice')
+
+    def placement_tree(self, host):
+        """{provider name: (inventories, traits, usages)} under the host's compute
+        node: what a boot/delete cycle must leave as it found it (generations move
+        with every write and are left out)."""
+        out = {}
+        with self.placement_client() as p:
+            rps = p.get('/resource_providers', params={
+                'in_tree': self.compute_rps[host]}).json()['resource_providers']
+            for rp in rps:
+                u = rp['uuid']
+                got = [p.get(f'/resource_providers/{u}/{what}')
+                       for what in ('inventories', 'traits', 'usages')]
+                if any(r.status_code == 404 for r in got):
+                    continue        # deleted while we read the tree
+                inv, traits, usages = (r.json()[k] for r, k in zip(
+                    got, ('inventories', 'traits', 'usages')))
+                out[rp['name']] = (inv, sorted(traits), usages)
+        return out
+
+    def db_view(self, host=None):
+        """Devices (with device_state), deployables and ARQs as the API shows them,
+        minus timestamps."""
+        with self.api_client() as api:
+            hdr = {'OpenStack-API-Version': 'accelerator latest'}
+            params = {'hostname': host} if host else {}
+            devices = api.get('/v2/devices', params=params, headers=hdr).json()['devices']
+            arqs = api.get('/v2/accelerator_requests').json()['arqs']
+        strip = ('updated_at', 'created_at', 'links')
+        return ({d['uuid']: {k: v for k, v in d.items() if k not in strip} for d in devices},
+                sorted(a['uuid'] for a in arqs))
+
+    def broker_connections(self):
+        """{pid: connections} of processes connected to the broker (from ss)."""
+        out = subprocess.run(['ss', '-Htnp', 'state', 'established', 'dst',
+                              f'{self.rabbit.host}:{self.rabbit.port}'],
+                             capture_output=True, text=True).stdout
+        pids = {}
+        for line in out.splitlines():
+            for part in line.split('pid=')[1:]:
+                pid = int(part.split(',')[0])
+                pids[pid] = pids.get(pid, 0) + 1
+        return pids
+
+    def api_worker_pids(self):
+        out = subprocess.run(['ps', '-o', 'pid=', '--ppid', str(self.api.pid)],
+                             capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
