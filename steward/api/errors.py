@@ -81,11 +81,37 @@ def from_http_exception(exc, method, path):
     return err
 
 
+def outage(exc):
+    """A failure of a service behind the API (database, broker, conductor) is a 503
+    the client may retry, not a 500 bug report. Returns None for anything else."""
+    import oslo_messaging
+    import sqlalchemy.exc
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and (
+            exc.connection_invalidated or isinstance(exc, sqlalchemy.exc.OperationalError)):
+        return exception.ServiceUnavailable(service='The database',
+                                            reason=str(exc.orig).split('\n')[0][:200])
+    if isinstance(exc, oslo_messaging.MessagingTimeout):
+        return exception.ServiceUnavailable(service='The conductor',
+                                            reason='no reply in time')
+    if isinstance(exc, oslo_messaging.MessageDeliveryFailure):
+        return exception.ServiceUnavailable(service='The message broker',
+                                            reason='message not delivered')
+    if isinstance(exc, oslo_messaging.RemoteError) and exc.exc_type in (
+            'OperationalError', 'DBConnectionError', 'InterfaceError'):
+        return exception.ServiceUnavailable(service='The database',
+                                            reason='the conductor lost its connection')
+    if isinstance(exc, oslo_messaging.rpc.client.RPCVersionCapError):
+        return exception.RPCVersionCapped(version=getattr(exc, 'version', '?'),
+                                          cap=getattr(exc, 'version_cap', '?'))
+    return None
+
+
 def unexpected(exc, request_id, method, path):
     """A bug or an unforeseen failure: log the traceback, answer a clean 500.
     (Errors that are not bugs are rendered as such.)"""
     if isinstance(exc, starlette_exc.HTTPException):
         exc = from_http_exception(exc, method, path)
+    exc = outage(exc) or exc
     if isinstance(exc, exception.StewardError):
         _log(exc, request_id, method, path)
         return render(exc, request_id)

@@ -257,6 +257,13 @@ class ServiceUnavailable(StewardError):
     message = '%(service)s is unavailable: %(reason)s'
 
 
+class RPCVersionCapped(StewardError):
+    status = 409
+    code = 'cyb.rpc.version_capped'
+    message = ('This operation needs RPC version %(version)s, above the cap set in '
+               '[upgrade_levels] (%(cap)s); finish the rolling upgrade first.')
+
+
 class AgentTooOld(StewardError):
     status = 400
     code = 'cyb.rpc.agent_too_old'
