@@ -45,6 +45,9 @@ class ProviderSpec:
     ``reserved=None`` keeps the reserved value Placement has (clamped to ``total``);
     ``'total'`` reserves the whole device; a value above ``total`` is clamped so a
     reservation survives a shrinking total. ``total <= 0`` means no inventory.
+    ``reserved`` may also be a callable returning one of those: it is evaluated
+    after Placement's generation was read, on every attempt, so when two conductors
+    race the last writer writes the newest device state, not the one it saw first.
     """
     uuid: str
     name: str
@@ -59,10 +62,11 @@ class ProviderSpec:
         """The inventory document this spec wants, given Placement's ``current``."""
         if self.total <= 0:
             return {}
-        if self.reserved == 'total':
+        wanted = self.reserved() if callable(self.reserved) else self.reserved
+        if wanted == 'total':
             reserved = self.total
-        elif self.reserved is not None:
-            reserved = self.reserved
+        elif wanted is not None:
+            reserved = wanted
         else:
             reserved = current.get(self.resource_class, {}).get('reserved', 0)
         return {self.resource_class: {
@@ -379,16 +383,23 @@ class PlacementClient:
             self._known_rcs.add(rc)
 
     def set_reserved(self, rp_uuid, resource_class, reserved):
-        """Set ``reserved`` (an int or 'total') on one RC, keeping its total.
+        """Set ``reserved`` (an int or 'total', or a callable returning one, evaluated
+        after the generation is read on each attempt) on one RC, keeping its total.
 
         Correctness beats saving a request: when the remembered state says the value
         is already there, the client confirms with a GET (memory can be stale) and
         writes nothing if Placement agrees; otherwise it PUTs with the remembered
         generation, which Placement itself validates. Returns the reserved value set.
         """
-        if reserved != 'total' and (not isinstance(reserved, int) or reserved < 0):
-            raise exception.Invalid(reason='reserved must be a non-negative int or '
-                                           "'total', not %r" % (reserved,))
+        def wanted():
+            value = reserved() if callable(reserved) else reserved
+            if value != 'total' and (not isinstance(value, int) or value < 0):
+                raise exception.Invalid(reason='reserved must be a non-negative int '
+                                               "or 'total', not %r" % (value,))
+            return value
+
+        if not callable(reserved):
+            wanted()
         path = '/resource_providers/%s/inventories' % rp_uuid
         with self._lock_for(rp_uuid):
             state = {'fresh': False}
@@ -402,7 +413,8 @@ class PlacementClient:
                     raise exception.PlacementError(
                         call='set_reserved %s' % rp_uuid,
                         reason='provider has no %s inventory' % resource_class)
-                target = inv['total'] if reserved == 'total' else reserved
+                value = wanted()
+                target = inv['total'] if value == 'total' else value
                 if inv['reserved'] == target:
                     if state['fresh']:
                         return target

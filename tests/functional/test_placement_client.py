@@ -428,3 +428,27 @@ def test_error_detail_is_placement_detail(client):
     with pytest.raises(exception.PlacementError) as exc:
         client.get_inventory(str(uuid.uuid4()))
     assert 'HTTP 404' in str(exc.value) and 'No resource provider' in str(exc.value)
+
+
+def test_reserved_callable_is_read_after_the_generation(client, placement):
+    """Two writers racing: the callable is evaluated per attempt, so after a 409
+    the retry writes the state as it is then, not as it was first seen."""
+    from steward.placement.client import ProviderSpec
+    root = client.ensure_compute_node(unique_name('cn'))
+    spec = ProviderSpec(uuid=str(uuid.uuid4()), name=unique_name('dev'), parent_uuid=root,
+                        resource_class='CUSTOM_RACE', total=1,
+                        traits=frozenset({'OWNER_CYBORG'}), reserved=0)
+    client.sync_provider(spec)
+    other = PlacementClient.from_conf(endpoint=placement.url)
+    other.set_reserved(spec.uuid, 'CUSTOM_RACE', 'total')   # bumps the generation
+    state = {'calls': 0, 'value': 1}
+
+    def current():
+        state['calls'] += 1
+        return state['value']
+    # ``client``'s cached generation is stale: first PUT gets 409, the retry
+    # re-reads and re-evaluates; meanwhile the device became free again.
+    state['value'] = 0
+    assert client.set_reserved(spec.uuid, 'CUSTOM_RACE', current) == 0
+    assert state['calls'] >= 2
+    assert other.get_inventory(spec.uuid)['CUSTOM_RACE']['reserved'] == 0
