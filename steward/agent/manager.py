@@ -6,6 +6,7 @@ import time
 
 import oslo_messaging as messaging
 
+from steward.agent import cleanup
 from steward.agent import drivers as driver_loader
 from steward.agent import rpcapi
 from steward.common import context
@@ -29,18 +30,41 @@ class AgentManager:
         self._thread = None
         self.cycles = 0
         self.last_cycle_seconds = None
+        self.cleaner = cleanup.CleanupExecutor(
+            conductor_api, self.drivers, self.host,
+            timeout=lambda: self.conf.nvme.cleanup_timeout)
 
     # -- RPC endpoints -------------------------------------------------------------
     def ping(self, ctx):
         return {'host': self.host, 'version': rpcapi.RPC_API_VERSION}
+
+    def cleanup_device(self, ctx, device, trigger='unbind'):
+        """1.1 (cast): clean a released device in the background (spec 1)."""
+        if not isinstance(device, dict) or not device.get('uuid'):
+            LOG.error('cleanup_device without a device uuid ignored: %r', device)
+            return
+        LOG.info('cleanup_device %s (%s) request_id=%s', device.get('uuid'), trigger,
+                 getattr(ctx, 'request_id', None))
+        self.cleaner.submit(device, trigger=trigger)
 
     # -- lifecycle -----------------------------------------------------------------
     def init_host(self):
         ctx = context.get_admin_context()
         for driver in self.drivers:
             driver.init_host(ctx)
+        self.recover()
         LOG.info('Agent %s reports under compute node %r with drivers %s', self.host,
                  self.rp_name, [d.name for d in self.drivers])
+
+    def recover(self):
+        """Crash recovery before the first discovery: cleanups this agent did not
+        see finish go to error, missed cleanups start, reservation drift is logged."""
+        try:
+            return cleanup.recover(self.conductor, self.drivers, self.host, self.cleaner,
+                                   rpcapi.RPC_API_VERSION)
+        except (exception.StewardError, messaging.MessagingException) as err:
+            LOG.error('Start-up recovery of %s could not run: %s', self.host, err)
+            return None
 
     def discover(self):
         """One discovery over every driver, in [agent] enabled_drivers order.
@@ -98,6 +122,7 @@ class AgentManager:
 
     def stop(self):
         self._stop.set()
+        self.cleaner.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
 

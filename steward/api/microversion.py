@@ -49,6 +49,8 @@ ARQ_BIND_PROJECT_ID = _add('2.1', 'ARQ bind PATCH may carry /project_id (admin o
 DP_GET_BY_NAME = _add('2.2', 'GET /v2/device_profiles/{name} looks a profile up by name.')
 DEVICE_STATUS = _add('2.3', 'Devices show status (enabled|maintaining).')
 PCI_MANAGED = _add('2.4', 'Bound PCI ARQs show attach_handle_info.managed (spec 4).')
+DEVICE_STATE = _add('2.5', 'Devices show device_state; POST /v2/devices/{uuid}/clean, '
+                           'GET .../clean_plan and .../erase_records (spec 1).')
 # --- add new microversions above this line ----------------------------------------
 
 MIN_VERSION = VERSIONS[0][0]

@@ -33,6 +33,8 @@ def device(req, row):
     }
     if req.version >= microversion.DEVICE_STATUS:
         out['status'] = row.status
+    if req.version >= microversion.DEVICE_STATE:
+        out['device_state'] = row.device_state
     out['created_at'] = db.timestamp(row.created_at)
     out['updated_at'] = db.timestamp(row.updated_at)
     out['links'] = [_link(req, 'devices', row.uuid)]
@@ -101,3 +103,10 @@ def _attach_handle_info(req, record):
         # discovered before it existed have none and mean libvirt-managed.
         info['managed'] = True if managed is None else managed is True
     return info
+
+
+def erase_record(req, record):
+    """``record``: ``db.erase_record_record()`` output (2.5)."""
+    out = dict(record)
+    out['links'] = [_link(req, 'devices', record['device_uuid'], 'erase_records')]
+    return out

@@ -108,6 +108,7 @@ def bind(ctx, bindings):
 
 def _fail_bound(ctx, uuids, reason):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
+    released = []
     with db_session.writer() as s:
         for arq in db.arq_get_many(s, uuids):
             handle_id = arq.attach_handle_id
@@ -118,7 +119,10 @@ def _fail_bound(ctx, uuids, reason):
                                request_id=ctx.request_id)
             if handle_id is not None:
                 db.attach_handle_release(s, handle_id)
-                device_ops.release_after_unbind(s, arq.deployable_id, ctx)
+                released += device_ops.release_after_unbind(s, arq.deployable_id, ctx)
+    # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
+    device_ops.lift_reservations(
+        [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
 
 
 def _release(s, ctx, arq, target, event, values=None):
@@ -145,7 +149,7 @@ def unbind(ctx, arq_uuids):
             released += _release(s, ctx, arq, states.ARQ_UNBOUND, 'unbind', values={
                 'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
                 'deployable_id': None})
-    device_ops.lift_reservations(released)
+    device_ops.lift_reservations(released, ctx)
 
 
 def delete(ctx, arq_uuids=None, instance_uuid=None, project_id=None):
@@ -179,5 +183,5 @@ def finish_deleting(ctx, uuids):
             if handle_id is not None:
                 db.attach_handle_release(s, handle_id)
                 released += device_ops.release_after_unbind(s, deployable_id, ctx)
-    device_ops.lift_reservations(released)
+    device_ops.lift_reservations(released, ctx)
     return len(uuids)

@@ -16,6 +16,7 @@ The reservation rule (spec 1, issue "Steward core" item 7):
   used at all (pending_cleaning, cleaning, error).
 * ``status = maintaining`` (disable) reserves whole in both cases.
 """
+import dataclasses
 import logging
 
 import sqlalchemy as sa
@@ -29,11 +30,32 @@ LOG = logging.getLogger(__name__)
 
 CLEANABLE_TYPES = frozenset(['NVME'])
 _placement = None
+_agent_api = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CleanupRequest:
+    """Returned by release_after_unbind for a device that went to pending_cleaning:
+    once the transaction is committed, lift_reservations asks its agent to clean it."""
+    device_uuid: str
 
 
 def set_placement_client(client):
     global _placement
     _placement = client
+
+
+def set_agent_api(api):
+    global _agent_api
+    _agent_api = api
+
+
+def agent_api():
+    global _agent_api
+    if _agent_api is None:
+        from steward.agent import rpcapi as agent_rpcapi
+        _agent_api = agent_rpcapi.AgentAPI()
+    return _agent_api
 
 
 def placement():
@@ -100,8 +122,9 @@ def mark_allocated(session, deployable, ctx):
 def release_after_unbind(session, deployable_id, ctx):
     """A handle of ``deployable_id`` was freed. When the device has none left in
     use it leaves ``allocated``: to ``available``, or to ``pending_cleaning`` for a
-    device whose driver must clean it first. Returns [(deployable, device)] whose
-    Placement reservation should be lifted."""
+    device whose driver must clean it first. Returns what lift_reservations must do
+    after the commit: deployables whose Placement reservation is lifted, and a
+    CleanupRequest for a device to clean (it stays reserved)."""
     if deployable_id is None:
         return []
     dep = session.get(m.Deployable, deployable_id)
@@ -114,7 +137,7 @@ def release_after_unbind(session, deployable_id, ctx):
     if supports_cleaning(device):
         states.advance(session, m.Device, device, states.DEV_PENDING_CLEANING,
                        event='release_for_cleaning', request_id=ctx.request_id)
-        return []
+        return [CleanupRequest(device.uuid)]
     states.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
                    request_id=ctx.request_id)
     if accelerators_of(session, device.id) == 1:
@@ -142,8 +165,13 @@ def reserve(deployable, reserve):
     placement().set_reserved(deployable.rp_uuid, rc, 'total' if reserve else 0)
 
 
-def lift_reservations(deployables):
+def lift_reservations(deployables, ctx=None):
+    """After a release is committed: lift reservations, and dispatch cleanups
+    (the CleanupRequests among ``deployables``)."""
     for dep in deployables:
+        if isinstance(dep, CleanupRequest):
+            _dispatch_cleanup(ctx, dep.device_uuid)
+            continue
         try:
             reserve(dep, reserve=False)
         except exception.StewardError as err:
@@ -151,6 +179,18 @@ def lift_reservations(deployables):
             # puts reserved back in line with device_state.
             LOG.error('Could not lift the Placement reservation of %s: %s',
                       dep.rp_uuid, err)
+
+
+def _dispatch_cleanup(ctx, device_uuid):
+    from oslo_messaging import exceptions as messaging_exc
+    from steward.common import context
+    from steward.conductor import cleanup_ops
+    try:
+        cleanup_ops.dispatch(ctx or context.get_admin_context(), device_uuid)
+    except (exception.StewardError, messaging_exc.MessagingException) as err:
+        # The release stands (it is committed); the device stays pending_cleaning and
+        # reserved, and the agent's next start moves it to error for an operator.
+        LOG.error('device %s: cleanup could not be dispatched: %s', device_uuid, err)
 
 
 def set_status(ctx, device_uuid, status):

@@ -6,6 +6,7 @@ import oslo_messaging as messaging
 from steward.common import exception
 from steward.common import states
 from steward.conductor import arq_ops
+from steward.conductor import cleanup_ops
 from steward.conductor import device_ops
 from steward.conductor import nova
 from steward.conductor import report
@@ -21,9 +22,11 @@ LOG = logging.getLogger(__name__)
 class ConductorManager:
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
-    def __init__(self, placement_client=None, notifier=None):
+    def __init__(self, placement_client=None, notifier=None, agent_api=None):
         self.placement = placement_client
         device_ops.set_placement_client(placement_client)
+        # None: the default AgentAPI, which learns each host's agent version.
+        device_ops.set_agent_api(agent_api)
         self.reporter = report.Reporter(placement_client,
                                         CONF.placement.create_compute_node)
         self.notifier = notifier or nova.NovaNotifier()
@@ -87,3 +90,42 @@ class ConductorManager:
         raise exception.NotProgrammable(
             uuid=dep.uuid, reason=f'driver {dep.driver_name or "unknown"} does not '
                                   f'support programming')
+
+    # -- device cleanup (1.1) --------------------------------------------------------
+    def device_clean(self, ctx, device_uuid):
+        return cleanup_ops.operator_clean(ctx, device_uuid)
+
+    def device_clean_plan(self, ctx, device_uuid):
+        return cleanup_ops.plan(ctx, device_uuid)
+
+    def device_cleanup_start(self, ctx, device_uuid, host, trigger):
+        return cleanup_ops.start(ctx, device_uuid, host, trigger)
+
+    def device_cleanup_progress(self, ctx, record_uuid, phase, percent, detail):
+        return cleanup_ops.progress(ctx, record_uuid, phase, percent, detail)
+
+    def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
+                              error_code=None, error_message=None):
+        result = cleanup_ops.finish(ctx, device_uuid, record_uuid, succeeded, record,
+                                    error_code, error_message)
+        if not result['placement_ok']:
+            # Make the host's next report re-sync Placement even if unchanged.
+            with db_session.reader() as s:
+                self.reporter.forget(db.device_get(s, device_uuid).hostname)
+        return result
+
+    def device_recovery_info(self, ctx, host, agent_version):
+        """An agent is starting: remember its RPC version, run the online data
+        migrations (spec 1 lists agent start among their entry points) and tell it
+        what to reconcile."""
+        device_ops.agent_api().record_host_version(host, agent_version)
+        done = data_migrations.run_all()
+        if any(done.values()):
+            LOG.info('Online data migrations at agent %s start: %s', host, done)
+        return cleanup_ops.recovery_info(ctx, host, self.placement)
+
+    def device_fail_interrupted(self, ctx, device_uuid, reason):
+        return cleanup_ops.fail_interrupted(ctx, device_uuid, reason)
+
+    def device_recover_missed_cleanup(self, ctx, device_uuid):
+        return cleanup_ops.recover_missed(ctx, device_uuid)

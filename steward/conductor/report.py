@@ -50,6 +50,46 @@ def handle_identity(info):
                       sort_keys=True)
 
 
+# std_board_info keys a cleanable device's driver locks in at discovery (spec 1):
+# kept as stored while the device is neither available nor in error, so a cleanup
+# in flight (or a retry of it) runs the action it was released with.
+LOCKED_BOARD_KEYS = ('cleanup_action', 'cleanup')
+LOCK_FREE_STATES = (states.DEV_AVAILABLE, states.DEV_ERROR)
+
+
+def _board(text):
+    try:
+        board = json.loads(text or '{}')
+    except (TypeError, ValueError):
+        return None
+    return board if isinstance(board, dict) else None
+
+
+def excluded_reason(board_text):
+    """Why the driver keeps a device out of the pool (its cleanup policy cannot be
+    met), from the reported std_board_info; None when it may be used."""
+    board = _board(board_text) or {}
+    cleanup = board.get('cleanup')
+    return cleanup.get('excluded') if isinstance(cleanup, dict) else None
+
+
+def locked_board_info(device, reported):
+    """The std_board_info to store: the reported one, except that the locked-in
+    cleanup keys of a device being used or cleaned keep their stored values."""
+    if device.device_state in LOCK_FREE_STATES or device.device_state is None or \
+            not device_ops.supports_cleaning(device):
+        return reported
+    old, new = _board(device.std_board_info), _board(reported)
+    if old is None or new is None:
+        return reported
+    for key in LOCKED_BOARD_KEYS:
+        if key in old:
+            new[key] = old[key]
+        else:
+            new.pop(key, None)
+    return json.dumps(new, sort_keys=True)
+
+
 def canonical(info):
     try:
         return json.dumps(json.loads(info), sort_keys=True)
@@ -128,6 +168,7 @@ class Reporter:
                     cpid_by_device[device.id] = cpid
                 else:
                     self._update_device(device, rep)
+                    self._exclude_if_needed(s, ctx, device)
                 seen.add(device.id)
                 removed_rps += self._diff_deployables(
                     s, device, cpid_by_device[device.id], rep.deployable_list,
@@ -140,12 +181,17 @@ class Reporter:
         return removed_rps
 
     def _add_device(self, s, host, rep):
+        excluded = excluded_reason(rep.std_board_info)
         device = m.Device(uuid=uuidutils.generate_uuid(), type=rep.type,
                           vendor=rep.vendor, model=rep.model,
                           std_board_info=rep.std_board_info,
                           vendor_board_info=rep.vendor_board_info, hostname=host,
                           status=states.DEVICE_STATUS_ENABLED,
-                          device_state=states.DEV_AVAILABLE)
+                          device_state=states.DEV_ERROR if excluded
+                          else states.DEV_AVAILABLE)
+        if excluded:
+            LOG.error('device %s on %s: kept in error: %s',
+                      device.uuid, host, excluded)
         s.add(device)
         s.flush()
         cpid = m.ControlpathID(uuid=uuidutils.generate_uuid(), device_id=device.id,
@@ -160,8 +206,21 @@ class Reporter:
     @staticmethod
     def _update_device(device, rep):
         for field in ('type', 'vendor', 'model', 'std_board_info', 'vendor_board_info'):
-            if getattr(device, field) != getattr(rep, field):
-                setattr(device, field, getattr(rep, field))
+            value = getattr(rep, field)
+            if field == 'std_board_info':
+                value = locked_board_info(device, value)
+            if getattr(device, field) != value:
+                setattr(device, field, value)
+
+    @staticmethod
+    def _exclude_if_needed(s, ctx, device):
+        """An available device whose cleanup policy can no longer be met goes to
+        error: it must not be handed out when it could not be cleaned after."""
+        reason = excluded_reason(device.std_board_info)
+        if reason and device.device_state == states.DEV_AVAILABLE:
+            s.flush()
+            states.advance(s, m.Device, device, states.DEV_ERROR, event='fail',
+                           reason=f'excluded: {reason}', request_id=ctx.request_id)
 
     def _diff_deployables(self, s, device, cpid, reported, existing, attrs, handles):
         removed = []

@@ -8,11 +8,15 @@ know which.
 History of the conductor RPC API:
     1.0 - report_data, arq_create, arq_bind, arq_unbind, arq_delete,
           device_set_status, deployable_program
+    1.1 - device cleanup (spec 1). From the API: device_clean, device_clean_plan.
+          From agents: device_cleanup_start, device_cleanup_progress,
+          device_cleanup_finish, device_recovery_info, device_fail_interrupted,
+          device_recover_missed_cleanup.
 """
 from steward.common import rpc
 from steward.conf import CONF
 
-RPC_API_VERSION = '1.0'
+RPC_API_VERSION = '1.1'
 
 
 class ConductorAPI:
@@ -21,10 +25,11 @@ class ConductorAPI:
         self._client = None if manager is not None else rpc.get_client(
             CONF.rpc_topic_conductor, RPC_API_VERSION, version_cap=version_cap)
 
-    def _call(self, ctx, method, timeout=None, **kwargs):
+    def _call(self, ctx, method, timeout=None, version=None, **kwargs):
         if self._manager is not None:
             return getattr(self._manager, method)(ctx, **kwargs)
-        client = self._client.prepare(timeout=timeout) if timeout else self._client
+        prepare = {k: v for k, v in (('timeout', timeout), ('version', version)) if v}
+        client = self._client.prepare(**prepare) if prepare else self._client
         return client.call(ctx, method, **kwargs)
 
     def report_data(self, ctx, host, rp_name, devices):
@@ -54,3 +59,41 @@ class ConductorAPI:
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
         return self._call(ctx, 'deployable_program', deployable_uuid=deployable_uuid,
                           image_uuid=image_uuid)
+
+    # -- 1.1: device cleanup -------------------------------------------------------
+    def device_clean(self, ctx, device_uuid):
+        """Operator re-clean (POST /v2/devices/{uuid}/clean): error -> pending_cleaning
+        and the agent is asked to clean it."""
+        return self._call(ctx, 'device_clean', version='1.1', device_uuid=device_uuid)
+
+    def device_clean_plan(self, ctx, device_uuid):
+        return self._call(ctx, 'device_clean_plan', version='1.1', device_uuid=device_uuid)
+
+    def device_cleanup_start(self, ctx, device_uuid, host, trigger):
+        """pending_cleaning -> cleaning; returns {'device': ..., 'erase_record': uuid}."""
+        return self._call(ctx, 'device_cleanup_start', version='1.1',
+                          device_uuid=device_uuid, host=host, trigger=trigger)
+
+    def device_cleanup_progress(self, ctx, record_uuid, phase, percent, detail):
+        return self._call(ctx, 'device_cleanup_progress', version='1.1',
+                          record_uuid=record_uuid, phase=phase, percent=percent,
+                          detail=detail)
+
+    def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
+                              error_code=None, error_message=None):
+        return self._call(ctx, 'device_cleanup_finish', version='1.1',
+                          device_uuid=device_uuid, record_uuid=record_uuid,
+                          succeeded=succeeded, record=record, error_code=error_code,
+                          error_message=error_message)
+
+    def device_recovery_info(self, ctx, host, agent_version):
+        return self._call(ctx, 'device_recovery_info', version='1.1', host=host,
+                          agent_version=agent_version)
+
+    def device_fail_interrupted(self, ctx, device_uuid, reason):
+        return self._call(ctx, 'device_fail_interrupted', version='1.1',
+                          device_uuid=device_uuid, reason=reason)
+
+    def device_recover_missed_cleanup(self, ctx, device_uuid):
+        return self._call(ctx, 'device_recover_missed_cleanup', version='1.1',
+                          device_uuid=device_uuid)

@@ -286,3 +286,78 @@ def arq_list_by_uuids_in_state(session, uuids, state):
         return []
     stmt = sa.select(m.ExtARQ).where(m.ExtARQ.uuid.in_(uuids), m.ExtARQ.state == state)
     return session.execute(stmt.order_by(m.ExtARQ.id)).scalars().all()
+
+
+# --- erase records (device cleanup attempts) ----------------------------------------
+ERASE_RECORD_COLUMNS = ('hostname', 'pci_address', 'trigger', 'status', 'action',
+                        'assurance_level', 'serial', 'model', 'firmware', 'started_at',
+                        'finished_at', 'phase', 'progress', 'progress_detail', 'sstat',
+                        'sstat_text', 'verification', 'verification_detail',
+                        'error_code', 'error_message')
+
+
+def _erase_values(values):
+    out = {k: v for k, v in values.items() if k in ERASE_RECORD_COLUMNS}
+    if 'capabilities' in values:
+        out['capabilities'] = json.dumps(values['capabilities'], sort_keys=True)
+    if 'details' in values:
+        out['details'] = json.dumps(values['details'], sort_keys=True)
+    return out
+
+
+def erase_record_create(session, device_uuid, **values):
+    rec = m.EraseRecord(uuid=uuidutils.generate_uuid(), device_uuid=device_uuid,
+                        **_erase_values(values))
+    session.add(rec)
+    session.flush()
+    return rec
+
+
+def erase_record_get(session, uuid):
+    return _one(session, sa.select(m.EraseRecord).where(m.EraseRecord.uuid == uuid),
+                exception.ResourceNotFound, 'Erase record', 'uuid', uuid)
+
+
+def erase_record_update(session, uuid, **values):
+    rec = erase_record_get(session, uuid)
+    for key, value in _erase_values(values).items():
+        setattr(rec, key, value)
+    return rec
+
+
+def erase_record_list(session, device_uuid, limit=None, status=None):
+    """Newest first."""
+    stmt = sa.select(m.EraseRecord).where(m.EraseRecord.device_uuid == device_uuid)
+    if status is not None:
+        stmt = stmt.where(m.EraseRecord.status == status)
+    stmt = stmt.order_by(m.EraseRecord.id.desc())
+    if limit:
+        stmt = stmt.limit(limit)
+    return session.execute(stmt).scalars().all()
+
+
+def erase_record_record(rec):
+    """Storage-neutral view of an erase record."""
+    out = {'uuid': rec.uuid, 'device_uuid': rec.device_uuid}
+    for key in ERASE_RECORD_COLUMNS:
+        out[key] = getattr(rec, key)
+    out['started_at'] = timestamp(rec.started_at)
+    out['finished_at'] = timestamp(rec.finished_at)
+    out['capabilities'] = json.loads(rec.capabilities) if rec.capabilities else None
+    out['details'] = json.loads(rec.details) if rec.details else {}
+    out['created_at'] = timestamp(rec.created_at)
+    out['updated_at'] = timestamp(rec.updated_at)
+    return out
+
+
+def devices_in_states(session, hostname, device_states):
+    stmt = sa.select(m.Device).where(m.Device.hostname == hostname,
+                                     m.Device.device_state.in_(device_states))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+def device_driver_name(session, device_id):
+    """driver_name of the device's (first) deployable, or None."""
+    return session.execute(
+        sa.select(m.Deployable.driver_name).where(m.Deployable.device_id == device_id)
+        .order_by(m.Deployable.id).limit(1)).scalar()

@@ -13,7 +13,7 @@ from steward.common import states
 
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', 'GENERIC', 'PCI', 'MDEV', 'NVME')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
-CPID_TYPES = ('PCI',)
+CPID_TYPES = ('PCI', 'SYSFS')   # SYSFS: a non-PCI device named in a sysfs class
 
 
 def _enum(name, values):
@@ -175,3 +175,45 @@ class ExtARQ(TimestampMixin, Base):
 
     device_profile = orm.relationship('DeviceProfile', lazy='raise')
     attach_handle = orm.relationship('AttachHandle', lazy='raise')
+
+
+ERASE_STATUSES = ('running', 'succeeded', 'failed', 'interrupted')
+
+
+class EraseRecord(TimestampMixin, Base):
+    """One cleanup attempt of one device: the erase certificate operators and
+    auditors read (spec 1, beyond the spec: serial, firmware, action, capabilities,
+    timings, SSTAT, read-back verification, assurance level). Keyed by the device
+    uuid without a foreign key on purpose: the record must outlive the device row
+    (a device that is replaced or no longer discovered is deleted)."""
+    __tablename__ = 'erase_records'
+    __table_args__ = (
+        sa.Index('erase_records_device_uuid_idx', 'device_uuid'),
+        sa.Index('erase_records_status_idx', 'status'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    device_uuid = orm.mapped_column(sa.String(36), nullable=False)
+    hostname = orm.mapped_column(sa.String(255))
+    pci_address = orm.mapped_column(sa.String(32))
+    trigger = orm.mapped_column(sa.String(32))          # unbind | operator | recovery
+    status = orm.mapped_column(_enum('erase_status', ERASE_STATUSES), nullable=False)
+    action = orm.mapped_column(sa.String(32))
+    assurance_level = orm.mapped_column(sa.String(32))
+    serial = orm.mapped_column(sa.String(255))
+    model = orm.mapped_column(sa.String(255))
+    firmware = orm.mapped_column(sa.String(255))
+    capabilities = orm.mapped_column(sa.Text)           # JSON object
+    started_at = orm.mapped_column(sa.DateTime)
+    finished_at = orm.mapped_column(sa.DateTime)
+    phase = orm.mapped_column(sa.String(32))
+    progress = orm.mapped_column(sa.Float)              # percent of the current phase
+    progress_detail = orm.mapped_column(sa.Text)
+    sstat = orm.mapped_column(sa.Integer)
+    sstat_text = orm.mapped_column(sa.Text)
+    verification = orm.mapped_column(sa.String(16))     # passed | failed | skipped
+    verification_detail = orm.mapped_column(sa.Text)
+    error_code = orm.mapped_column(sa.String(64))
+    error_message = orm.mapped_column(sa.Text)
+    details = orm.mapped_column(sa.Text)                # JSON: namespaces, watermarks...

@@ -29,5 +29,7 @@ class Driver(abc.ABC):
     def discover(self):
         """Return a list of DriverDevice."""
 
-    def cleanup(self, device):
-        """Clean ``device`` (a dict of its stored fields). Default: nothing to do."""
+    def cleanup(self, device, job=None):
+        """Clean ``device`` (a dict of its stored fields). ``job`` reports phase and
+        progress and carries the erase record (steward/drivers/cleanup_job.py).
+        Default: nothing to do."""

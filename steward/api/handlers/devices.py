@@ -1,19 +1,23 @@
 """Devices: ``/v2/devices``."""
 from steward.api import handlers
+from steward.api import microversion
 from steward.api import policy
 from steward.api import views
+from steward.common import exception
 from steward.common import states
 from steward.db import api as db
 from steward.db import session
 
-# Exact-match filters, applied in SQL (db.device_list).
+# Exact-match filters, applied in SQL (db.device_list); device_state from 2.5.
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
+FILTERS_2_5 = FILTERS + ('device_state',)
 
 
 def list_devices(req):
     """200 {"devices": [...]}; 400 unknown filter; 403."""
     policy.authorize(req.ctx, 'cyborg:device:get_all')
-    filters = req.query_args(FILTERS)
+    filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
+                             else FILTERS)
     if 'id' in filters:
         filters['id'] = handlers.int_arg('id', filters['id'])
     with session.reader() as s:
@@ -46,3 +50,52 @@ def enable(req):
 def disable(req):
     """200 (no body): status maintaining; 400; 403 (admin only); 404."""
     return _set_status(req, 'cyborg:device:disable', states.DEVICE_STATUS_MAINTAINING)
+
+
+def clean(req):
+    """202 (no body): the device goes error -> pending_cleaning and its agent
+    re-runs the locked-in cleanup action. 400 not a UUID, device cannot clean
+    (``cyb.device.cannot_clean``) or its agent is too old (``cyb.rpc.agent_too_old``);
+    403 (admin only); 404; 406 below 2.5; 409 not in error
+    (``cyb.cleaning.in_progress``); 503 the agent could not be asked."""
+    policy.authorize(req.ctx, 'cyborg:device:clean')
+    microversion.require(req.version, microversion.DEVICE_STATE,
+                         'POST /v2/devices/{uuid}/clean')
+    req.query_args(())
+    uuid = handlers.check_uuid('device uuid', req.params['uuid'])
+    req.conductor.device_clean(req.ctx, uuid)
+    return handlers.empty(202)
+
+
+def clean_plan(req):
+    """200 what a clean would run and why (nothing is executed); 400; 403 (admin
+    only); 404; 406 below 2.5."""
+    policy.authorize(req.ctx, 'cyborg:device:clean_plan')
+    microversion.require(req.version, microversion.DEVICE_STATE,
+                         'GET /v2/devices/{uuid}/clean_plan')
+    req.query_args(())
+    uuid = handlers.check_uuid('device uuid', req.params['uuid'])
+    return handlers.json_response(req.conductor.device_clean_plan(req.ctx, uuid))
+
+
+def erase_records(req):
+    """200 {"erase_records": [...]} newest first (``?limit=N``); a running one
+    carries the cleanup's phase and progress. Records outlive their device. 400;
+    403; 404 (no such device and no records); 406 below 2.5."""
+    policy.authorize(req.ctx, 'cyborg:device:erase_records')
+    microversion.require(req.version, microversion.DEVICE_STATE,
+                         'GET /v2/devices/{uuid}/erase_records')
+    args = req.query_args(('limit',))
+    limit = None
+    if 'limit' in args:
+        limit = handlers.int_arg('limit', args['limit'])
+        if limit < 1:
+            raise exception.InvalidParameter(name='limit', value=limit,
+                                             reason='a positive integer is expected')
+    uuid = handlers.check_uuid('device uuid', req.params['uuid'])
+    with session.reader() as s:
+        rows = db.erase_record_list(s, uuid, limit=limit)
+        if not rows:
+            db.device_get(s, uuid)
+        return handlers.json_response({'erase_records': [
+            views.erase_record(req, db.erase_record_record(r)) for r in rows]})

@@ -22,10 +22,10 @@ def test_versions_are_contiguous_from_2_0():
     assert microversion.MAX_VERSION == versions[-1]
 
 
-def test_latest_version_is_2_4():
+def test_latest_version_is_2_5():
     # Raise with care: a new microversion also needs its history entry, and
     # The newest entry of the canonical list; a new one must update this test.
-    assert microversion.max_version_string() == '2.4'
+    assert microversion.max_version_string() == '2.5'
 
 
 def test_every_version_has_a_history_entry():
@@ -38,14 +38,15 @@ def test_every_version_has_a_history_entry():
 
 def test_feature_constants_are_listed():
     listed = {v for v, _ in microversion.VERSIONS}
-    for name in ('INITIAL', 'ARQ_BIND_PROJECT_ID', 'DP_GET_BY_NAME', 'DEVICE_STATUS'):
+    for name in ('INITIAL', 'ARQ_BIND_PROJECT_ID', 'DP_GET_BY_NAME', 'DEVICE_STATUS',
+                 'PCI_MANAGED', 'DEVICE_STATE'):
         assert getattr(microversion, name) in listed
 
 
 def test_gap_is_refused():
     with pytest.raises(AssertionError):
         microversion._add('2.9', 'a gap')
-    assert len(microversion.VERSIONS) == 5
+    assert len(microversion.VERSIONS) == 6
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -53,10 +54,10 @@ def test_gap_is_refused():
     (None, (2, 0)),
     ('accelerator 2.1', (2, 1)),
     ('accelerator 2.3', (2, 3)),
-    ('accelerator latest', (2, 4)),
+    ('accelerator latest', (2, 5)),
     ('ACCELERATOR 2.2', (2, 2)),
     ('2.2', (2, 2)),                         # bare form, deprecated
-    ('latest', (2, 4)),
+    ('latest', (2, 5)),
     ('compute 2.60', (2, 0)),                # another service's: not ours
     ('compute 2.60, accelerator 2.3', (2, 3)),
 ])
@@ -78,7 +79,7 @@ def _check_headers(r, served):
     for name in HEADERS:
         assert name in r.headers, (name, r.status_code, r.text)
     assert r.headers['openstack-api-minimum-version'] == '2.0'
-    assert r.headers['openstack-api-maximum-version'] == '2.4'
+    assert r.headers['openstack-api-maximum-version'] == microversion.max_version_string()
     assert r.headers['openstack-api-version'] == f'accelerator {served}'
     assert r.headers['vary'] == 'OpenStack-API-Version'
     assert r.headers['x-openstack-request-id'].startswith('req-')
@@ -94,7 +95,7 @@ def _check_headers(r, served):
 ])
 def test_headers_on_every_v2_answer(client, method, path, status):
     for header, served in ((None, '2.0'), ('accelerator 2.2', '2.2'),
-                           ('accelerator latest', '2.4')):
+                           ('accelerator latest', microversion.max_version_string())):
         r = client.request(method, path,
                            headers={'OpenStack-API-Version': header} if header else {})
         assert r.status_code == status, r.text
@@ -108,7 +109,8 @@ def test_406_is_json_with_headers(client, value):
     assert r.status_code == 406
     body = r.json()
     assert body['error_code'] == 'cyb.microversion.not_acceptable'
-    assert '2.0' in body['error_message'] and '2.4' in body['error_message']
+    assert '2.0' in body['error_message'] and \
+        microversion.max_version_string() in body['error_message']
     assert body['faultstring'] == body['error_message']
     assert body['request_id'] == r.headers['x-openstack-request-id']
     _check_headers(r, '2.0')

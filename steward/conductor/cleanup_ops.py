@@ -1,0 +1,326 @@
+"""Device cleanup on the conductor side (spec 1): dispatching cleanup_device to the
+device's agent, the operator's re-clean, the transitions agents ask for while they
+clean (agents reach the database only through here), erase records, the start-up
+recovery queries, and the plan ("what would a clean do, and why").
+
+States move only through ``states.advance`` and each transition checks the state it
+expects, so a late answer (a cleanup that finishes after its timeout moved the device
+to error, a duplicate cast) cannot undo a newer decision: it is recorded and ignored.
+Placement follows the state: reserved = total for every state but available.
+"""
+import json
+import logging
+
+import oslo_messaging as messaging
+from oslo_utils import timeutils
+
+from steward.common import exception
+from steward.common import states
+from steward.conductor import device_ops
+from steward.db import api as db
+from steward.db import models as m
+from steward.db import session as db_session
+
+LOG = logging.getLogger(__name__)
+
+CLEANUP_RPC = '1.1'
+RECORD_COLUMNS = ('serial', 'model', 'firmware', 'capabilities', 'action',
+                  'assurance_level', 'sstat', 'sstat_text', 'verification',
+                  'verification_detail', 'pci_address')
+RESULT_NOT_DETAILS = frozenset(RECORD_COLUMNS) | {'sprog'}
+
+
+def board_of(device):
+    try:
+        board = json.loads(device.std_board_info or '{}')
+    except ValueError:
+        return {}
+    return board if isinstance(board, dict) else {}
+
+
+def _payload(s, device):
+    from steward.agent import rpcapi as agent_rpcapi
+    return agent_rpcapi.device_payload(device, db.device_driver_name(s, device.id))
+
+
+def _single_deployables(s, device):
+    deps = db.deployable_list(s, {'device_id': device.id})
+    if sum(d.num_accelerators for d in deps) != 1:
+        return []
+    for d in deps:
+        s.expunge(d)
+    return deps
+
+
+def _reserve(deps, reserve):
+    """Returns False when Placement could not be brought in line (the next report
+    of the host retries: see the caller)."""
+    ok = True
+    for dep in deps:
+        try:
+            device_ops.reserve(dep, reserve=reserve)
+        except exception.StewardError as err:
+            LOG.error('Placement reservation of %s (reserve=%s) failed: %s',
+                      dep.rp_uuid, reserve, err)
+            ok = False
+    return ok
+
+
+def _fail(s, device, reason, ctx=None):
+    states.advance(s, m.Device, device, states.DEV_ERROR, event='fail', reason=reason,
+                   request_id=getattr(ctx, 'request_id', None))
+    return _single_deployables(s, device)
+
+
+# --- from the conductor itself (unbind) and the API (operator) -----------------------
+def dispatch(ctx, device_uuid, trigger='unbind'):
+    """Ask the device's agent to clean it (device in pending_cleaning). An agent too
+    old for cleanup_device leaves the device in error: never handed out uncleaned."""
+    with db_session.reader() as s:
+        device = db.device_get(s, device_uuid)
+        host, payload = device.hostname, _payload(s, device)
+    api = device_ops.agent_api()
+    if not api.can_send_version(CLEANUP_RPC, host=host):
+        err = exception.AgentTooOld(host=host, feature='cleanup_device',
+                                    version=CLEANUP_RPC)
+        LOG.error('device %s needs cleaning but %s; moving it to error', device_uuid, err)
+        with db_session.writer() as s:
+            device = db.device_get(s, device_uuid)
+            deps = _fail(s, device, err.code, ctx)
+            db.erase_record_create(s, device_uuid, hostname=host, trigger=trigger,
+                                   status='failed', started_at=timeutils.utcnow(),
+                                   finished_at=timeutils.utcnow(),
+                                   action=board_of(device).get('cleanup_action'),
+                                   error_code=err.code, error_message=str(err))
+        _reserve(deps, True)
+        return False
+    api.cleanup_device(ctx, host, payload, trigger=trigger)
+    LOG.info('device %s: cleanup_device cast to the agent of %s (%s)', device_uuid, host,
+             trigger)
+    return True
+
+
+def operator_clean(ctx, device_uuid):
+    """POST /v2/devices/{uuid}/clean: error -> pending_cleaning, then dispatch.
+    400 cannot clean / agent too old, 404, 409 any state but error."""
+    with db_session.reader() as s:
+        device = db.device_get(s, device_uuid)
+        _check_cleanable(device)
+        host = device.hostname
+    if not device_ops.agent_api().can_send_version(CLEANUP_RPC, host=host):
+        raise exception.AgentTooOld(host=host, feature='cleanup_device (device clean)',
+                                    version=CLEANUP_RPC)
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        _check_cleanable(device)
+        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                       event='operator_clean', reason='POST /clean',
+                       request_id=ctx.request_id)
+    try:
+        dispatch(ctx, device_uuid, trigger='operator')
+    except messaging.MessagingException as err:
+        # Nobody was asked: put the device back where the operator found it.
+        with db_session.writer() as s:
+            device = db.device_get(s, device_uuid)
+            if device.device_state == states.DEV_PENDING_CLEANING:
+                _fail(s, device, 'cleanup_device could not be sent', ctx)
+        raise exception.ServiceUnavailable(service=f'the agent of {host}',
+                                           reason=str(err))
+
+
+def _check_cleanable(device):
+    if not device_ops.supports_cleaning(device):
+        cleanable = ', '.join(sorted(device_ops.CLEANABLE_TYPES))
+        raise exception.DeviceCannotClean(
+            uuid=device.uuid, reason=f'devices of type {device.type} are not cleaned '
+                                     f'(only {cleanable})')
+    if device.device_state != states.DEV_ERROR:
+        raise exception.DeviceCleaningConflict(uuid=device.uuid,
+                                               state=device.device_state or 'not backfilled')
+    board = board_of(device)
+    if not board.get('cleanup_action'):
+        reason = (board.get('cleanup') or {}).get('reason') or \
+            'no cleanup action was locked in at discovery'
+        raise exception.DeviceCannotClean(uuid=device.uuid, reason=reason)
+
+
+def plan(ctx, device_uuid):
+    """What POST /clean would run on the device and why; executes nothing."""
+    from steward.drivers import nvme_policy
+    with db_session.reader() as s:
+        device = db.device_get(s, device_uuid)
+        board = board_of(device)
+        last = db.erase_record_list(s, device_uuid, limit=1)
+        last = db.erase_record_record(last[0]) if last else None
+    cleanup = board.get('cleanup') or {}
+    action = board.get('cleanup_action')
+    out = {'device_uuid': device.uuid, 'device_state': device.device_state,
+           'type': device.type, 'hostname': device.hostname,
+           'pci_address': board.get('pci_address'),
+           'cleanup_action': action,
+           'assurance_level': nvme_policy.ASSURANCE.get(action),
+           'policy': {'clear_action': cleanup.get('clear_action'),
+                      'clear_strategy': cleanup.get('clear_strategy')},
+           'capabilities': cleanup.get('capabilities'),
+           'reason': cleanup.get('reason'),
+           'steps': list(nvme_policy.STEPS.get(action, ())),
+           'last_erase_record': last}
+    try:
+        _check_cleanable(device)
+        out['accepted'], out['refusal'] = True, None
+    except exception.StewardError as err:
+        out['accepted'], out['refusal'] = False, {'code': err.code, 'message': str(err)}
+    return out
+
+
+# --- from the agent, while it cleans ----------------------------------------------
+def start(ctx, device_uuid, host, trigger):
+    """pending_cleaning -> cleaning and a running erase record. Raises
+    InvalidStateTransition when the device is not pending_cleaning (a duplicate or
+    stale request): the agent then does nothing."""
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        if device.hostname != host:
+            raise exception.Invalid(reason=f'device {device_uuid} belongs to '
+                                           f'{device.hostname}, not {host}')
+        states.advance(s, m.Device, device, states.DEV_CLEANING, event='start_cleaning',
+                       request_id=ctx.request_id)
+        board = board_of(device)
+        rec = db.erase_record_create(
+            s, device_uuid, hostname=host, trigger=trigger, status='running',
+            action=board.get('cleanup_action'), pci_address=board.get('pci_address'),
+            started_at=timeutils.utcnow(), phase='starting')
+        return {'device': _payload(s, device), 'erase_record': rec.uuid}
+
+
+def progress(ctx, record_uuid, phase, percent, detail):
+    with db_session.writer() as s:
+        rec = db.erase_record_get(s, record_uuid)
+        if rec.status == 'running':
+            db.erase_record_update(s, record_uuid, phase=phase, progress=percent,
+                                   progress_detail=detail)
+
+
+def _result_values(record):
+    record = dict(record or {})
+    values = {k: record[k] for k in RECORD_COLUMNS if k in record}
+    values['details'] = {k: v for k, v in record.items() if k not in RESULT_NOT_DETAILS}
+    if 'sprog' in record:
+        values['details']['sprog'] = record['sprog']
+    return values
+
+
+def finish(ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
+           error_message=None):
+    """cleaning -> available (reserved 0) or error (reserved total). Returns
+    {'device_state', 'applied', 'placement_ok'}; ``applied`` is False when the device
+    had already left cleaning (timed out, recovered): the result is only recorded."""
+    now = timeutils.utcnow()
+    values = _result_values(record)
+    values.update(finished_at=now)
+    if succeeded:
+        values.update(status='succeeded', phase='done', progress=100.0,
+                      error_code=None, error_message=None)
+    else:
+        values.update(status='failed', error_code=error_code,
+                      error_message=error_message, assurance_level='none')
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        rec = db.erase_record_get(s, record_uuid)
+        if device.device_state != states.DEV_CLEANING or rec.status != 'running':
+            LOG.warning('device %s: cleanup result (%s) arrived while the device is %s; '
+                        'recorded, state unchanged', device_uuid,
+                        'succeeded' if succeeded else error_code, device.device_state)
+            if rec.status == 'running':
+                values['status'] = 'interrupted' if succeeded else 'failed'
+                db.erase_record_update(s, record_uuid, **values)
+            return {'device_state': device.device_state, 'applied': False,
+                    'placement_ok': True}
+        db.erase_record_update(s, record_uuid, **values)
+        if succeeded:
+            states.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
+                           reason=f'{values.get("action")} verified',
+                           request_id=ctx.request_id)
+            deps = _single_deployables(s, device)
+        else:
+            deps = _fail(s, device, error_code or 'cleanup failed', ctx)
+        state = device.device_state
+    ok = _reserve(deps, not succeeded)
+    return {'device_state': state, 'applied': True, 'placement_ok': ok}
+
+
+# --- agent start: crash recovery ----------------------------------------------------
+def recovery_info(ctx, host, placement=None):
+    """What an agent starting on ``host`` must reconcile: devices left in
+    pending_cleaning/cleaning (interrupted), cleanable devices allocated without an
+    active ARQ (a missed cleanup), and Placement reservations that disagree with
+    device_state."""
+    interrupted, missed, checks = [], [], []
+    with db_session.reader() as s:
+        for device in db.devices_in_states(s, host, (states.DEV_PENDING_CLEANING,
+                                                     states.DEV_CLEANING)):
+            interrupted.append(_payload(s, device))
+        for device in db.devices_in_states(s, host, (states.DEV_ALLOCATED,)):
+            if device_ops.supports_cleaning(device) and \
+                    not db.device_has_active_arq(s, device.id):
+                missed.append(_payload(s, device))
+        for device in db.device_list(s, {'hostname': host}):
+            deps = db.deployable_list(s, {'device_id': device.id})
+            single = sum(d.num_accelerators for d in deps) == 1
+            attrs = db.attributes_by_deployable(s, [d.id for d in deps])
+            for dep in deps:
+                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
+                want = device_ops.desired_reserved(device, single, dep.num_accelerators)
+                if dep.rp_uuid and rc and want is not None:
+                    checks.append((device.uuid, device.device_state, dep.rp_uuid, rc, want))
+    mismatches = []
+    if placement is not None:
+        for device_uuid, state, rp, rc, want in checks:
+            try:
+                inv = placement.get_inventory(rp).get(rc)
+            except exception.StewardError as err:
+                LOG.warning('Reservation check of %s skipped: %s', rp, err)
+                continue
+            if inv is not None and inv.get('reserved') != want:
+                mismatches.append({'device_uuid': device_uuid, 'device_state': state,
+                                   'rp_uuid': rp, 'resource_class': rc,
+                                   'reserved': inv.get('reserved'), 'expected': want})
+    return {'interrupted': interrupted, 'missed': missed, 'mismatches': mismatches}
+
+
+def fail_interrupted(ctx, device_uuid, reason):
+    """A cleanup the agent did not see finish (it was restarted): -> error, with
+    what the hardware says recorded in the erase record."""
+    code = 'cyb.cleanup.interrupted'
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
+            return {'device_state': device.device_state, 'applied': False}
+        deps = _fail(s, device, f'{code}: {reason}', ctx)
+        now = timeutils.utcnow()
+        running = db.erase_record_list(s, device_uuid, status='running')
+        message = f'agent restarted during cleanup; {reason}'
+        for rec in running:
+            db.erase_record_update(s, rec.uuid, status='interrupted', finished_at=now,
+                                   error_code=code, error_message=message,
+                                   assurance_level='none')
+        if not running:
+            db.erase_record_create(s, device_uuid, hostname=device.hostname,
+                                   trigger='recovery', status='interrupted',
+                                   action=board_of(device).get('cleanup_action'),
+                                   started_at=now, finished_at=now, error_code=code,
+                                   error_message=message, assurance_level='none')
+    _reserve(deps, True)
+    return {'device_state': states.DEV_ERROR, 'applied': True}
+
+
+def recover_missed(ctx, device_uuid):
+    """allocated with no active ARQ -> pending_cleaning; the agent then cleans it."""
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        if db.device_has_active_arq(s, device.id):
+            raise exception.Conflict(reason=f'device {device_uuid} has an active ARQ')
+        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                       event='recover_missed_cleanup', reason='allocated without an ARQ',
+                       request_id=ctx.request_id)
+        return _payload(s, device)

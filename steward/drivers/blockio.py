@@ -1,0 +1,183 @@
+"""Host-side block I/O for cleanup: zeroing a whole block device at disk speed and
+the read-back watermarks that prove an erase reached the media.
+
+Everything goes through O_DIRECT with page-aligned buffers (anonymous mmap), so
+writes reach the device rather than the page cache and read-backs see what the
+device returns, not a cached copy of what was there before the erase. Where
+O_DIRECT is refused (tmpfs) the file is used buffered and flushed, which on such a
+file system is the same storage.
+"""
+import errno
+import logging
+import mmap
+import os
+
+LOG = logging.getLogger(__name__)
+
+ALIGN = 4096
+# One write per 4 MiB: past ~1 MiB the kernel splits a direct write into the
+# device's max transfer size anyway; bench/cleanup.py measures it against dd.
+ZERO_CHUNK = 4 * 1024 * 1024
+MARK_SIZE = ALIGN
+MARKS_PER_NAMESPACE = 10
+
+
+class Cancelled(Exception):
+    """The caller's cancel event was set while writing."""
+
+
+def _open(path, flags):
+    """(fd, direct) opening ``path`` with O_DIRECT when the file system allows it."""
+    try:
+        return os.open(path, flags | os.O_DIRECT | os.O_CLOEXEC), True
+    except OSError as err:
+        if err.errno != errno.EINVAL:
+            raise
+    return os.open(path, flags | os.O_CLOEXEC), False
+
+
+def size_of(path):
+    """Bytes of a block device or file (what a reader of it can address)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd, view, offset):
+    done = 0
+    while done < len(view):
+        n = os.pwrite(fd, view[done:], offset + done)
+        if n <= 0:
+            raise OSError(errno.EIO, f'short write at {offset + done}')
+        done += n
+    return done
+
+
+def _pread_exact(fd, view, offset):
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n <= 0:
+            raise OSError(errno.EIO, f'short read at {offset + done}')
+        done += n
+    return done
+
+
+def zero_fill(path, cancel=None, progress=None, chunk=ZERO_CHUNK):
+    """Overwrite every byte of ``path`` with zeroes; returns the bytes written.
+
+    One large aligned zero buffer is written over and over with pwrite (no copy,
+    no per-block Python work); ``progress(fraction)`` is called after each chunk and
+    ``cancel`` (an Event) is checked there too. The tail that is not a multiple of
+    the alignment is written through a buffered descriptor.
+    """
+    size = size_of(path)
+    fd, direct = _open(path, os.O_WRONLY)
+    buf = mmap.mmap(-1, chunk)
+    # Fault the pages in once, so each direct write pins resident memory.
+    buf.write(bytes(chunk))
+    view = memoryview(buf)
+    offset = 0
+    try:
+        aligned_end = size - size % ALIGN if direct else size
+        while offset < aligned_end:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            n = min(chunk, aligned_end - offset)
+            offset += _pwrite_all(fd, view[:n], offset)
+            if progress is not None:
+                progress(offset / size)
+        if offset < size:
+            tail = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                offset += _pwrite_all(tail, view[:size - offset], offset)
+                os.fsync(tail)
+            finally:
+                os.close(tail)
+        os.fsync(fd)
+    finally:
+        view.release()
+        buf.close()
+        os.close(fd)
+    if progress is not None:
+        progress(1.0)
+    return offset
+
+
+def mark_offsets(size, count=MARKS_PER_NAMESPACE):
+    """Spread, aligned offsets: the first block, one per 1/count of the device and
+    the last block (boot sectors and backup GPTs live at the ends)."""
+    if size < MARK_SIZE:
+        return []
+    last = (size - MARK_SIZE) // ALIGN * ALIGN
+    offsets = {min(i * size // count // ALIGN * ALIGN, last) for i in range(count)}
+    offsets.add(last)
+    return sorted(offsets)
+
+
+def write_marks(path, count=MARKS_PER_NAMESPACE):
+    """Write random watermarks on ``path``; returns [(offset, bytes)]."""
+    marks = [(off, os.urandom(MARK_SIZE)) for off in mark_offsets(size_of(path), count)]
+    if not marks:
+        return marks
+    fd, _ = _open(path, os.O_WRONLY)
+    buf = mmap.mmap(-1, MARK_SIZE)
+    view = memoryview(buf)
+    try:
+        for off, data in marks:
+            buf[:] = data
+            _pwrite_all(fd, view, off)
+        os.fsync(fd)
+    finally:
+        view.release()
+        buf.close()
+        os.close(fd)
+    return marks
+
+
+def read_blocks(path, offsets, length=MARK_SIZE):
+    """{offset: bytes} read with O_DIRECT (bypassing whatever the page cache holds)."""
+    fd, direct = _open(path, os.O_RDONLY)
+    buf = mmap.mmap(-1, length)
+    view = memoryview(buf)
+    out = {}
+    try:
+        if not direct:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        for off in offsets:
+            _pread_exact(fd, view, off)
+            out[off] = bytes(buf)
+    finally:
+        view.release()
+        buf.close()
+        os.close(fd)
+    return out
+
+
+def check_marks(path, marks, expect_zero):
+    """Problems found reading ``marks`` back from ``path`` (empty list: clean).
+
+    A watermark that reads back unchanged means the erase did not reach that block;
+    with ``expect_zero`` (zeroing actions) any non-zero byte there is a problem too.
+    """
+    problems = []
+    if not marks:
+        return problems
+    found = read_blocks(path, [off for off, _ in marks])
+    zero = bytes(MARK_SIZE)
+    for off, data in marks:
+        got = found[off]
+        if got == data:
+            problems.append(f'{path}@{off}: watermark survived')
+        elif expect_zero and got != zero:
+            problems.append(f'{path}@{off}: not zero after zeroing')
+    return problems
+
+
+def find_any_mark(path, marks_by_content, offsets):
+    """Offsets of ``path`` whose block equals any known watermark (after a namespace
+    consolidation the old namespaces' marks may surface anywhere)."""
+    found = read_blocks(path, offsets)
+    return [off for off, data in found.items() if data in marks_by_content]

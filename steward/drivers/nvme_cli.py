@@ -1,0 +1,394 @@
+"""Running nvme-cli and reading what it prints (2.3 as shipped by Debian 12, and >= 2.4).
+
+nvme-cli's exit code is only ever 0 or 1 and an NVMe status never becomes the exit
+code: a failure is recognised by rc 1 with ``NVMe status: <name>: <text>(0x<status>)``
+(or an OS error) on stderr, and stdout empty. The JSON differs between versions, so
+every parser accepts both shapes:
+
+* 128-bit fields (tnvmcap, unvmcap, nvmcap...) are decimal *strings* in 2.3, numbers
+  later;
+* 2.3 prints 32-bit fields (sanicap, nn...) as *signed* ints, so ``value & 0xffffffff``;
+* sn/mn/fr come padded with spaces;
+* 0xffffffff ("not reported") in the sanitize log prints -1 in 2.3, 4294967295 later;
+* the sanitize log is keyed by the device's basename in 2.3 (``{"nvme0": {...}}``),
+  possibly flat elsewhere, and gains keys in newer versions.
+"""
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+
+from steward.common import exception
+
+LOG = logging.getLogger(__name__)
+
+U32 = 0xffffffff
+BLOCKS_PER_WRITE_ZEROES = 65536     # NLB is 16-bit and zero-based
+SANACT_EXIT_FAILURE, SANACT_BLOCK, SANACT_OVERWRITE, SANACT_CRYPTO = 1, 2, 3, 4
+
+SSTAT_NEVER, SSTAT_SUCCESS, SSTAT_IN_PROGRESS, SSTAT_FAILED, SSTAT_SUCCESS_NDAS = range(5)
+SSTAT_TEXT = {
+    SSTAT_NEVER: 'never sanitized',
+    SSTAT_SUCCESS: 'most recent sanitize succeeded',
+    SSTAT_IN_PROGRESS: 'sanitize in progress',
+    SSTAT_FAILED: 'most recent sanitize failed',
+    SSTAT_SUCCESS_NDAS: 'most recent sanitize (no-deallocate) succeeded',
+}
+SANACT_TEXT = {SANACT_EXIT_FAILURE: 'exit-failure', SANACT_BLOCK: 'block-erase',
+               SANACT_OVERWRITE: 'overwrite', SANACT_CRYPTO: 'crypto-erase'}
+
+# NVMe status codes (status & 0x7ff: SCT in bits 10:8, SC in 7:0; DNR/More dropped).
+STATUS_INVALID_OPCODE = 0x001
+STATUS_INVALID_FIELD = 0x002
+STATUS_SANITIZE_IN_PROGRESS = 0x01d
+STATUS_SANITIZE_FAILED = 0x01c
+STATUS_ACCESS_DENIED = 0x286
+
+
+# --- errors -----------------------------------------------------------------------
+class NvmeCliMissing(exception.InvalidConfiguration):
+    code = 'cyb.nvme.cli_missing'
+    message = ('nvme-cli is not installed or not executable ([nvme] nvme_cli = '
+               '%(binary)r): install the nvme-cli package on this host or set '
+               '[nvme] nvme_cli to its path.')
+
+
+class NvmeCommandFailed(exception.StewardError):
+    code = 'cyb.nvme.command_failed'
+    message = 'nvme %(command)s failed: %(reason)s'
+
+    def __init__(self, message=None, status=None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.status = status
+
+
+class NvmeInvalidOpcode(NvmeCommandFailed):
+    code = 'cyb.nvme.invalid_opcode'
+
+
+class NvmeSanitizeInProgress(NvmeCommandFailed):
+    code = 'cyb.nvme.sanitize_in_progress'
+
+
+class NvmeAccessDenied(NvmeCommandFailed):
+    # SED-locked drives answer this (0x4286); an erase cannot work until unlocked.
+    code = 'cyb.nvme.access_denied'
+
+
+class NvmeCommandTimeout(NvmeCommandFailed):
+    code = 'cyb.nvme.timeout'
+
+
+class NvmeBadOutput(NvmeCommandFailed):
+    code = 'cyb.nvme.bad_output'
+    message = 'nvme %(command)s printed something unexpected: %(reason)s'
+
+
+_STATUS_ERRORS = {STATUS_INVALID_OPCODE: NvmeInvalidOpcode,
+                  STATUS_SANITIZE_IN_PROGRESS: NvmeSanitizeInProgress,
+                  STATUS_ACCESS_DENIED: NvmeAccessDenied}
+_STATUS_RE = re.compile(r'NVMe status: (?P<text>.*)\(0x(?P<status>[0-9a-fA-F]+)\)\s*$', re.M)
+
+
+def error_from_stderr(command, stderr):
+    """The NvmeCommandFailed (subclass) describing a failed run's stderr."""
+    m = _STATUS_RE.search(stderr or '')
+    if m:
+        status = int(m.group('status'), 16)
+        cls = _STATUS_ERRORS.get(status & 0x7ff, NvmeCommandFailed)
+        return cls(command=command, status=status,
+                   reason=f'{m.group("text").strip()} (NVMe status 0x{status:x})')
+    lines = [ln.strip() for ln in (stderr or '').splitlines()
+             if ln.strip() and not ln.startswith('FAKENVME')]
+    return NvmeCommandFailed(command=command,
+                             reason=lines[0] if lines else 'exit status 1, no message')
+
+
+# --- parsed records ---------------------------------------------------------------
+def u32(value):
+    return int(value) & U32
+
+
+def u128(value):
+    """128-bit counters: a decimal string in 2.3, a number later."""
+    if value is None or value == '':
+        return 0
+    return int(value)
+
+
+def not_reported(value):
+    """Sanitize-log estimates: 0xffffffff (-1 in 2.3) means not reported."""
+    if value is None:
+        return None
+    value = int(value)
+    return None if value in (-1, U32) else value
+
+
+@dataclasses.dataclass
+class Controller:
+    vid: int
+    serial: str
+    model: str
+    firmware: str
+    cntlid: int
+    oacs: int
+    oncs: int
+    sanicap: int
+    fna: int
+    nn: int
+    tnvmcap: int
+
+    @property
+    def ces(self):
+        return bool(self.sanicap & 0x1)
+
+    @property
+    def bes(self):
+        return bool(self.sanicap & 0x2)
+
+    @property
+    def ows(self):
+        return bool(self.sanicap & 0x4)
+
+    @property
+    def wzs(self):
+        return bool(self.oncs & 0x8)
+
+    @property
+    def ns_mgmt(self):
+        return bool(self.oacs & 0x8)
+
+    def capabilities(self):
+        return {'ces': self.ces, 'bes': self.bes, 'wzs': self.wzs, 'ns_mgmt': self.ns_mgmt}
+
+
+def _json(command, text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as err:
+        raise NvmeBadOutput(command=command, reason=f'not JSON ({err}): {text[:200]!r}')
+
+
+def parse_id_ctrl(text):
+    d = _json('id-ctrl', text)
+    try:
+        return Controller(
+            vid=int(d['vid']), serial=str(d.get('sn', '')).strip(),
+            model=str(d.get('mn', '')).strip(), firmware=str(d.get('fr', '')).strip(),
+            cntlid=int(d.get('cntlid', 0)), oacs=int(d.get('oacs', 0)) & 0xffff,
+            oncs=int(d.get('oncs', 0)) & 0xffff, sanicap=u32(d.get('sanicap', 0)),
+            fna=int(d.get('fna', 0)) & 0xff, nn=u32(d.get('nn', 0)),
+            tnvmcap=u128(d.get('tnvmcap')))
+    except (KeyError, TypeError, ValueError) as err:
+        raise NvmeBadOutput(command='id-ctrl', reason=f'missing or bad field ({err})')
+
+
+@dataclasses.dataclass
+class Namespace:
+    nsid: int
+    nsze: int
+    ncap: int
+    flbas: int
+    lba_size: int
+
+    @property
+    def size_bytes(self):
+        return self.nsze * self.lba_size
+
+
+def parse_id_ns(text, nsid):
+    d = _json('id-ns', text)
+    try:
+        flbas = int(d.get('flbas', 0))
+        lbafs = d.get('lbafs') or [{'ds': 9}]
+        # FLBAS bits 3:0 index the format, bits 6:5 extend it past 16 formats.
+        index = (flbas & 0xf) | ((flbas >> 1) & 0x30)
+        lba_size = 2 ** int(lbafs[index]['ds']) if index < len(lbafs) else 512
+        return Namespace(nsid=nsid, nsze=int(d['nsze']), ncap=int(d.get('ncap', 0)),
+                         flbas=flbas, lba_size=lba_size)
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise NvmeBadOutput(command='id-ns', reason=f'missing or bad field ({err})')
+
+
+def parse_list_ns(text):
+    d = _json('list-ns', text)
+    try:
+        return sorted(u32(e['nsid']) for e in d.get('nsid_list', []))
+    except (KeyError, TypeError, ValueError) as err:
+        raise NvmeBadOutput(command='list-ns', reason=f'bad nsid_list ({err})')
+
+
+@dataclasses.dataclass
+class SanitizeStatus:
+    sprog: int
+    sstat: int                  # SSTAT bits 2:0
+    global_erased: bool
+    passes: int
+    sanact: int | None          # action of the most recent sanitize (SCDW10 bits 2:0)
+    estimates: dict             # {'crypto'|'block'|'overwrite': seconds or None}
+
+    @property
+    def in_progress(self):
+        return self.sstat == SSTAT_IN_PROGRESS
+
+    @property
+    def succeeded(self):
+        return self.sstat in (SSTAT_SUCCESS, SSTAT_SUCCESS_NDAS)
+
+    @property
+    def failed(self):
+        return self.sstat == SSTAT_FAILED
+
+    @property
+    def percent(self):
+        """Progress of a running sanitize (SPROG/65536), 100 once finished."""
+        if not self.in_progress:
+            return 100.0
+        return round(self.sprog * 100.0 / 65536, 1)
+
+    @property
+    def text(self):
+        return SSTAT_TEXT.get(self.sstat, f'reserved SSTAT value {self.sstat}')
+
+    def describe(self):
+        action = SANACT_TEXT.get(self.sanact, f'action {self.sanact}')
+        if self.in_progress:
+            return f'sanitize still in progress {self.percent:g} % ({action})'
+        if self.sstat == SSTAT_NEVER:
+            return self.text
+        return f'{self.text} ({action})'
+
+
+_SSTAT_RE = re.compile(r'\((\d+)\)')
+
+
+def _sstat_fields(raw):
+    """(sstat, global_erased, passes) from an int or 2.3's decoded object."""
+    if isinstance(raw, dict):
+        status = raw.get('status')
+        if isinstance(status, str):
+            m = _SSTAT_RE.search(status)
+            if not m:
+                raise ValueError(f'unrecognised sstat status {status!r}')
+            code = int(m.group(1))
+        else:
+            code = int(status) & 0x7
+        return code, bool(raw.get('global_erased', 0)), int(raw.get('no_cmplted_passes', 0))
+    value = int(raw)
+    return value & 0x7, bool(value & 0x100), (value >> 3) & 0x1f
+
+
+def parse_sanitize_log(text, device_name=None):
+    d = _json('sanitize-log', text)
+    if isinstance(d, dict) and 'sprog' not in d:
+        if device_name in d:
+            d = d[device_name]
+        elif len(d) == 1 and isinstance(next(iter(d.values())), dict):
+            d = next(iter(d.values()))
+    try:
+        sstat, erased, passes = _sstat_fields(d['sstat'])
+        cdw10 = d.get('cdw10_info', d.get('scdw10'))
+        return SanitizeStatus(
+            sprog=int(d['sprog']) & 0xffff, sstat=sstat, global_erased=erased,
+            passes=passes, sanact=None if cdw10 is None else int(cdw10) & 0x7,
+            estimates={'crypto': not_reported(d.get('time_crypto_erase')),
+                       'block': not_reported(d.get('time_block_erase')),
+                       'overwrite': not_reported(d.get('time_over_write'))})
+    except (KeyError, TypeError, ValueError) as err:
+        raise NvmeBadOutput(command='sanitize-log', reason=f'missing or bad field ({err})')
+
+
+_CREATED_RE = re.compile(r'created nsid:\s*(\d+)')
+
+
+def parse_created_nsid(text):
+    m = _CREATED_RE.search(text or '')
+    if not m:
+        raise NvmeBadOutput(command='create-ns', reason=f'no nsid in {text!r}')
+    return int(m.group(1))
+
+
+_VERSION_RE = re.compile(r'nvme version (\S+)')
+
+
+def parse_version(text):
+    m = _VERSION_RE.search(text or '')
+    return m.group(1) if m else None
+
+
+# --- running it -------------------------------------------------------------------
+class NvmeCli:
+    """The nvme-cli binary named by ``[nvme] nvme_cli``, run with this process's
+    environment. Each call has a timeout; nothing is retried here."""
+
+    def __init__(self, binary='nvme', timeout=60):
+        self.binary = binary
+        self.timeout = timeout
+
+    def path(self):
+        """Absolute path of the binary, or None when it cannot be run."""
+        if os.sep in self.binary:
+            return self.binary if os.access(self.binary, os.X_OK) else None
+        return shutil.which(self.binary)
+
+    def run(self, *args, timeout=None):
+        command = args[0]
+        argv = [self.binary, *[str(a) for a in args]]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=timeout or self.timeout, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise NvmeCliMissing(binary=self.binary)
+        except PermissionError:
+            raise NvmeCliMissing(binary=self.binary)
+        except subprocess.TimeoutExpired:
+            raise NvmeCommandTimeout(command=' '.join(map(str, args)),
+                                     reason=f'no answer within {timeout or self.timeout} s')
+        if proc.returncode != 0:
+            # Exit code 127/126 come from a wrapper script that could not exec nvme.
+            if proc.returncode in (126, 127):
+                raise NvmeCliMissing(binary=self.binary)
+            raise error_from_stderr(' '.join(map(str, args)), proc.stderr)
+        LOG.debug('nvme %s -> %d bytes', ' '.join(map(str, args)), len(proc.stdout))
+        return proc.stdout
+
+    def version(self):
+        return parse_version(self.run('version'))
+
+    def id_ctrl(self, dev):
+        return parse_id_ctrl(self.run('id-ctrl', dev, '-o', 'json'))
+
+    def id_ns(self, dev, nsid):
+        return parse_id_ns(self.run('id-ns', dev, '-n', nsid, '-o', 'json'), nsid)
+
+    def list_ns(self, dev, allocated=False):
+        args = ['list-ns', dev, '-o', 'json'] + (['-a'] if allocated else [])
+        return parse_list_ns(self.run(*args))
+
+    def sanitize_log(self, dev):
+        return parse_sanitize_log(self.run('sanitize-log', dev, '-o', 'json'),
+                                  os.path.basename(dev))
+
+    def sanitize(self, dev, sanact):
+        self.run('sanitize', dev, '-a', sanact)
+
+    def write_zeroes(self, dev, nsid, start_block, blocks):
+        if not 1 <= blocks <= BLOCKS_PER_WRITE_ZEROES:
+            raise ValueError(f'write-zeroes takes 1..{BLOCKS_PER_WRITE_ZEROES} blocks')
+        self.run('write-zeroes', dev, '-n', nsid, '-s', start_block, '-c', blocks - 1)
+
+    def create_ns(self, dev, blocks, flbas):
+        return parse_created_nsid(self.run('create-ns', dev, '-s', blocks, '-c', blocks,
+                                           '-f', flbas, timeout=max(self.timeout, 130)))
+
+    def attach_ns(self, dev, nsid, cntlid):
+        self.run('attach-ns', dev, '-n', nsid, '-c', cntlid)
+
+    def delete_ns(self, dev, nsid):
+        self.run('delete-ns', dev, '-n', nsid, timeout=max(self.timeout, 130))
+
+    def ns_rescan(self, dev):
+        self.run('ns-rescan', dev)

@@ -1,0 +1,148 @@
+"""The cleanup policy matrix of spec 1: (clear_action, clear_strategy, hardware
+capabilities) -> the one cleanup action locked in for a device.
+
+| clear_action | clear_strategy | selected cleanup operation                             |
+|--------------|----------------|--------------------------------------------------------|
+| auto         | auto           | CES sanitize, else BES sanitize, else write zeroes,    |
+|              |                | else shred                                             |
+| auto         | crypto         | CES sanitize only                                      |
+| auto         | block          | BES sanitize, else write zeroes, else shred            |
+| sanitize     | auto           | CES sanitize, else BES sanitize                        |
+| sanitize     | crypto         | CES sanitize only                                      |
+| sanitize     | block          | BES sanitize only                                      |
+| zero         | auto/block     | write zeroes, else shred                               |
+| zero         | crypto         | invalid configuration                                  |
+
+"shred" is host-side zeroing of the whole block device (no controller support
+needed), so rows ending in it can always be met; the others exclude a device whose
+controller lacks every listed capability. Nothing here runs anything: the plan
+endpoint and the driver share it.
+"""
+import dataclasses
+
+CLEAR_ACTIONS = ('auto', 'sanitize', 'zero')
+CLEAR_STRATEGIES = ('auto', 'crypto', 'block')
+
+SANITIZE_CRYPTO = 'sanitize_crypto'
+SANITIZE_BLOCK = 'sanitize_block'
+WRITE_ZEROES = 'write_zeroes'
+SHRED = 'shred'
+ACTIONS = (SANITIZE_CRYPTO, SANITIZE_BLOCK, WRITE_ZEROES, SHRED)
+
+# What each action needs from the controller (None: nothing).
+REQUIRES = {SANITIZE_CRYPTO: 'ces', SANITIZE_BLOCK: 'bes', WRITE_ZEROES: 'wzs', SHRED: None}
+
+LABEL = {SANITIZE_CRYPTO: 'CES sanitize', SANITIZE_BLOCK: 'BES sanitize',
+         WRITE_ZEROES: 'write zeroes', SHRED: 'shred'}
+
+# The assurance an action gives when it completes and its read-back passes
+# (recorded in every erase record).
+ASSURANCE = {SANITIZE_CRYPTO: 'purge-crypto', SANITIZE_BLOCK: 'purge-block',
+             WRITE_ZEROES: 'clear-write-zeroes', SHRED: 'clear-overwrite'}
+
+# The preference ladder of each valid row, strongest first.
+LADDERS = {
+    ('auto', 'auto'): (SANITIZE_CRYPTO, SANITIZE_BLOCK, WRITE_ZEROES, SHRED),
+    ('auto', 'crypto'): (SANITIZE_CRYPTO,),
+    ('auto', 'block'): (SANITIZE_BLOCK, WRITE_ZEROES, SHRED),
+    ('sanitize', 'auto'): (SANITIZE_CRYPTO, SANITIZE_BLOCK),
+    ('sanitize', 'crypto'): (SANITIZE_CRYPTO,),
+    ('sanitize', 'block'): (SANITIZE_BLOCK,),
+    ('zero', 'auto'): (WRITE_ZEROES, SHRED),
+    ('zero', 'block'): (WRITE_ZEROES, SHRED),
+}
+INVALID = {('zero', 'crypto'): 'clear_action=zero cannot give a cryptographic erase '
+                               '(clear_strategy=crypto); use clear_action=sanitize or auto'}
+
+_CAP_NAMES = {'ces': 'CES (Crypto Erase sanitize, SANICAP bit 0)',
+              'bes': 'BES (Block Erase sanitize, SANICAP bit 1)',
+              'wzs': 'WZS (Write Zeroes, ONCS bit 3)'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    action: str | None          # one of ACTIONS, or None when nothing can be locked in
+    reason: str                 # why, in words (shown by the plan and the logs)
+    invalid: bool = False       # the policy itself is wrong (zero + crypto)
+
+    @property
+    def excluded(self):
+        return self.action is None
+
+
+def policy_of(spec_fields):
+    """(clear_action, clear_strategy) of a device_spec entry, defaults applied."""
+    return (str(spec_fields.get('clear_action', 'auto')).lower(),
+            str(spec_fields.get('clear_strategy', 'auto')).lower())
+
+
+def validate(clear_action, clear_strategy):
+    """A reason string when a value is unknown (a configuration error), else None."""
+    if clear_action not in CLEAR_ACTIONS:
+        return f'clear_action {clear_action!r} is not one of {", ".join(CLEAR_ACTIONS)}'
+    if clear_strategy not in CLEAR_STRATEGIES:
+        return (f'clear_strategy {clear_strategy!r} is not one of '
+                f'{", ".join(CLEAR_STRATEGIES)}')
+    return None
+
+
+def resolve(clear_action, clear_strategy, caps):
+    """The locked-in action for a controller with capabilities ``caps`` (a dict
+    with ces, bes, wzs booleans; None when they could not be read)."""
+    policy = f'clear_action={clear_action} clear_strategy={clear_strategy}'
+    bad = validate(clear_action, clear_strategy)
+    if bad:
+        return Resolution(None, f'{policy}: {bad}', invalid=True)
+    if (clear_action, clear_strategy) in INVALID:
+        return Resolution(None, f'{policy}: invalid configuration: '
+                                f'{INVALID[(clear_action, clear_strategy)]}', invalid=True)
+    if caps is None:
+        return Resolution(None, f'{policy}: controller capabilities unknown '
+                                f'(id-ctrl could not be read)')
+    ladder = LADDERS[(clear_action, clear_strategy)]
+    skipped = []
+    for action in ladder:
+        need = REQUIRES[action]
+        if need is None or caps.get(need):
+            why = f'{policy}: {LABEL[action]}'
+            if need:
+                why += f' ({_CAP_NAMES[need]} supported)'
+            else:
+                why += ' (host-side zeroing of the whole block device)'
+            if skipped:
+                why += '; not ' + ', '.join(skipped)
+            return Resolution(action, why)
+        skipped.append(f'{LABEL[action]} (no {need.upper()})')
+    return Resolution(None, f'{policy} needs ' + ' or '.join(
+        _CAP_NAMES[REQUIRES[a]] for a in ladder) + '; the controller supports none: '
+        'device excluded from the pool')
+
+
+STEPS = {
+    SANITIZE_CRYPTO: (
+        'read the sanitize log; wait for a sanitize already in progress to end',
+        'write random watermarks at spread offsets of every namespace',
+        'nvme sanitize --sanact=start-crypto-erase (all namespaces)',
+        'poll the sanitize log (SPROG) until SSTAT leaves "in progress"; '
+        'SSTAT failed is a failure',
+        'read the watermarks back with O_DIRECT: none may survive'),
+    SANITIZE_BLOCK: (
+        'read the sanitize log; wait for a sanitize already in progress to end',
+        'write random watermarks at spread offsets of every namespace',
+        'nvme sanitize --sanact=start-block-erase (all namespaces)',
+        'poll the sanitize log (SPROG) until SSTAT leaves "in progress"; '
+        'SSTAT failed is a failure',
+        'read the watermarks back with O_DIRECT: none may survive'),
+    WRITE_ZEROES: (
+        'write random watermarks at spread offsets of every namespace',
+        'more than one namespace and namespace management (OACS bit 3): delete them '
+        'all and create one covering the whole capacity',
+        'nvme write-zeroes over every block, 65536 blocks per command',
+        'read the watermark offsets back with O_DIRECT: all zeroes, no watermark'),
+    SHRED: (
+        'write random watermarks at spread offsets of every namespace',
+        'more than one namespace and namespace management (OACS bit 3): delete them '
+        'all and create one covering the whole capacity',
+        'overwrite every namespace block device with zeroes from the host (O_DIRECT)',
+        'read the watermark offsets back with O_DIRECT: all zeroes, no watermark'),
+}

@@ -1,0 +1,238 @@
+"""The NVMe cleanup stack for functional tests: simulated controllers under the real
+nvme-cli (tests/nvme_sim), the real conductor and the nvme agent talking over the real
+oslo.messaging transport (in-process kombu), the real Placement, and the API app.
+
+    def test_x(nvme):                   # the fixture below
+        ctrl = nvme.sim.add_controller(...)
+        st = nvme.start()               # conductor + agent (init_host, one discovery)
+        dev = st.device()               # the API's view at 2.5
+"""
+import json
+import threading
+import time
+import uuid
+
+from fastapi import testclient
+import pytest
+
+from steward.agent import rpcapi as agent_rpcapi
+from steward.agent.manager import AgentManager
+from steward.api import app as api_app
+from steward.api import policy as api_policy
+from steward.conductor import device_ops
+from steward.conductor.manager import ConductorManager
+from steward.conductor.rpcapi import ConductorAPI
+from steward.conf import CONF
+from steward.placement import client as placement_client
+from steward import service
+from tests import placement_fixture
+from tests.functional import conductor_fixtures as cf
+from tests.nvme_sim import Simulation
+
+LATEST = {'OpenStack-API-Version': 'accelerator 2.5'}
+RC = 'CUSTOM_NVME_8086_0A54'
+TENANT = b'TENANT-SECRET-0123456789abcdef!' * 33       # 1023 bytes, easy to grep for
+
+
+class Stack:
+    def __init__(self, conf, sim, host, agent_api=None):
+        self.conf, self.sim, self.host = conf, sim, host
+        server = placement_fixture.get_placement()
+        self.placement_url = server.url
+        self.placement = placement_client.PlacementClient.from_conf(endpoint=server.url)
+        self.conductor = ConductorManager(self.placement, notifier=cf.RecordingNotifier(),
+                                          agent_api=agent_api)
+        self.conductor.init_host()
+        self.app = api_app.create_app(ConductorAPI(self.conductor))
+        self.api = testclient.TestClient(self.app, raise_server_exceptions=False)
+        self.agent = self.rpc_server = None
+
+    # -- the agent -----------------------------------------------------------------
+    def start_agent(self, discover=True):
+        self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host)
+        self.rpc_server = service.start_rpc_server(CONF.rpc_topic_agent, self.host,
+                                                   [self.agent])
+        self.agent.init_host()
+        if discover:
+            self.agent.run_cycle()
+        return self.agent
+
+    def kill_agent(self, wait=True):
+        """What a crash leaves: no outcome reported for running cleanups, no server."""
+        if self.agent is not None:
+            self.agent.stop()
+        if self.rpc_server is not None:
+            if wait:
+                service.stop_rpc_server(self.rpc_server)
+            else:
+                # The listener notices the stop at its next poll timeout (~1.4 s):
+                # at the end of a test nobody needs to wait for that.
+                self.rpc_server.stop()
+                threading.Thread(target=self.rpc_server.wait, daemon=True).start()
+        self.agent = self.rpc_server = None
+
+    def stop(self):
+        self.kill_agent(wait=False)
+        self.api.close()
+        device_ops.set_agent_api(None)
+
+    def discover(self):
+        self.conductor.reporter.forget(self.host)
+        return self.agent.run_cycle()
+
+    # -- reading ---------------------------------------------------------------------
+    def devices(self):
+        r = self.api.get('/v2/devices', headers=LATEST)
+        assert r.status_code == 200, r.text
+        return r.json()['devices']
+
+    def device(self, address=None):
+        for d in self.devices():
+            if address is None or json.loads(d['std_board_info'])['pci_address'] == address:
+                return d
+        raise AssertionError(f'no device at {address}')
+
+    def deployable(self, dev):
+        deps = self.api.get('/v2/deployables').json()['deployables']
+        return next(d for d in deps if d['name'] == f'{self.host}_'
+                    f'{json.loads(dev["std_board_info"])["pci_address"]}')
+
+    def inventory(self, rp_uuid, rc=RC):
+        with placement_fixture.admin_session(self.placement_url) as s:
+            return s.get(f'/resource_providers/{rp_uuid}/inventories').json()[
+                'inventories'][rc]
+
+    def traits(self, rp_uuid):
+        with placement_fixture.admin_session(self.placement_url) as s:
+            return set(s.get(f'/resource_providers/{rp_uuid}/traits').json()['traits'])
+
+    def records(self, dev_uuid):
+        r = self.api.get(f'/v2/devices/{dev_uuid}/erase_records', headers=LATEST)
+        assert r.status_code == 200, r.text
+        return r.json()['erase_records']
+
+    def wait_state(self, dev_uuid, states, timeout=60):
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            state = self.api.get(f'/v2/devices/{dev_uuid}', headers=LATEST).json()[
+                'device_state']
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            if state in states:
+                return seen
+            if time.monotonic() > deadline:
+                raise AssertionError(f'device {dev_uuid} stuck; states seen {seen}')
+            time.sleep(0.02)
+
+    # -- tenants ---------------------------------------------------------------------
+    def bind(self, dev, profile='nvme'):
+        """Nova's part (allocation in Placement) then Cyborg's bind; returns the
+        instance uuid. Raises AssertionError with the answers when refused."""
+        dep = self.deployable(dev)
+        if profile not in [p['name'] for p in self.api.get('/v2/device_profiles')
+                           .json()['device_profiles']]:
+            r = self.api.post('/v2/device_profiles', json=[
+                {'name': profile, 'groups': [{f'resources:{RC}': '1'}]}])
+            assert r.status_code == 201, r.text
+        inst = str(uuid.uuid4())
+        arq = self.api.post('/v2/accelerator_requests',
+                            json={'device_profile_name': profile}).json()[
+            'arqs'][0]['uuid']
+        with placement_fixture.admin_session(self.placement_url) as s:
+            alloc = s.put(f'/allocations/{inst}', json={
+                'allocations': {dep['rp_uuid']: {'resources': {RC: 1}}},
+                'project_id': 'p', 'user_id': 'u', 'consumer_generation': None,
+                'consumer_type': 'INSTANCE'})
+        r = self.api.patch('/v2/accelerator_requests', json={arq: [
+            {'op': 'add', 'path': '/hostname', 'value': self.host},
+            {'op': 'add', 'path': '/device_rp_uuid', 'value': dep['rp_uuid']},
+            {'op': 'add', 'path': '/instance_uuid', 'value': inst}]})
+        return inst, arq, alloc, r
+
+    def release(self, inst):
+        """Nova deleting the instance: its allocation, then the ARQs."""
+        with placement_fixture.admin_session(self.placement_url) as s:
+            s.delete(f'/allocations/{inst}')
+        r = self.api.delete(f'/v2/accelerator_requests?instance={inst}')
+        assert r.status_code == 204, r.text
+
+    def clean(self, dev_uuid, headers=LATEST):
+        return self.api.post(f'/v2/devices/{dev_uuid}/clean', headers=headers)
+
+
+class NvmeEnv:
+    def __init__(self, tmp_path, conf, monkeypatch):
+        self.conf = conf
+        self.sim = Simulation(tmp_path / 'sim')
+        # The driver runs [nvme] nvme_cli with the process environment: the shim rides
+        # along exactly as LD_PRELOAD would on a test host.
+        for key, value in self.sim.env.items():
+            monkeypatch.setenv(key, value)
+        conf.set_override('sysfs_root', self.sim.sysfs_root)
+        conf.set_override('dev_root', self.sim.dev_root)
+        conf.set_override('nvme_cli', self.sim.nvme_cli, group='nvme')
+        conf.set_override('device_spec', ['{"vendor_id": "8086"}'], group='nvme')
+        conf.set_override('enabled_drivers', ['nvme'], group='agent')
+        conf.set_override('cleanup_timeout', 30, group='nvme')
+        self.host = placement_fixture.unique_name('nvme-host')
+        self.stacks = []
+
+    def start(self, agent=True, agent_api=None):
+        st = Stack(self.conf, self.sim, self.host, agent_api=agent_api)
+        self.stacks.append(st)
+        if agent:
+            st.start_agent()
+        return st
+
+    def close(self):
+        for st in self.stacks:
+            st.stop()
+        self.sim.close()
+
+
+@pytest.fixture
+def nvme(db, conf, tmp_path, monkeypatch):
+    # The API needs a parsed CONF for oslo.policy (tests/functional/api/conftest.py).
+    CONF([], project='steward', default_config_files=[])
+    api_policy.reset()
+    env = NvmeEnv(tmp_path, conf, monkeypatch)
+    yield env
+    env.close()
+    api_policy.reset()
+
+
+def tenant_bytes_anywhere(ctrl, needle=TENANT[:64]):
+    """Offsets (per backing file) where the tenant's pattern can still be read."""
+    hits = []
+    for path in ctrl.backing_files():
+        with open(path, 'rb') as f:
+            data = f.read()
+        at = data.find(needle)
+        if at >= 0:
+            hits.append((path, at))
+    return hits
+
+
+def blocks_anywhere(ctrl, blocks, size=4096):
+    """Which of ``blocks`` (exact 4 KiB contents) appear at an aligned offset of any
+    backing file."""
+    wanted = set(blocks)
+    hits = []
+    for path in ctrl.backing_files():
+        with open(path, 'rb') as f:
+            off = 0
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                for i in range(0, len(chunk), size):
+                    if chunk[i:i + size] in wanted:
+                        hits.append((path, off + i))
+                off += len(chunk)
+    return hits
+
+
+def agent_version_api(version):
+    """An AgentAPI pinned to ``version`` for every host ([upgrade_levels]-style)."""
+    return agent_rpcapi.AgentAPI(version_cap=version)

@@ -1,0 +1,285 @@
+"""Secure cleanup end to end: simulated controllers under the real nvme-cli, the real
+conductor and agent over real RPC, the real Placement, the API.
+
+The promise under test: a device never reaches the next tenant with the previous
+tenant's data on it. Each fault leaves the device in error, reserved in Placement and
+refused to binds; POST /clean after the fault is fixed makes it available again.
+"""
+import json
+import logging
+import time
+
+import pytest
+
+from steward.common import states
+from steward.drivers import blockio
+from steward.drivers import nvme_cli
+from tests.functional import nvme_stack
+from tests.functional.nvme_stack import LATEST, TENANT, nvme  # noqa: F401 (fixture)
+
+MiB = 2 ** 20
+
+
+def _write_tenant_data(ctrl):
+    for ns in ctrl.namespaces():
+        for off in (0, 5 * MiB, ns['size'] - 8192):
+            ctrl.write(off, TENANT, nsid=ns['nsid'])
+    assert nvme_stack.tenant_bytes_anywhere(ctrl)
+
+
+@pytest.fixture
+def marks_spy(monkeypatch):
+    """Every watermark the cleanup writes (the real function runs; we keep a copy)."""
+    written = []
+    real = blockio.write_marks
+
+    def spy(path, count=blockio.MARKS_PER_NAMESPACE):
+        marks = real(path, count)
+        written.extend(data for _, data in marks)
+        return marks
+    monkeypatch.setattr(blockio, 'write_marks', spy)
+    return written
+
+
+def _transitions(caplog, dev_uuid):
+    """(from, to) of every device_state change of the device, from advance()'s log."""
+    out = []
+    for r in caplog.records:
+        msg = r.getMessage()
+        if r.name == 'steward.common.states' and msg.startswith(f'device {dev_uuid}: '):
+            out.append(tuple(msg.split(': ', 1)[1].split(' (')[0].split(' -> ')))
+    return out
+
+
+def _assert_quarantined(st, dev, code=None):
+    """error, reserved whole in Placement, refused to binds (Placement and Cyborg)."""
+    dev_now = st.api.get(f'/v2/devices/{dev["uuid"]}', headers=LATEST).json()
+    assert dev_now['device_state'] == states.DEV_ERROR
+    rp = st.deployable(dev)['rp_uuid']
+    inv = st.inventory(rp)
+    assert inv['reserved'] == inv['total'] == 1
+    inst, arq, alloc, bind = st.bind(dev, profile='again')
+    assert alloc.status_code == 409, alloc.text          # Placement: no capacity left
+    assert bind.status_code == 409, bind.text            # Cyborg's bind guard
+    assert bind.json()['error_code'] == 'cyb.bind.device_not_available'
+    st.api.delete(f'/v2/accelerator_requests/{arq}')
+    if code is not None:
+        rec = st.records(dev['uuid'])[0]
+        assert rec['error_code'] == code, rec
+        assert rec['status'] in ('failed', 'interrupted')
+        assert rec['assurance_level'] == 'none'
+    return dev_now
+
+
+def _reclean(st, dev, ctrl):
+    r = st.clean(dev['uuid'])
+    assert r.status_code == 202, r.text
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available', \
+        st.records(dev['uuid'])[0]
+    assert st.inventory(st.deployable(dev)['rp_uuid'])['reserved'] == 0
+    assert not nvme_stack.tenant_bytes_anywhere(ctrl)
+    rec = st.records(dev['uuid'])[0]
+    assert (rec['status'], rec['trigger'], rec['verification']) == \
+        ('succeeded', 'operator', 'passed')
+
+
+def _allocated(st, dev, ctrl):
+    inst, _, alloc, bind = st.bind(dev)
+    assert alloc.status_code == 204, alloc.text
+    assert bind.status_code == 202, bind.text
+    assert st.device()['device_state'] == states.DEV_ALLOCATED
+    _write_tenant_data(ctrl)
+    return inst
+
+
+# --- the happy paths ---------------------------------------------------------------
+@pytest.mark.parametrize('caps,action,assurance', [
+    (dict(ces=True, bes=True, wzs=True), 'sanitize_crypto', 'purge-crypto'),
+    (dict(ces=False, bes=True, wzs=True), 'sanitize_block', 'purge-block'),
+    (dict(ces=False, bes=False, wzs=True), 'write_zeroes', 'clear-write-zeroes'),
+    (dict(ces=False, bes=False, wzs=False), 'shred', 'clear-overwrite'),
+])
+def test_released_device_is_cleaned_before_it_is_available_again(
+        nvme, caplog, marks_spy, caps, action, assurance):
+    caplog.set_level(logging.INFO, logger='steward.common.states')
+    ctrl = nvme.sim.add_controller(namespaces=[32 * MiB, 16 * MiB], serial='SN-E2E',
+                                   firmware='FW42', sanitize_seconds=0.3, **caps)
+    st = nvme.start()
+    dev = st.device()
+    board = json.loads(dev['std_board_info'])
+    assert (dev['type'], dev['vendor'], dev['model']) == ('NVME', '8086', '0a54')
+    assert board['cleanup_action'] == action and board['pci_address'] == '0000:0a:00.0'
+    assert dev['device_state'] == states.DEV_AVAILABLE
+    dep = st.deployable(dev)
+    assert dep['name'] == f'{nvme.host}_0000:0a:00.0'
+    assert st.inventory(dep['rp_uuid'])['reserved'] == 0
+    want = {'OWNER_CYBORG'} | {f'HW_NVME_{c.upper()}' for c, on in caps.items() if on}
+    assert st.traits(dep['rp_uuid']) == want
+
+    inst = _allocated(st, dev, ctrl)
+    assert st.inventory(dep['rp_uuid'])['reserved'] == 1
+    st.release(inst)
+    seen = st.wait_state(dev['uuid'], ('available', 'error'))
+    assert seen[-1] == 'available', st.records(dev['uuid'])
+    assert _transitions(caplog, dev['uuid'])[-3:] == [
+        ('allocated', 'pending_cleaning'), ('pending_cleaning', 'cleaning'),
+        ('cleaning', 'available')]
+    assert st.inventory(dep['rp_uuid'])['reserved'] == 0
+
+    # Nothing of the tenant, nothing of the watermarks: read independently of Steward.
+    assert not nvme_stack.tenant_bytes_anywhere(ctrl)
+    assert marks_spy and not nvme_stack.blocks_anywhere(ctrl, marks_spy)
+    rec = st.records(dev['uuid'])[0]
+    assert rec['status'] == 'succeeded' and rec['trigger'] == 'unbind'
+    assert (rec['action'], rec['assurance_level'], rec['verification']) == \
+        (action, assurance, 'passed')
+    assert (rec['serial'], rec['firmware'], rec['model']) == ('SN-E2E', 'FW42', 'Sim NVMe')
+    assert rec['capabilities'] == dict(caps, ns_mgmt=True)
+    assert rec['started_at'] and rec['finished_at']
+    if action.startswith('sanitize'):
+        assert rec['sstat'] == 1 and 'succeeded' in rec['sstat_text']
+        sanitizes = [c for c in ctrl.commands() if c.get('opcode') == 0x84]
+        assert len(sanitizes) == 1
+        assert sanitizes[0]['cdw10'] & 7 == (4 if action == 'sanitize_crypto' else 2)
+    else:
+        # Zero path: the two namespaces became one covering the whole capacity.
+        assert [ns['size'] for ns in ctrl.namespaces()] == [48 * MiB]
+        assert rec['details']['namespaces_consolidated']['deleted'] == [1, 2]
+        assert ctrl.read(0, MiB) == bytes(MiB)
+
+    # And the device is handed out again.
+    inst2, _, alloc, bind = st.bind(st.device(), profile='next-tenant')
+    assert alloc.status_code == 204 and bind.status_code == 202, bind.text
+
+
+def test_unbind_by_patch_cleans_too(nvme):
+    ctrl = nvme.sim.add_controller(sanitize_seconds=0.1)
+    st = nvme.start()
+    dev = st.device()
+    _, arq, _, bind = st.bind(dev)
+    assert bind.status_code == 202
+    ctrl.write(0, TENANT)
+    r = st.api.patch('/v2/accelerator_requests', json={arq: [
+        {'op': 'remove', 'path': '/hostname'}, {'op': 'remove', 'path': '/device_rp_uuid'},
+        {'op': 'remove', 'path': '/instance_uuid'}]})
+    assert r.status_code == 202, r.text
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
+    assert not nvme_stack.tenant_bytes_anywhere(ctrl)
+
+
+def test_write_zeroes_goes_64k_blocks_at_a_time(nvme):
+    ctrl = nvme.sim.add_controller(namespaces=[80 * MiB], ces=False, bes=False, wzs=True,
+                                   ns_mgmt=False)
+    st = nvme.start()
+    dev = st.device()
+    st.release(_allocated(st, dev, ctrl))
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
+    wz = [c for c in ctrl.commands() if c.get('queue') == 'io' and c.get('opcode') == 0x08]
+    blocks = sorted(((c['cdw11'] << 32 | c['cdw10']), (c['cdw12'] & 0xffff) + 1) for c in wz)
+    assert all(n <= nvme_cli.BLOCKS_PER_WRITE_ZEROES for _, n in blocks)
+    covered = sum(n for _, n in blocks)
+    assert covered == 80 * MiB // 512 and blocks[0][0] == 0
+    assert not nvme_stack.tenant_bytes_anywhere(ctrl)
+
+
+# --- faults ------------------------------------------------------------------------
+def test_sanitize_command_failure(nvme):
+    ctrl = nvme.sim.add_controller()
+    st = nvme.start()
+    dev = st.device()
+    inst = _allocated(st, dev, ctrl)
+    ctrl.inject(opcode=0x84, status=0x4286, times=1)        # Access Denied (SED-locked)
+    st.release(inst)
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'
+    _assert_quarantined(st, dev, 'cyb.cleanup.sanitize_failed')
+    assert 'Access Denied' in st.records(dev['uuid'])[0]['error_message']
+    assert nvme_stack.tenant_bytes_anywhere(ctrl)       # nothing was erased: and it shows
+    _reclean(st, dev, ctrl)
+
+
+def test_sanitize_ending_in_sstat_failed(nvme):
+    ctrl = nvme.sim.add_controller(sanitize_seconds=0.2)
+    st = nvme.start()
+    dev = st.device()
+    inst = _allocated(st, dev, ctrl)
+    ctrl.inject_sanitize_failure()
+    st.release(inst)
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'
+    rec = st.records(dev['uuid'])[0]
+    assert rec['sstat'] == 3 and 'failed' in rec['sstat_text']
+    _assert_quarantined(st, dev, 'cyb.cleanup.sanitize_failed')
+    assert ctrl.sanitize_state()['status'] == 'failed'
+    _reclean(st, dev, ctrl)
+
+
+def test_cleanup_timeout_with_a_hung_sanitize(nvme):
+    # Long enough for the steps before the sanitize on a loaded test host, so the
+    # timeout strikes while the hung sanitize is being polled.
+    nvme.conf.set_override('cleanup_timeout', 3, group='nvme')
+    ctrl = nvme.sim.add_controller(sanitize_seconds=0.3)
+    st = nvme.start()
+    dev = st.device()
+    inst = _allocated(st, dev, ctrl)
+    ctrl.inject_sanitize_hang(progress=0.43)
+    st.release(inst)
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'
+    _assert_quarantined(st, dev, 'cyb.cleanup.deadline_exceeded')
+    rec = st.records(dev['uuid'])[0]
+    assert '43 %' in rec['error_message']
+    # Re-cleaning while the controller is still stuck: it waits, and times out again.
+    ctrl.release_sanitize_hang()
+    nvme.conf.set_override('cleanup_timeout', 30, group='nvme')
+    _reclean(st, dev, ctrl)
+    # The stuck one and ours: never a second one while the first still ran (the
+    # controller would have refused it and the re-clean would have failed).
+    assert [c['cdw10'] & 7 for c in ctrl.commands() if c.get('opcode') == 0x84] == [4, 4]
+
+
+@pytest.mark.slow
+def test_agent_killed_mid_clean_then_restarted(nvme):
+    ctrl = nvme.sim.add_controller(sanitize_seconds=0.3)
+    st = nvme.start()
+    dev = st.device()
+    inst = _allocated(st, dev, ctrl)
+    ctrl.inject_sanitize_hang(progress=0.43)
+    st.release(inst)
+    assert st.wait_state(dev['uuid'], ('cleaning',))[-1] == 'cleaning'
+    deadline = time.monotonic() + 20
+    while not ctrl.sanitize_state()['in_progress']:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    st.kill_agent()
+    assert st.device()['device_state'] == 'cleaning'     # nobody reported anything
+    st.start_agent()                                    # the restart: init_host recovers
+    _assert_quarantined(st, dev, 'cyb.cleanup.interrupted')
+    rec = st.records(dev['uuid'])[0]
+    assert rec['status'] == 'interrupted'
+    assert 'sanitize still in progress 43 %' in rec['error_message']
+    ctrl.release_sanitize_hang()
+    _reclean(st, dev, ctrl)
+
+
+def test_nvme_cli_missing_at_cleanup_time(nvme):
+    ctrl = nvme.sim.add_controller()
+    st = nvme.start()
+    dev = st.device()
+    inst = _allocated(st, dev, ctrl)
+    with nvme.sim.remove_nvme_cli():
+        st.release(inst)
+        assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'
+        _assert_quarantined(st, dev, 'cyb.nvme.cli_missing')
+        # Discovery goes on without it: the device stays reported and in error.
+        st.discover()
+        assert st.device()['device_state'] == 'error'
+    _reclean(st, dev, ctrl)
+
+
+def test_agent_does_not_start_without_nvme_cli(nvme):
+    nvme.sim.add_controller()
+    nvme.sim.remove_nvme_cli()
+    st = nvme.start(agent=False)
+    with pytest.raises(nvme_cli.NvmeCliMissing) as err:
+        st.start_agent()
+    assert err.value.code == 'cyb.nvme.cli_missing'
+    assert 'install the nvme-cli package' in str(err.value)
+    st.kill_agent()

@@ -1,0 +1,196 @@
+"""The nvme driver on its own: init_host, discovery and cleanup against simulated
+controllers under the real nvme-cli 2.3."""
+import json
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from steward.common import exception
+from steward.drivers import blockio
+from steward.drivers import cleanup_errors
+from steward.drivers import cleanup_job
+from steward.drivers import nvme
+from steward.drivers import nvme_cleanup
+from steward.drivers import nvme_cli
+from steward.drivers import nvme_sysfs
+from tests import sysfs_tree
+from tests.nvme_sim import Simulation
+
+MiB = 2 ** 20
+
+
+@pytest.fixture
+def sim(tmp_path, conf, monkeypatch):
+    s = Simulation(tmp_path / 'sim')
+    for key, value in s.env.items():
+        monkeypatch.setenv(key, value)
+    conf.set_override('sysfs_root', s.sysfs_root)
+    conf.set_override('dev_root', s.dev_root)
+    conf.set_override('nvme_cli', s.nvme_cli, group='nvme')
+    conf.set_override('device_spec', ['{"vendor_id": "8086"}'], group='nvme')
+    yield s
+    s.close()
+
+
+def _driver(conf, specs=None):
+    if specs is not None:
+        conf.set_override('device_spec', specs, group='nvme')
+    d = nvme.NvmeDriver(conf, 'compute-1')
+    d.init_host()
+    return d
+
+
+def _clean(driver, dev, uuid='dev-1'):
+    job = cleanup_job.CleanupJob(uuid)
+    driver.cleanup({'uuid': uuid, 'std_board_info': dev.std_board_info}, job)
+    return job.record
+
+
+def test_discovery_reports_the_spec_shape(sim, conf):
+    sim.add_controller(address='0000:0a:00.0', serial='S7DFNG0W700063',
+                       model='3.2TB NVMe Gen4 U.2 SSD V', firmware='DNA8DNA8', wzs=False)
+    [dev] = _driver(conf).discover()
+    assert (dev.type, dev.vendor, dev.model) == ('NVME', '8086', '0a54')
+    assert json.loads(dev.controlpath_id.cpid_info) == {
+        'domain': '0000', 'bus': '0a', 'device': '00', 'function': '0'}
+    [dep] = dev.deployable_list
+    assert dep.name == 'compute-1_0000:0a:00.0' and dep.num_accelerators == 1
+    assert dep.resource_class == 'CUSTOM_NVME_8086_0A54'
+    assert dep.traits == {'HW_NVME_CES', 'HW_NVME_BES'}
+    assert [h.attach_type for h in dep.attach_handle_list] == ['PCI']
+    board = json.loads(dev.std_board_info)
+    assert board['product_id'] == '0a54' and board['pci_address'] == '0000:0a:00.0'
+    assert board['cleanup_action'] == 'sanitize_crypto'
+    assert board['cleanup']['capabilities'] == {'ces': True, 'bes': True, 'wzs': False,
+                                                'ns_mgmt': True}
+    assert json.loads(dev.vendor_board_info) == {
+        'serial': 'S7DFNG0W700063', 'model': '3.2TB NVMe Gen4 U.2 SSD V',
+        'firmware': 'DNA8DNA8'}
+
+
+def test_device_spec_filters(sim, conf):
+    sim.add_controller(address='0000:0a:00.0')
+    sim.add_controller(address='0000:0b:00.0', vendor_id='144d', product_id='a808')
+    sysfs_tree.make_pci(pathlib.Path(sim.sysfs_root), '0000:0c:00.0',
+                        '0x8086', '0x1572', cls='0x020000', driver='i40e')
+    assert [json.loads(d.std_board_info)['pci_address'] for d in _driver(conf).discover()] \
+        == ['0000:0a:00.0']                      # the NIC matches the spec, not NVMe
+    got = _driver(conf, ['{"address": "*:0b:00.*"}']).discover()
+    assert [d.deployable_list[0].resource_class for d in got] == ['CUSTOM_NVME_144D_A808']
+    got = _driver(conf, ['{"address": {"bus": "0[ab]"}, "clear_action": "zero"}']).discover()
+    assert [json.loads(d.std_board_info)['cleanup_action'] for d in got] == \
+        ['write_zeroes', 'write_zeroes']
+    assert _driver(conf, ['{"product_id": "ffff"}']).discover() == []
+
+
+@pytest.mark.parametrize('spec,match', [
+    ('{"vendor_id": "8086", "managed": true}', "unknown key\\(s\\) managed"),
+    ('{"clear_action": "wipe"}', "clear_action 'wipe' is not one of"),
+    ('{"clear_strategy": "fast"}', "clear_strategy 'fast'"),
+    ('not json', 'not valid JSON'),
+])
+def test_bad_device_spec_stops_the_agent(sim, conf, spec, match):
+    conf.set_override('device_spec', [spec], group='nvme')
+    with pytest.raises(exception.InvalidConfiguration, match=match):
+        nvme.NvmeDriver(conf, 'h')
+
+
+def test_init_host_checks_nvme_cli(sim, conf):
+    sim.remove_nvme_cli()
+    with pytest.raises(nvme_cli.NvmeCliMissing, match='install the nvme-cli package'):
+        nvme.NvmeDriver(conf, 'h').init_host()
+    conf.set_override('nvme_cli', shutil.which('false'), group='nvme')
+    with pytest.raises(exception.InvalidConfiguration, match='does not run'):
+        nvme.NvmeDriver(conf, 'h').init_host()
+
+
+def test_no_devices_is_not_an_error(sim, conf):
+    assert _driver(conf).discover() == []
+
+
+def test_a_controller_passed_to_a_guest_keeps_its_last_identity(sim, conf):
+    """While bound to vfio-pci there is no /dev/nvmeN: the driver reports what it
+    read last; after an agent restart it cannot know, and excludes the device."""
+    ctrl = sim.add_controller()
+    driver = _driver(conf)
+    [before] = driver.discover()
+    pci = os.path.join(sim.sysfs_root, 'bus', 'pci', 'devices', ctrl.address)
+    os.rename(os.path.join(pci, 'nvme'), os.path.join(pci, 'nvme.away'))
+    [during] = driver.discover()
+    assert during.std_board_info == before.std_board_info
+    assert during.deployable_list[0].traits == before.deployable_list[0].traits
+    [fresh] = _driver(conf).discover()
+    board = json.loads(fresh.std_board_info)
+    assert board['cleanup_action'] is None and 'unknown' in board['cleanup']['excluded']
+    with pytest.raises(cleanup_errors.ControllerMissing, match='not bound'):
+        _clean(driver, before)
+
+
+def test_sr_iov_vfs_are_not_managed(sim, conf):
+    sim.add_controller(address='0000:0a:00.0')
+    sysfs_tree.make_pci(pathlib.Path(sim.sysfs_root), '0000:0a:00.1',
+                        '0x8086', '0x0a54', cls='0x010802', physfn='0000:0a:00.0')
+    assert [json.loads(d.std_board_info)['pci_address'] for d in _driver(conf).discover()] \
+        == ['0000:0a:00.0']
+
+
+def test_sanitize_in_progress_is_waited_for_not_doubled(sim, conf):
+    ctrl = sim.add_controller(sanitize_seconds=0.6)
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    assert sim.nvme('sanitize', ctrl.char_path, '-a', '2').returncode == 0   # someone's
+    rec = _clean(driver, dev)
+    sanitizes = [c for c in ctrl.commands() if c.get('opcode') == 0x84]
+    assert [c['cdw10'] & 7 for c in sanitizes] == [2, 4]
+    assert sanitizes[1]['t'] >= sanitizes[0]['t'] + 500      # ours after it finished
+    assert rec['sanitize_before'].startswith('sanitize still in progress')
+    assert rec['verification'] == 'passed'
+
+
+def test_a_busy_namespace_is_not_erased(sim, conf):
+    ctrl = sim.add_controller()
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    ns = nvme_sysfs.controller_for(sim.sysfs_root, sim.dev_root, ctrl.address).namespaces()[0]
+    open(os.path.join(ns.sysfs, 'holders', 'dm-3'), 'w').close()
+    with pytest.raises(cleanup_errors.PrecheckFailed, match='held by'):
+        _clean(driver, dev)
+    assert not [c for c in ctrl.commands() if c.get('opcode') == 0x84]
+
+
+def test_a_watermark_that_survives_fails_the_cleanup(sim, conf):
+    """A drive that lies (reports success, erased nothing) is caught by read-back."""
+    ctrl = sim.add_controller()
+    ref = nvme_sysfs.controller_for(sim.sysfs_root, sim.dev_root, ctrl.address)
+    job = cleanup_job.CleanupJob('dev-1')
+    cleaner = nvme_cleanup.Cleaner(nvme_cli.NvmeCli(sim.nvme_cli), ref, job, 'dev-1')
+    marks = cleaner.write_marks()
+    with pytest.raises(cleanup_errors.VerifyFailed, match='watermark survived'):
+        cleaner.verify(marks, expect_zero=False)
+    assert job.record['verification'] == 'failed'
+    blockio.zero_fill(ref.namespaces()[0].path)
+    cleaner.verify(marks, expect_zero=True)
+    assert job.record['verification'] == 'passed'
+
+
+def test_zero_path_without_namespace_management_zeroes_each_namespace(sim, conf):
+    ctrl = sim.add_controller(namespaces=[8 * MiB, 4 * MiB], ces=False, bes=False,
+                              wzs=False, ns_mgmt=False)
+    for ns in (1, 2):
+        ctrl.write(MiB, b'x' * 4096, nsid=ns)
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    rec = _clean(driver, dev)
+    assert [ns['size'] for ns in ctrl.namespaces()] == [8 * MiB, 4 * MiB]
+    assert rec['bytes_zeroed'] == 12 * MiB and rec['assurance_level'] == 'clear-overwrite'
+    assert all(open(p, 'rb').read() == bytes(os.path.getsize(p))
+               for p in ctrl.backing_files())
+
+
+def test_cleanup_without_a_locked_action_is_refused(sim, conf):
+    with pytest.raises(cleanup_errors.CleanupUnsupported, match='not locked|nothing'):
+        nvme.NvmeDriver(conf, 'h').cleanup(
+            {'uuid': 'd', 'std_board_info': json.dumps(
+                {'cleanup_action': None, 'cleanup': {'reason': 'nothing fits'}})})
