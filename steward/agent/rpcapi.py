@@ -75,7 +75,7 @@ class AgentAPI:
         # tests, a conductor before any unbind) needs no transport.
         with self._lock:
             if self._client is None:
-                self._client = rpc.get_client(CONF.rpc_topic_agent, RPC_API_VERSION,
+                self._client = rpc.get_client(CONF.rpc_topic_agent, '1.0',
                                               version_cap=self.version_cap)
             return self._client
 

@@ -92,7 +92,8 @@ def bind(ctx, bindings):
                            values={'attach_handle_id': handle.id},
                            request_id=ctx.request_id)
             orm.attributes.set_committed_value(arq, 'attach_handle', handle)
-            if device_ops.mark_allocated(s, dep, ctx) and dep.num_accelerators == 1:
+            if device_ops.mark_allocated(s, dep, ctx) and \
+                    device_ops.accelerators_of(s, dep.device_id) == 1:
                 reserve.append(dep)
         records = [db.arq_record(a) for a in arqs]
     try:

@@ -17,6 +17,7 @@ The reservation rule (spec 1, issue "Steward core" item 7):
 * ``status = maintaining`` (disable) reserves whole in both cases.
 """
 import dataclasses
+import functools
 import logging
 
 import sqlalchemy as sa
@@ -102,7 +103,12 @@ def check_bindable(deployable, session=None):
     device = deployable.device
     if device.status == states.DEVICE_STATUS_MAINTAINING:
         raise exception.DeviceMaintaining(uuid=device.uuid)
-    allowed = (states.DEV_AVAILABLE,) if deployable.num_accelerators == 1 else (
+    # Same notion of "one accelerator" as the reservation rule: the whole device's,
+    # not the deployable's (an mdev parent with a 1-instance type beside others
+    # is shared, and the other types may be in use).
+    single = (accelerators_of(session, device.id) if session is not None
+              else deployable.num_accelerators) == 1
+    allowed = (states.DEV_AVAILABLE,) if single else (
         states.DEV_AVAILABLE, states.DEV_ALLOCATED)
     if device.device_state not in allowed:
         raise exception.DeviceNotAvailable(uuid=device.uuid,
@@ -153,8 +159,24 @@ def _rc_of(deployable):
     return attrs[0].value if attrs else None
 
 
+def current_reserved(deployable_id, fallback=None):
+    """``desired_reserved`` from the rows as they are now. The Placement client
+    calls it after reading the provider's generation, on every attempt, so when two
+    conductors race the last writer writes the newest device state."""
+    from steward.db import session as db_session
+    with db_session.reader() as s:
+        dep = s.get(m.Deployable, deployable_id)
+        if dep is None:
+            return fallback
+        device = s.get(m.Device, dep.device_id)
+        single = accelerators_of(s, device.id) == 1
+        wanted = desired_reserved(device, single, dep.num_accelerators)
+    return fallback if wanted is None else wanted
+
+
 def reserve(deployable, reserve):
-    """Reserve (or free) a single-accelerator deployable whole in Placement."""
+    """Reserve (or free) a single-accelerator deployable whole in Placement, to
+    whatever its device's state asks for when the write happens."""
     if not deployable.rp_uuid:
         return
     rc = _rc_of(deployable)
@@ -162,7 +184,9 @@ def reserve(deployable, reserve):
         LOG.warning('Deployable %s has no resource class; nothing to reserve',
                     deployable.uuid)
         return
-    placement().set_reserved(deployable.rp_uuid, rc, 'total' if reserve else 0)
+    placement().set_reserved(
+        deployable.rp_uuid, rc,
+        functools.partial(current_reserved, deployable.id, 'total' if reserve else 0))
 
 
 def lift_reservations(deployables, ctx=None):
@@ -203,12 +227,10 @@ def set_status(ctx, device_uuid, status):
             LOG.info('device %s: status -> %s request_id=%s', device.uuid, status,
                      ctx.request_id)
         deps = db.deployable_list(s, {'device_id': device.id})
-        single = sum(d.num_accelerators for d in deps) == 1
-        plan = [(d, desired_reserved(device, single, d.num_accelerators)) for d in deps]
-        for d, _ in plan:
+        for d in deps:
             s.expunge(d)
-    for dep, reserved in plan:
-        if dep.rp_uuid and reserved is not None:
-            rc = _rc_of(dep)
-            if rc:
-                placement().set_reserved(dep.rp_uuid, rc, reserved)
+    for dep in deps:
+        rc = _rc_of(dep) if dep.rp_uuid else None
+        if rc and current_reserved(dep.id) is not None:
+            placement().set_reserved(dep.rp_uuid, rc,
+                                     functools.partial(current_reserved, dep.id))

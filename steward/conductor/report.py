@@ -8,6 +8,7 @@ while a handle is in use are kept (and logged) until released: deleting them wou
 orphan the tenant's allocation (an upstream defect).
 """
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -376,8 +377,8 @@ class Reporter:
                     uuid=dep.rp_uuid, name=dep.name, parent_uuid=root,
                     resource_class=rc, total=dep.num_accelerators,
                     traits=frozenset(traits),
-                    reserved=device_ops.desired_reserved(dev, single,
-                                                         dep.num_accelerators)))
+                    # Read when written, not now: see device_ops.current_reserved.
+                    reserved=functools.partial(device_ops.current_reserved, dep.id)))
         ok = True
         for spec in specs:
             try:

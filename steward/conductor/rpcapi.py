@@ -17,13 +17,16 @@ from steward.common import rpc
 from steward.conf import CONF
 
 RPC_API_VERSION = '1.1'
+# Clients are built at the oldest version: each 1.1 method asks for 1.1 itself, so a
+# rolling upgrade's [upgrade_levels] conductor = 1.0 still lets 1.0 calls through.
+BASE_VERSION = '1.0'
 
 
 class ConductorAPI:
     def __init__(self, manager=None, version_cap=None):
         self._manager = manager
         self._client = None if manager is not None else rpc.get_client(
-            CONF.rpc_topic_conductor, RPC_API_VERSION, version_cap=version_cap)
+            CONF.rpc_topic_conductor, BASE_VERSION, version_cap=version_cap)
 
     def _call(self, ctx, method, timeout=None, version=None, **kwargs):
         if self._manager is not None:

@@ -284,7 +284,10 @@ def timestamp(value):
 def arq_list_by_uuids_in_state(session, uuids, state):
     if not uuids:
         return []
-    stmt = sa.select(m.ExtARQ).where(m.ExtARQ.uuid.in_(uuids), m.ExtARQ.state == state)
+    # Two conductors may finish the same deletes (reconciliation): each takes the
+    # rows the other has not locked instead of both deleting one row.
+    stmt = (sa.select(m.ExtARQ).where(m.ExtARQ.uuid.in_(uuids), m.ExtARQ.state == state)
+            .with_for_update(skip_locked=True))
     return session.execute(stmt.order_by(m.ExtARQ.id)).scalars().all()
 
 

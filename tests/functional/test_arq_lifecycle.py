@@ -9,6 +9,7 @@ from steward.common import states
 from steward.db import api as db_api
 from steward.db import models as m
 from steward.db import session
+from steward.drivers.fake import FakeDriver
 from tests.functional import conductor_fixtures as cf
 
 
@@ -181,3 +182,32 @@ def test_32_concurrent_binds_on_16_handles(db, conf):
         assert len(handles) == len(set(handles)) == 16
         assert {a.state for a in rows} == {states.ARQ_BOUND, states.ARQ_INITIAL}
         assert s.query(m.AttachHandle).filter_by(in_use=True).count() == 16
+
+
+class TwoTypeParent(FakeDriver):
+    """An mdev-like parent: a 4-instance type and a 1-instance type on one device."""
+
+    def discover(self):
+        from steward.drivers import objects
+        dev = super().discover()[0]
+        big = dev.deployable_list[0]
+        big.num_accelerators, big.attach_handle_list = 4, big.attach_handle_list[:4]
+        info = objects.pci_info('0000', '0c', '1f', '0')
+        dev.deployable_list.append(objects.DriverDeployable(
+            name=f'{self.host}_OneInstanceType', num_accelerators=1,
+            attribute_list=[objects.DriverAttribute('rc', 'CUSTOM_ONE_TYPE')],
+            attach_handle_list=[objects.DriverAttachHandle('TEST_PCI', info)],
+            driver_name='fake'))
+        return [dev]
+
+
+def test_one_instance_type_on_a_shared_parent_binds_while_siblings_are_used(db, conf):
+    """The bind guard judges 'one accelerator' by the whole device, as the
+    reservation rule does: a 1-instance type of a parent whose other type is in
+    use is still free (it was refused as 'not available')."""
+    conductor, _ = cf.stack(conf, drivers=[TwoTypeParent(conf, 'host-a')])
+    cf.make_profile('big', [{'resources:FPGA': '1'}])
+    cf.make_profile('one', [{'resources:CUSTOM_ONE_TYPE': '1'}])
+    _bind(conductor, conductor.arq_create(cf.admin(), 'big', 'p')[0], cf.deployable('FakeDevice'))
+    arq = conductor.arq_create(cf.admin(), 'one', 'p')[0]
+    assert _bind(conductor, arq, cf.deployable('OneInstanceType'))[0]['state'] == 'Bound'

@@ -54,7 +54,8 @@ class FakePlacement:
         self.calls = []
 
     def set_reserved(self, rp_uuid, rc, reserved):
-        self.calls.append((rp_uuid, rc, reserved))
+        # The real client evaluates a callable when it writes (PlacementClient).
+        self.calls.append((rp_uuid, rc, reserved() if callable(reserved) else reserved))
 
 
 @pytest.fixture
