@@ -99,6 +99,10 @@ class AgentManager:
         ctx = context.get_admin_context()
         result = self.conductor.report_data(ctx, self.host, self.rp_name,
                                             [d.to_dict() for d in devices])
+        if result.get('error'):
+            LOG.error('The conductor could not register this host\'s devices in '
+                      'Placement: %s (%s)', result['error']['message'],
+                      result['error']['code'])
         self.cycles += 1
         self.last_cycle_seconds = time.monotonic() - start
         return result

@@ -241,7 +241,8 @@ class PlacementProviderNotFound(PlacementError):
     code = 'cyb.placement.compute_node_missing'
     message = ('No compute-node resource provider named %(name)s in Placement; the '
                'agent of host %(host)s reports under that name. Set [agent] '
-               'resource_provider_name to the name Nova uses.')
+               'resource_provider_name to the name Nova uses (or [placement] '
+               'create_compute_node = true where no Nova creates it).')
 
 
 class PlacementOwnershipConflict(PlacementError):
@@ -307,3 +308,196 @@ class RequestTooLarge(StewardError):
     status = 413
     code = 'cyb.request.too_large'
     message = 'The request body is larger than %(limit)d bytes.'
+
+
+# Device cleanup (steward/drivers, steward/agent/cleanup.py) -----------------------
+# One class per fault. The code lands in the device's erase record (``error_code``)
+# where operators and scripts match on it; the message says what to look at. Raised
+# by drivers' cleanup and the agent's cleanup executor, never answered by the API.
+class CleanupFailed(StewardError):
+    code = 'cyb.cleanup.failed'
+    message = 'Cleanup of device %(device)s failed: %(reason)s'
+
+
+class CleanupUnsupported(CleanupFailed):
+    code = 'cyb.cleanup.unsupported'
+    message = 'Device %(device)s has no usable cleanup action: %(reason)s'
+
+
+class ControllerMissing(CleanupFailed):
+    code = 'cyb.cleanup.controller_missing'
+    message = ('NVMe controller of %(device)s (PCI %(address)s) is not bound to the host '
+               'nvme driver: %(reason)s')
+
+
+class PrecheckFailed(CleanupFailed):
+    code = 'cyb.cleanup.precheck_failed'
+    message = 'Device %(device)s is not safe to erase: %(reason)s'
+
+
+class SanitizeFailed(CleanupFailed):
+    code = 'cyb.cleanup.sanitize_failed'
+    message = 'Sanitize of %(device)s failed: %(reason)s'
+
+
+class ZeroingFailed(CleanupFailed):
+    code = 'cyb.cleanup.zeroing_failed'
+    message = 'Zeroing of %(device)s failed: %(reason)s'
+
+
+class NamespaceLayoutFailed(CleanupFailed):
+    code = 'cyb.cleanup.namespace_failed'
+    message = 'Namespace consolidation of %(device)s failed: %(reason)s'
+
+
+class VerifyFailed(CleanupFailed):
+    code = 'cyb.cleanup.verify_failed'
+    message = 'Read-back verification of %(device)s failed: %(reason)s'
+
+
+class DeadlineExceeded(CleanupFailed):
+    code = 'cyb.cleanup.deadline_exceeded'
+    message = 'Cleanup of %(device)s did not finish within %(timeout)s s: %(reason)s'
+
+
+class Interrupted(CleanupFailed):
+    code = 'cyb.cleanup.interrupted'
+    message = 'Cleanup of %(device)s was interrupted: %(reason)s'
+
+
+# NVMe (steward/drivers/nvme_cli.py) -----------------------------------------------
+class NvmeCliMissing(InvalidConfiguration):
+    code = 'cyb.nvme.cli_missing'
+    message = ('nvme-cli is not installed or not executable ([nvme] nvme_cli = '
+               '%(binary)r): install the nvme-cli package on this host or set '
+               '[nvme] nvme_cli to its path.')
+
+
+class NvmeCommandFailed(StewardError):
+    """``status`` on an instance is the NVMe status nvme-cli printed (None when it
+    printed none), not an HTTP status: these never reach the API."""
+    code = 'cyb.nvme.command_failed'
+    message = 'nvme %(command)s failed: %(reason)s'
+
+    def __init__(self, message=None, status=None, **kwargs):
+        super().__init__(message, **kwargs)
+        self.status = status
+
+
+class NvmeInvalidOpcode(NvmeCommandFailed):
+    code = 'cyb.nvme.invalid_opcode'
+
+
+class NvmeSanitizeInProgress(NvmeCommandFailed):
+    code = 'cyb.nvme.sanitize_in_progress'
+
+
+class NvmeAccessDenied(NvmeCommandFailed):
+    # SED-locked drives answer this (0x4286); an erase cannot work until unlocked.
+    code = 'cyb.nvme.access_denied'
+
+
+class NvmeCommandTimeout(NvmeCommandFailed):
+    code = 'cyb.nvme.timeout'
+
+
+class NvmeBadOutput(NvmeCommandFailed):
+    code = 'cyb.nvme.bad_output'
+    message = 'nvme %(command)s printed something unexpected: %(reason)s'
+
+
+# Compute side (steward/compute, `steward compute`) --------------------------------
+# ``status`` is the HTTP status a service wrapping the compute library would answer
+# with; ``steward compute`` maps these errors to exit codes (steward/cmd/compute.py).
+class ComputeError(StewardError):
+    status = 500
+    code = 'cyb.compute.error'
+    message = 'Compute side: %(reason)s'
+
+
+class FlavorInvalid(ComputeError):
+    status = 400
+    code = 'cyb.compute.flavor_invalid'
+    message = 'Invalid flavor: %(reason)s'
+
+
+class DeviceProfileUnusable(ComputeError):
+    status = 400
+    code = 'cyb.compute.device_profile_unusable'
+    message = 'Device profile %(name)s cannot be used: %(reason)s'
+
+
+class InstanceNameInvalid(ComputeError):
+    status = 400
+    code = 'cyb.compute.instance_name_invalid'
+    message = ('Invalid instance name %(name)r: use 1-63 letters, digits, ".", "_" '
+               'or "-", starting with a letter or digit.')
+
+
+class InstanceExists(ComputeError):
+    status = 409
+    code = 'cyb.compute.instance_exists'
+    message = 'An instance named %(name)s already exists on this host.'
+
+
+class InstanceNotFound(ComputeError):
+    status = 404
+    code = 'cyb.compute.instance_not_found'
+    message = 'No instance %(name)s on this host.'
+
+
+class NoValidHost(ComputeError):
+    status = 409
+    code = 'cyb.compute.no_valid_host'
+    message = 'No valid host: %(reason)s'
+
+
+class ServiceCallFailed(ComputeError):
+    status = 502
+    code = 'cyb.compute.service_call_failed'
+    message = '%(service)s call %(call)s failed: %(reason)s'
+
+
+class BindFailed(ComputeError):
+    status = 409
+    code = 'cyb.compute.bind_failed'
+    message = 'Binding the accelerator requests of instance %(instance)s failed: %(reason)s'
+
+
+class BindTimeout(ComputeError):
+    status = 504
+    code = 'cyb.compute.bind_timeout'
+    message = ('No accelerator-request-bound event for %(missing)s of instance '
+               '%(instance)s within %(timeout)s s ([compute] arq_binding_timeout).')
+
+
+class EventListenerFailed(ComputeError):
+    status = 503
+    code = 'cyb.compute.events_listen'
+    message = 'Cannot serve os-server-external-events on %(listen)s: %(reason)s'
+
+
+class AttachHandleInvalid(ComputeError):
+    status = 422
+    code = 'cyb.compute.attach_handle_invalid'
+    message = 'Accelerator request %(arq)s has unusable attach_handle_info: %(reason)s'
+
+
+class MdevFailed(ComputeError):
+    status = 500
+    code = 'cyb.compute.mdev_failed'
+    message = 'Mediated device %(uuid)s (%(parent)s, type %(type)s): %(reason)s'
+
+
+class InstanceBusy(ComputeError):
+    status = 409
+    code = 'cyb.compute.instance_busy'
+    message = 'Instance %(name)s is still being booted by process %(pid)s.'
+
+
+class CleanupIncomplete(ComputeError):
+    status = 500
+    code = 'cyb.compute.cleanup_incomplete'
+    message = ('%(what)s of instance %(name)s left resources behind: %(failures)s. '
+               'The instance is kept in state error; run `steward compute delete '
+               '%(name)s` again once the cause is fixed.')

@@ -11,6 +11,7 @@ import collections
 import functools
 import hashlib
 import json
+import re
 import logging
 import threading
 import uuid as uuidlib
@@ -91,6 +92,31 @@ def locked_board_info(device, reported):
     return json.dumps(new, sort_keys=True)
 
 
+_BDF = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
+
+
+def pci_address_like(text):
+    return bool(_BDF.match(text))
+
+
+def device_addresses(dev):
+    """The PCI addresses a reported device stands for: its own and, for a VF, its
+    PF's (Nova accounts VFs under the PF's provider)."""
+    found = []
+    try:
+        cpid = json.loads(dev.controlpath_id.cpid_info)
+        found.append('%(domain)s:%(bus)s:%(device)s.%(function)s' % cpid)
+    except (ValueError, KeyError, TypeError):
+        pass
+    try:
+        physfn = json.loads(dev.std_board_info or '{}').get('physfn')
+    except (ValueError, AttributeError):
+        physfn = None
+    if isinstance(physfn, str) and pci_address_like(physfn.lower()):
+        found.append(physfn.lower())
+    return [a.lower() for a in found]
+
+
 def canonical(info):
     try:
         return json.dumps(json.loads(info), sort_keys=True)
@@ -116,6 +142,8 @@ class Reporter:
                 return {'changed': False, 'placement_writes': 0}
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
         self._tls.deferred = False
+        self._tls.error = None
+        parsed = self._without_nova_owned(host, rp_name, parsed)
         removed_rps = self._persist(ctx, host, parsed)
         deferred = self._tls.deferred
         writes = self._sync_placement(host, rp_name, removed_rps)
@@ -124,7 +152,48 @@ class Reporter:
         if writes is not None and not deferred:
             with self._lock:
                 self._digests[host] = digest
-        return {'changed': True, 'placement_writes': writes or 0}
+        result = {'changed': True, 'placement_writes': writes or 0}
+        if self._tls.error is not None:
+            # The agent logs it too: its operator reads the agent's log first.
+            err = self._tls.error
+            result['error'] = {'code': err.code, 'message': str(err)}
+        return result
+
+    def _without_nova_owned(self, host, rp_name, reported):
+        """Drop devices Nova already hands out (spec 1 and 4): a provider under the
+        compute node named ``<anything>_<address>`` (Nova upper-cases the address;
+        a VF is accounted under its PF) that does not carry OWNER_CYBORG. Checked
+        only when a report changed, so quiet cycles cost nothing."""
+        if self.placement is None or not reported:
+            return reported
+        try:
+            root = self.compute_node(host, rp_name)
+            providers = self.placement.list_providers(in_tree=root)
+        except exception.StewardError:
+            return reported          # reported by _sync_placement with a clear error
+        by_address = {}
+        for rp in providers:
+            tail = rp['name'].rsplit('_', 1)[-1].lower()
+            if rp['uuid'] != root and pci_address_like(tail):
+                by_address.setdefault(tail, []).append(rp)
+        if not by_address:
+            return reported
+        kept = []
+        for dev in reported:
+            owner = None
+            for address in device_addresses(dev):
+                for rp in by_address.get(address, ()):
+                    if os_traits.OWNER_CYBORG not in self.placement.get_traits(rp['uuid']):
+                        owner = rp
+            if owner is None:
+                kept.append(dev)
+            else:
+                LOG.error('Device %s on %s is skipped: Placement provider %s (%s) '
+                          'already offers it without OWNER_CYBORG; remove it from '
+                          "Nova's [pci] device_spec or from Steward's.",
+                          ', '.join(device_addresses(dev)), host, owner['name'],
+                          owner['uuid'])
+        return kept
 
     def forget(self, host=None):
         with self._lock:
@@ -352,8 +421,14 @@ class Reporter:
         from steward.placement.client import ProviderSpec
         try:
             root = self.compute_node(host, rp_name)
+        except exception.PlacementProviderNotFound:
+            err = exception.PlacementProviderNotFound(name=rp_name, host=host)
+            LOG.error('%s', err)
+            self._tls.error = err
+            return None
         except exception.StewardError as err:
             LOG.error('%s', err)
+            self._tls.error = err
             return None
         writes = 0
         with db_session.reader() as s:

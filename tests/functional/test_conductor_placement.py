@@ -159,3 +159,17 @@ def test_inventory_change_reaches_placement(db, conf, placement):
     # PUT /traits/CUSTOM_TWO (new custom trait) + PUT of the provider's traits.
     assert agent.run_cycle()['placement_writes'] == 2
     assert {'CUSTOM_ONE', 'CUSTOM_TWO', 'OWNER_CYBORG'} <= client.get_traits(dep.rp_uuid)
+
+
+def test_missing_compute_node_error_reaches_the_agent(db, conf, placement, caplog):
+    client, _ = placement
+    conf.set_override('create_compute_node', False, group='placement')
+    host = placement_fixture.unique_name('host')
+    with caplog.at_level('ERROR'):
+        _, agent = cf.stack(conf, client, host=host)
+        result = agent.run_cycle()
+    assert result['error']['code'] == 'cyb.placement.compute_node_missing'
+    assert host in result['error']['message']
+    assert 'resource_provider_name' in result['error']['message']
+    assert any("could not register this host's devices" in r.getMessage()
+               for r in caplog.records)

@@ -12,6 +12,7 @@ from fastapi import testclient
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.api import policy as api_policy
+from steward.conductor import report
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import api as db_api
@@ -297,8 +298,32 @@ def test_nova_owned_provider_is_left_alone(db, conf, placement, host, tmp_path, 
     assert state() == before
     assert 'OWNER_CYBORG' not in before[2]['traits']
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(said) == 2 and all(nova_name in m and 'without OWNER_CYBORG' in m
-                                  for m in said)
-    ours = deployables()[f'{host}_{addr}'].rp_uuid
+    # Skipped once, at the first report; the quiet cycle after it says nothing new.
+    assert len(said) == 1 and nova_name in said[0] and 'is skipped' in said[0] \
+        and 'without OWNER_CYBORG' in said[0]
+    assert f'{host}_{addr}' not in deployables()          # never handed out
+    ours = report.rp_uuid_for(f'{host}_{addr}')
     with placement_fixture.admin_session(server.url) as s:
         assert s.get(f'/resource_providers/{ours}').status_code == 404
+
+
+def test_nova_owned_pf_hides_its_vfs_and_case_does_not_matter(db, conf, placement, host,
+                                                             tmp_path, caplog):
+    """Nova upper-cases hex letters in its provider names and accounts VFs under
+    the PF's provider: a VF of a Nova-owned PF is Nova's too."""
+    client, server = placement
+    root = tmp_path / 'sys'
+    pf, vf = '0000:af:00.0', '0000:af:00.1'
+    make_pci(root, pf, '0x8086', '0x0d58')
+    make_pci(root, vf, '0x8086', '0x0d59', physfn=pf, driver='vfio-pci')
+    compute = client.ensure_compute_node(host)
+    with placement_fixture.admin_session(server.url) as s:
+        assert s.post('/resource_providers', json={
+            'uuid': str(uuid.uuid4()), 'name': f'{host}_{pf.upper()}',
+            'parent_provider_uuid': compute}).status_code == 200
+    configure(conf, root, {'address': '*:af:00.*'})
+    with caplog.at_level(logging.ERROR):
+        cf.stack(conf, client, host=host, drivers=[PciDriver(conf, host)])
+    assert deployables() == {}
+    assert any(vf in r.getMessage() and 'is skipped' in r.getMessage()
+               for r in caplog.records)
