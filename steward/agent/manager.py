@@ -29,6 +29,7 @@ class AgentManager:
         self._stop = threading.Event()
         self._thread = None
         self.cycles = 0
+        self.recovered = False
         self.last_cycle_seconds = None
         self.cleaner = cleanup.CleanupExecutor(
             conductor_api, self.drivers, self.host,
@@ -58,13 +59,18 @@ class AgentManager:
 
     def recover(self):
         """Crash recovery before the first discovery: cleanups this agent did not
-        see finish go to error, missed cleanups start, reservation drift is logged."""
+        see finish go to error, missed cleanups start, reservation drift is logged.
+        Without a conductor to ask (it may start after the agent) it is retried
+        before every discovery cycle until it has run once."""
         try:
-            return cleanup.recover(self.conductor, self.drivers, self.host, self.cleaner,
+            info = cleanup.recover(self.conductor, self.drivers, self.host, self.cleaner,
                                    rpcapi.RPC_API_VERSION)
         except (exception.StewardError, messaging.MessagingException) as err:
-            LOG.error('Start-up recovery of %s could not run: %s', self.host, err)
+            LOG.warning('Start-up recovery of %s could not run yet (%s); retrying '
+                        'before the next discovery', self.host, err)
             return None
+        self.recovered = True
+        return info
 
     def discover(self):
         """One discovery over every driver, in [agent] enabled_drivers order.
@@ -116,6 +122,8 @@ class AgentManager:
         interval = self.conf.agent.discovery_interval
         while not self._stop.is_set():
             try:
+                if not self.recovered:
+                    self.recover()
                 self.run_cycle()
             except exception.InvalidConfiguration:
                 LOG.exception('Discovery stopped: invalid configuration')

@@ -71,3 +71,20 @@ def test_nova_error_does_not_raise(nova_server, conf):
 
 def test_unconfigured_nova_is_skipped(conf):
     assert nova.NovaNotifier(conf).notify(EVENTS) is None
+
+
+def test_nothing_listening_is_a_warning_not_an_error(conf, caplog):
+    import socket
+    with socket.socket() as s:                       # a port nobody listens on
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
+    try:
+        with caplog.at_level('WARNING'):
+            assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
+    finally:
+        conf.clear_override('auth_type', group='nova')
+        conf.clear_override('endpoint_override', group='nova')
+    assert [r.levelname for r in caplog.records if 'not delivered' in r.getMessage()] \
+        == ['WARNING']
