@@ -63,10 +63,12 @@ def _ini(sections):
 class Service:
     """One ``steward <role>`` process."""
 
-    def __init__(self, name, role, conf_path, log_path, netns=None):
+    def __init__(self, name, role, conf_path, log_path, netns=None, env=None):
         self.name, self.role, self.conf_path, self.log_path = name, role, conf_path, \
             log_path
         self.netns = netns
+        # Added to the inherited environment (a simulated NVMe's LD_PRELOAD shim).
+        self.env = env
         self.proc = None
 
     def start(self):
@@ -75,9 +77,10 @@ class Service:
             # `ip netns exec` execs the command: the pid stays the service's.
             cmd = ['ip', 'netns', 'exec', self.netns] + cmd
         log = open(self.log_path, 'ab')
+        env = {**os.environ, **self.env} if self.env else None
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=_die_with_parent, env=env)
         log.close()
         return self
 
@@ -202,6 +205,7 @@ class Cluster:
         self.conductors = []
         self.api = None
         self.agents = {}
+        self.extra_agents = {}
         self.compute_rps = {}
 
     # -- configuration ----------------------------------------------------------------
@@ -318,6 +322,32 @@ class Cluster:
         self.agents[host] = svc
         return svc
 
+    def add_nvme_agent(self, host, sim, vendor_id='8086'):
+        """An extra agent host whose only driver is nvme, over ``sim`` (a
+        tests.nvme_sim.Simulation): the sim's sysfs and dev trees, its nvme-cli and
+        its shim in the environment. It gets a compute node but is kept out of
+        ``hosts`` and ``agents`` (whose checks expect the fake + PCI devices) and
+        runs on loopback; the caller stops it with ``stop_extra_agent``."""
+        self.compute_rps[host] = self.create_compute_node(host)
+        name = f'agent-{host}'
+        conf = self.common_conf(name, host)
+        del conf['database']
+        conf['DEFAULT'].update({'rpc_response_timeout': 15,
+                                'sysfs_root': sim.sysfs_root, 'dev_root': sim.dev_root})
+        conf['agent'] = {'enabled_drivers': 'nvme',
+                         'discovery_interval': DISCOVERY_INTERVAL}
+        conf['nvme'] = {'device_spec': json.dumps({'vendor_id': vendor_id}),
+                        'nvme_cli': sim.nvme_cli, 'cleanup_timeout': 60}
+        svc = Service(name, 'agent', self.write_conf(name, conf),
+                      str(self.base / f'{name}.log'), env=dict(sim.env)).start()
+        self.extra_agents[host] = svc
+        return svc
+
+    def stop_extra_agent(self, host):
+        svc = self.extra_agents.pop(host, None)
+        if svc is not None:
+            svc.stop(timeout=20)
+
     def wait_ready(self, timeout=120, settle=True):
         deadline = time.monotonic() + timeout
         self.wait_for(lambda: self.rabbit.consumers('steward-conductor')
@@ -363,7 +393,7 @@ class Cluster:
         return out + list(self.conductors)
 
     def stop(self):
-        agents = list(self.agents.values())
+        agents = list(self.agents.values()) + list(self.extra_agents.values())
         for group in (agents, [self.api] if self.api else [], self.conductors):
             with concurrent.futures.ThreadPoolExecutor(max(len(group), 1)) as pool:
                 for f in [pool.submit(svc.stop, timeout=20) for svc in group]:

@@ -42,11 +42,11 @@ def bind_body(arqs, host, rp_uuid, instance):
             for a in arqs}
 
 
-def boot(cluster, api, host, rp_uuid, profile=PCI_PROFILE):
+def boot(cluster, api, host, rp_uuid, profile=PCI_PROFILE, rc=cluster_mod.PCI_RC):
     """Claim, create the ARQ, bind it to ``rp_uuid`` on ``host``, wait until it is
     resolved. Returns (instance uuid, the resolved ARQs)."""
     instance = str(uuid.uuid4())
-    claim(cluster, host, instance, rp_uuid)
+    claim(cluster, host, instance, rp_uuid, rc=rc)
     r = api.post('/v2/accelerator_requests', json={'device_profile_name': profile})
     assert r.status_code == 201, r.text
     arqs = r.json()['arqs']
