@@ -46,7 +46,7 @@ class AgentManager:
             return
         LOG.info('cleanup_device %s (%s) request_id=%s', device.get('uuid'), trigger,
                  getattr(ctx, 'request_id', None))
-        self.cleaner.submit(device, trigger=trigger)
+        self.cleaner.submit(device, trigger=trigger, ctx=ctx)
 
     # -- lifecycle -----------------------------------------------------------------
     def init_host(self):
@@ -103,6 +103,7 @@ class AgentManager:
         start = time.monotonic()
         devices = self.discover()
         ctx = context.get_admin_context()
+        ctx.update_store()      # this cycle's request id on its log lines
         result = self.conductor.report_data(ctx, self.host, self.rp_name,
                                             [d.to_dict() for d in devices])
         if result.get('error'):

@@ -19,6 +19,7 @@ from steward.api.handlers import attributes
 from steward.api.handlers import deployables
 from steward.api.handlers import device_profiles
 from steward.api.handlers import devices
+from steward.api.handlers import metrics
 from steward.api.handlers import root
 from steward.common import exception
 
@@ -28,6 +29,7 @@ LOG = logging.getLogger(__name__)
 # unversioned paths are served under /v2 and a trailing slash is ignored.
 ROUTES = {
     '/': {'GET': root.home},
+    '/metrics': {'GET': metrics.scrape},
     '/v2': {'GET': root.v2},
     '/v2/devices': {'GET': devices.list_devices},
     '/v2/devices/{uuid}': {'GET': devices.get_device},
@@ -59,7 +61,9 @@ ROUTES = {
                                         'DELETE': arqs.delete_arq},
 }
 
-PUBLIC_PATHS = frozenset(['/', '/v2'])
+PUBLIC_PATHS = frozenset(['/', '/v2', '/metrics'])
+# Outside /v2: no microversion, not rewritten to /v2/...
+UNVERSIONED_PATHS = frozenset(['/', '/metrics'])
 BODY_METHODS = frozenset(['POST', 'PUT', 'PATCH'])
 # Bodies are a device profile or an ARQ patch: a few KiB. Refuse anything huge
 # before reading it all into memory.
@@ -92,7 +96,7 @@ class ApiMiddleware:
         path = original[len(root_path):] if root_path and \
             original.startswith(root_path) else original
         path = path.rstrip('/') or '/'
-        if path != '/' and path != '/v2' and not path.startswith('/v2/'):
+        if path not in UNVERSIONED_PATHS and path != '/v2' and not path.startswith('/v2/'):
             path = '/v2' + path
         scope['steward.original_path'] = original
         scope['path'] = root_path + path if root_path else path
@@ -100,7 +104,7 @@ class ApiMiddleware:
 
         extra = [(b'x-openstack-request-id', request_id.encode())]
         error = None
-        if path != '/':
+        if path not in UNVERSIONED_PATHS:
             try:
                 version = microversion.parse(_version_headers(scope))
             except exception.NotAcceptable as exc:
@@ -228,10 +232,13 @@ def _endpoint(methods):
     """One endpoint per URL dispatching on the method, so that the router's 405
     carries every allowed method in ``Allow``. A plain ``def``: FastAPI runs it
     in its threadpool (the database layer is synchronous). Its only parameter
-    is the Request (no dependencies to solve per request)."""
+    is the Request (no dependencies to solve per request). The request's context
+    is the worker thread's current one while the handler runs: every log line
+    names the request id."""
     def endpoint(request: fastapi.Request):
         req = _api_request(request.scope, request.app)
-        return methods[req.method](req)
+        with auth.current_context(req.ctx):
+            return methods[req.method](req)
     return endpoint
 
 

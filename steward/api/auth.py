@@ -13,13 +13,16 @@
 
 The version documents (``/`` and ``/v2``) need no identity. The context carries
 the request id (``x-openstack-request-id``), which every log line of a state
-transition names.
+transition names; ``current_context`` makes it the thread's oslo.context while a
+handler runs, so oslo.log prints it on every log line of the request.
 """
+import contextlib
 import io
 import logging
 import re
 
 import anyio
+from oslo_context import context as oslo_context
 
 from steward.common import context as steward_context
 from steward.common import exception
@@ -51,13 +54,47 @@ def _ids(scope, environ):
     return request_id, global_id
 
 
+def _set_current(ctx):
+    if ctx is not None:
+        ctx.update_store()
+    else:
+        # oslo.context offers no way to clear the thread's context; without this a
+        # pooled thread would keep printing a finished request's id.
+        oslo_context._request_store.context = None
+
+
+@contextlib.contextmanager
+def current_context(ctx):
+    """Make ``ctx`` the calling thread's current context for the block (oslo.log's
+    context formatter reads it), then put back what was there. Handlers run in a
+    shared thread pool: each request sets its own and leaves nothing behind."""
+    previous = oslo_context.get_current()
+    _set_current(ctx)
+    try:
+        yield ctx
+    finally:
+        _set_current(previous)
+
+
+def _detached(make):
+    """``make()``, leaving no context current in this thread: the event loop's,
+    which serves every request in flight, so none of them may be its context.
+    oslo.context adopts a new context as current when the thread has none (even
+    with overwrite=False), and the loop's thread may still hold one a service
+    made at start-up: either would put a wrong request id on the loop's lines."""
+    try:
+        return make()
+    finally:
+        _set_current(None)
+
+
 def context_from_environ(environ, request_id, global_request_id=None):
     """A context from identity headers (set by the client under noauth, by
     auth_token under keystone)."""
     roles = [r.strip() for r in environ.get('HTTP_X_ROLES', '').split(',') if r.strip()]
-    return steward_context.RequestContext.from_environ(
+    return _detached(lambda: steward_context.RequestContext.from_environ(
         environ, roles=roles, is_admin='admin' in {r.lower() for r in roles},
-        request_id=request_id, global_request_id=global_request_id, overwrite=False)
+        request_id=request_id, global_request_id=global_request_id, overwrite=False))
 
 
 def noauth_context(scope):
@@ -65,10 +102,10 @@ def noauth_context(scope):
     request_id, global_id = _ids(scope, environ)
     if any(h in environ for h in IDENTITY_HEADERS):
         return context_from_environ(environ, request_id, global_id)
-    return steward_context.RequestContext(
+    return _detached(lambda: steward_context.RequestContext(
         roles=list(NOAUTH_ROLES), service_roles=list(NOAUTH_SERVICE_ROLES),
         is_admin=True, request_id=request_id, global_request_id=global_id,
-        auth_token=environ.get('HTTP_X_AUTH_TOKEN'), overwrite=False)
+        auth_token=environ.get('HTTP_X_AUTH_TOKEN'), overwrite=False))
 
 
 class NoAuthMiddleware:

@@ -57,6 +57,8 @@ def cmd_serve(argv):
         servers.append(service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host,
                                                  [conductor]))
         agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI())
+        from steward import metrics
+        metrics.watch_agent(agent)          # discovery metrics on the API's /metrics
         servers.append(service.start_rpc_server(CONF.rpc_topic_agent, agent.host,
                                                 [agent]))
         agent.init_host()
@@ -146,12 +148,16 @@ def cmd_conductor(argv):
 
 
 def cmd_agent(argv):
+    from steward import metrics
     from steward.agent import manager as agent_manager
     from steward.conductor import rpcapi
     service.prepare(argv)
     service.check_service_config('agent')
     agent = agent_manager.AgentManager(
         CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')))
+    # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.
+    exporter = metrics.serve_agent(agent, CONF.agent.metrics_listen) \
+        if CONF.agent.metrics_listen.strip() else None
     srv = service.start_rpc_server(CONF.rpc_topic_agent, agent.host, [agent])
     LOG.info('Agent %s serving topic %s (server %s)', agent.host, CONF.rpc_topic_agent,
              agent.host)
@@ -162,6 +168,8 @@ def cmd_agent(argv):
     finally:
         agent.stop()
         service.stop_rpc_server(srv)
+        if exporter is not None:
+            exporter.stop()
         service.release_shared_resources()
     return 0
 

@@ -14,6 +14,7 @@ import logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
 
+from steward import metrics
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
@@ -93,6 +94,7 @@ def dispatch(ctx, device_uuid, trigger='unbind'):
                                    action=board_of(device).get('cleanup_action'),
                                    error_code=err.code, error_message=str(err))
         _reserve(deps, True)
+        metrics.cleanup_ended(board_of(device).get('cleanup_action'), 'not_dispatched')
         return False
     api.cleanup_device(ctx, host, payload, trigger=trigger)
     LOG.info('device %s: cleanup_device cast to the agent of %s (%s)', device_uuid, host,
@@ -234,6 +236,7 @@ def finish(ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
             if rec.status == 'running':
                 values['status'] = 'interrupted' if succeeded else 'failed'
                 db.erase_record_update(s, record_uuid, **values)
+                metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
             return {'device_state': device.device_state, 'applied': False,
                     'placement_ok': True}
         db.erase_record_update(s, record_uuid, **values)
@@ -246,6 +249,8 @@ def finish(ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
             deps = _fail(s, device, error_code or 'cleanup failed', ctx)
         state = device.device_state
     ok = _reserve(deps, not succeeded)
+    metrics.cleanup_ended(values.get('action') or rec.action,
+                          'succeeded' if succeeded else 'failed', rec.started_at, now)
     return {'device_state': state, 'applied': True, 'placement_ok': ok}
 
 
@@ -304,12 +309,14 @@ def fail_interrupted(ctx, device_uuid, reason):
             db.erase_record_update(s, rec.uuid, status='interrupted', finished_at=now,
                                    error_code=code, error_message=message,
                                    assurance_level='none')
+            metrics.cleanup_ended(rec.action, 'interrupted')
         if not running:
             db.erase_record_create(s, device_uuid, hostname=device.hostname,
                                    trigger='recovery', status='interrupted',
                                    action=board_of(device).get('cleanup_action'),
                                    started_at=now, finished_at=now, error_code=code,
                                    error_message=message, assurance_level='none')
+            metrics.cleanup_ended(board_of(device).get('cleanup_action'), 'interrupted')
     _reserve(deps, True)
     return {'device_state': states.DEV_ERROR, 'applied': True}
 

@@ -11,6 +11,11 @@ opts = [
     cfg.StrOpt('resource_provider_name',
                help='Name of the compute-node resource provider the devices of '
                     'this host hang under. Default: [DEFAULT] host.'),
+    cfg.StrOpt('metrics_listen', default='',
+               help='HOST:PORT where `steward agent` (running alone) serves its '
+                    'Prometheus metrics at /metrics, e.g. 127.0.0.1:9464 or '
+                    '[::1]:9464. Empty: no metrics endpoint. Not used by `steward '
+                    'serve`, whose API serves /metrics.'),
 ]
 
 

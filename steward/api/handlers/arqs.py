@@ -5,6 +5,7 @@ the database, scoped to the caller's project unless the caller is an admin or a
 service (upstream defect 7: cross-tenant ARQs). Everything a request carries is
 validated before the conductor is asked to change anything.
 """
+from steward import metrics
 from steward.api import handlers
 from steward.api import policy
 from steward.api import schemas
@@ -136,7 +137,8 @@ def _patch(req, only=None):
         raise exception.PatchInvalid(
             reason=f'the body must be keyed by the ARQ of the URL ({only}) only')
     if bindings:
-        req.conductor.arq_bind(ctx, bindings)
+        with metrics.bind_timer():
+            req.conductor.arq_bind(ctx, bindings)
     else:
         req.conductor.arq_unbind(ctx, unbinds)
     return handlers.empty(202)

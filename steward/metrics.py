@@ -1,0 +1,310 @@
+"""Prometheus metrics of one Steward process (prometheus-client); doc/metrics.md
+lists them all.
+
+Two kinds:
+
+* read when scraped, by the collectors below, so they are right whichever process
+  changed the state: devices by type/state/host and ARQs by state (one GROUP BY
+  query each), the request counters of this process's Placement client
+  (``PlacementClient.stats`` of the conductor), the discovery cycles of the agents
+  this process runs (``AgentManager.cycles`` / ``last_cycle_seconds``);
+* observed where the event happens: bind latency (the API's bind PATCH,
+  ``bind_timer``) and cleanup durations and outcomes (the conductor, when a cleanup
+  ends, ``cleanup_ended``).
+
+Everything is registered on ``REGISTRY``, this module's own registry, not
+prometheus_client's global one: nothing a library registers there leaks into
+``/metrics``, and a standalone agent serves a registry of its own
+(``serve_agent``) without the API's families.
+
+Served by ``GET /metrics`` on the API (steward/api/handlers/metrics.py) and, for an
+agent running alone, on ``[agent] metrics_listen``.
+"""
+import contextlib
+import logging
+import threading
+import time
+import weakref
+
+import prometheus_client
+from prometheus_client import core
+from prometheus_client import exposition
+import sqlalchemy as sa
+
+from steward.common import exception
+from steward.common import states
+
+LOG = logging.getLogger(__name__)
+
+CONTENT_TYPE = exposition.CONTENT_TYPE_PLAIN_0_0_4
+REGISTRY = prometheus_client.CollectorRegistry()
+# The *_created series (when a label set was first seen) double every counter and
+# histogram for a value nobody graphs; PromQL's rate() does not need them.
+prometheus_client.disable_created_metrics()
+
+# Nova's bind is one PATCH for all ARQs of an instance: ~4 ms p50 on one host with the
+# fake driver (bench/arq_lifecycle.py), tens of ms when Placement is written, and
+# the RPC timeout of a bind is 60 s.
+BIND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# A crypto sanitize takes seconds, zeroing a large drive hours.
+CLEANUP_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400,
+                   28800, 86400)
+
+BIND_OUTCOMES = ('bound', 'failed')
+CLEANUP_OUTCOMES = ('succeeded', 'failed', 'late', 'interrupted', 'not_dispatched')
+
+BIND_SECONDS = prometheus_client.Histogram(
+    'steward_arq_bind_seconds',
+    'Time the API took to bind the ARQs of one bind request (PATCH '
+    '/v2/accelerator_requests with add operations), by outcome: bound, or failed '
+    '(refused or undone; nothing stays bound).',
+    ['outcome'], buckets=BIND_BUCKETS, registry=REGISTRY)
+CLEANUP_SECONDS = prometheus_client.Histogram(
+    'steward_cleanup_seconds',
+    'Duration of device cleanups, from the device entering cleaning to the result '
+    'reaching the conductor, by locked-in action and outcome.',
+    ['action', 'outcome'], buckets=CLEANUP_BUCKETS, registry=REGISTRY)
+CLEANUPS = prometheus_client.Counter(
+    'steward_cleanups',
+    'Cleanups that ended, by action and outcome: succeeded, failed (the device went '
+    'to error), late (the result came after the device left cleaning, e.g. timed '
+    'out: recorded, state unchanged), interrupted (the agent restarted during it), '
+    'not_dispatched (the agent is too old to be asked).',
+    ['action', 'outcome'], registry=REGISTRY)
+
+for _outcome in BIND_OUTCOMES:
+    BIND_SECONDS.labels(_outcome)
+
+
+# --- observed where things happen ---------------------------------------------------
+@contextlib.contextmanager
+def bind_timer():
+    """Time the block as one bind: ``failed`` when it raises."""
+    start = time.monotonic()
+    outcome = 'failed'
+    try:
+        yield
+        outcome = 'bound'
+    finally:
+        BIND_SECONDS.labels(outcome).observe(time.monotonic() - start)
+
+
+def cleanup_ended(action, outcome, started_at=None, finished_at=None):
+    """Count a cleanup that ended; its duration is observed when both ends are
+    known (naive UTC datetimes, as the erase records hold them)."""
+    if outcome not in CLEANUP_OUTCOMES:
+        raise ValueError(f'unknown cleanup outcome {outcome!r}')
+    action = action or 'none'
+    CLEANUPS.labels(action, outcome).inc()
+    if started_at is not None and finished_at is not None:
+        seconds = max((finished_at - started_at).total_seconds(), 0.0)
+        CLEANUP_SECONDS.labels(action, outcome).observe(seconds)
+
+
+# --- read when scraped --------------------------------------------------------------
+class DatabaseCollector:
+    """Devices and ARQs, one GROUP BY each. An unreachable database costs the
+    scrape these families, not the whole answer: ``steward_database_up`` says
+    which."""
+
+    def describe(self):
+        return [*self._families(), self._up()]
+
+    @staticmethod
+    def _families():
+        return (
+            core.GaugeMetricFamily(
+                'steward_devices', 'Devices by type, device_state and host '
+                '(state "unset": not backfilled yet, see steward db '
+                'online-data-migrations).', labels=['type', 'state', 'host']),
+            core.GaugeMetricFamily(
+                'steward_accelerator_requests', 'Accelerator requests (ARQs) by state.',
+                labels=['state']))
+
+    @staticmethod
+    def _up():
+        return core.GaugeMetricFamily(
+            'steward_database_up', '1 when the queries of this scrape reached the '
+            'database, 0 when they failed (the device and ARQ families are then '
+            'missing).')
+
+    def collect(self):
+        from steward.db import models as m
+        from steward.db import session
+        devices, arqs = self._families()
+        up = self._up()
+        try:
+            with session.reader() as s:
+                dev_rows = s.execute(
+                    sa.select(m.Device.type, m.Device.device_state, m.Device.hostname,
+                              sa.func.count()).group_by(
+                        m.Device.type, m.Device.device_state, m.Device.hostname)).all()
+                arq_rows = s.execute(sa.select(m.ExtARQ.state, sa.func.count())
+                                     .group_by(m.ExtARQ.state)).all()
+        except Exception as err:  # noqa: BLE001 - the rest of the scrape must answer
+            LOG.warning('Metrics: database queries failed: %s', err)
+            up.add_metric([], 0)
+            yield up
+            return
+        for dev_type, state, host, count in dev_rows:
+            devices.add_metric([dev_type, state or 'unset', host], count)
+        by_state = dict.fromkeys(states.ARQ_STATES, 0)
+        by_state.update({state: count for state, count in arq_rows})
+        for state, count in by_state.items():
+            arqs.add_metric([state], count)
+        up.add_metric([], 1)
+        yield devices
+        yield arqs
+        yield up
+
+
+class PlacementCollector:
+    """The conductor's Placement client in this process, if there is one (an
+    API-only process has none: no family)."""
+
+    def __init__(self, client_getter=None):
+        self._getter = client_getter or _conductor_placement
+
+    def describe(self):
+        return list(self._families())
+
+    @staticmethod
+    def _families():
+        return (core.CounterMetricFamily(
+                    'steward_placement_requests', 'HTTP requests this process sent to '
+                    'Placement, by kind (read: GET, write: anything else).',
+                    labels=['kind']),
+                core.CounterMetricFamily(
+                    'steward_placement_errors', 'Placement requests that failed: no '
+                    'answer, an error status (generation conflicts included: each is '
+                    'retried), or an unreadable body.'))
+
+    def collect(self):
+        client = self._getter()
+        if client is None:
+            return
+        stats = dict(client.stats)
+        requests, errors = self._families()
+        requests.add_metric(['read'], stats.get('reads', 0))
+        requests.add_metric(['write'], stats.get('writes', 0))
+        errors.add_metric([], stats.get('errors', 0))
+        yield requests
+        yield errors
+
+
+def _conductor_placement():
+    from steward.conductor import device_ops
+    try:
+        return device_ops.placement()
+    except exception.ServiceUnavailable:
+        return None
+
+
+class AgentCollector:
+    """Discovery cycles of the agents watched (``watch``), by host. Agents are held
+    weakly: a stopped, dropped agent leaves the scrape."""
+
+    def __init__(self, agents=()):
+        self._agents = weakref.WeakSet(agents)
+        self._lock = threading.Lock()
+
+    def watch(self, agent):
+        with self._lock:
+            self._agents.add(agent)
+        return agent
+
+    def describe(self):
+        return list(self._families())
+
+    @staticmethod
+    def _families():
+        return (core.CounterMetricFamily(
+                    'steward_discovery_cycles', 'Discovery cycles that completed (all '
+                    'drivers discovered and the report reached the conductor).',
+                    labels=['host']),
+                core.GaugeMetricFamily(
+                    'steward_discovery_last_cycle_seconds', 'Duration of the last '
+                    'completed discovery cycle, report to the conductor included.',
+                    labels=['host']))
+
+    def collect(self):
+        with self._lock:
+            agents = list(self._agents)
+        if not agents:
+            return
+        cycles, last = self._families()
+        for agent in agents:
+            cycles.add_metric([agent.host], agent.cycles)
+            if agent.last_cycle_seconds is not None:
+                last.add_metric([agent.host], agent.last_cycle_seconds)
+        yield cycles
+        yield last
+
+
+AGENTS = AgentCollector()
+for _collector in (DatabaseCollector(), PlacementCollector(), AGENTS):
+    REGISTRY.register(_collector)
+prometheus_client.ProcessCollector(registry=REGISTRY)
+
+
+def watch_agent(agent):
+    """Report ``agent``'s discovery cycles in this process's ``/metrics``."""
+    return AGENTS.watch(agent)
+
+
+def render(registry=REGISTRY):
+    """The registry in the Prometheus text format (0.0.4)."""
+    return exposition.generate_latest(registry)
+
+
+# --- an endpoint of its own (a standalone agent) ---------------------------------------
+def parse_listen(value, option='[agent] metrics_listen'):
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6) -> (host, port); InvalidConfiguration
+    with the option's name otherwise."""
+    text = (value or '').strip()
+    host, sep, port = text.rpartition(':')
+    if host.startswith('[') and host.endswith(']'):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise exception.InvalidConfiguration(
+            reason=f'{option} = {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9464 '
+                   f'or [::1]:9464 (empty: no metrics endpoint)')
+    return host, int(port)
+
+
+class MetricsServer:
+    """``registry`` served on ``address`` (the value of ``option``) by a daemon
+    thread; ``stop()`` closes it. Any process without the API can use it, e.g. a
+    conductor serving ``REGISTRY``."""
+
+    def __init__(self, address, registry, option='[agent] metrics_listen'):
+        host, port = parse_listen(address, option)
+        try:
+            self._httpd, self._thread = prometheus_client.start_http_server(
+                port, addr=host, registry=registry)
+        except OSError as err:
+            raise exception.InvalidConfiguration(
+                reason=f'{option} = {address}: cannot listen there: '
+                       f'{err.strerror or err}')
+        self.host, self.port = host, self._httpd.server_address[1]
+
+    @property
+    def url(self):
+        host = f'[{self.host}]' if ':' in self.host else self.host
+        return f'http://{host}:{self.port}/metrics'
+
+    def stop(self):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_agent(agent, address):
+    """Serve ``agent``'s metrics (discovery, the process) on ``address``; an agent
+    alone has no database and no Placement client, so none of those families."""
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(AgentCollector([agent]))
+    prometheus_client.ProcessCollector(registry=registry)
+    server = MetricsServer(address, registry)
+    LOG.info('Agent %s metrics at %s', agent.host, server.url)
+    return server
