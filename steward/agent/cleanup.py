@@ -23,7 +23,6 @@ import futurist
 
 from steward.common import context
 from steward.common import exception
-from steward.drivers import cleanup_errors
 from steward.drivers import cleanup_job
 
 LOG = logging.getLogger(__name__)
@@ -45,14 +44,19 @@ class CleanupExecutor:
         self._stopping = threading.Event()
 
     # -- public --------------------------------------------------------------------
-    def submit(self, device, trigger='unbind'):
+    def submit(self, device, trigger='unbind', ctx=None):
         """Clean ``device`` (a device dict with at least ``uuid``) in the background.
-        Returns the supervisor thread (tests join it)."""
+        ``ctx``: the context of whoever asked (default: the calling thread's current
+        one, for a cast the RPC message's): its request id names every log line and
+        conductor call of the cleanup. Returns the supervisor thread (tests join it)."""
+        ctx = ctx or context.oslo_context.get_current()
         if self._stopping.is_set():
             LOG.warning('Agent stopping: cleanup of %s not started', device['uuid'])
             return None
-        thread = threading.Thread(target=self._supervise, args=(device['uuid'], trigger),
-                                  name=f'cleanup-{device["uuid"][:8]}', daemon=True)
+        thread = threading.Thread(
+            target=self._supervise,
+            args=(device['uuid'], trigger, getattr(ctx, 'request_id', None)),
+            name=f'cleanup-{device["uuid"][:8]}', daemon=True)
         with self._locks_guard:
             self._threads.add(thread)
         thread.start()
@@ -78,7 +82,7 @@ class CleanupExecutor:
         for driver in self.drivers:
             if name and driver.name == name:
                 return driver
-        raise cleanup_errors.CleanupUnsupported(
+        raise exception.CleanupUnsupported(
             device=device['uuid'], reason=f'no enabled driver named {name!r} on '
                                           f'{self.host} can clean it')
 
@@ -87,8 +91,9 @@ class CleanupExecutor:
         with self._locks_guard:
             return self._locks.setdefault(uuid, threading.Lock())
 
-    def _supervise(self, device_uuid, trigger):
-        ctx = context.get_admin_context()
+    def _supervise(self, device_uuid, trigger, request_id=None):
+        ctx = context.get_admin_context(request_id=request_id)
+        ctx.update_store()
         started = threading.Event()
         state = {}
         try:
@@ -110,12 +115,12 @@ class CleanupExecutor:
                 last = f'last step {job.phase}' + (
                     f' {job.percent:g} %' if job.percent is not None else '') + (
                     f' ({job.detail})' if job.detail else '')
-                exc = cleanup_errors.DeadlineExceeded(device=device_uuid, timeout=timeout,
+                exc = exception.DeadlineExceeded(device=device_uuid, timeout=timeout,
                                                       reason=last)
                 LOG.warning('device %s: %s', device_uuid, exc)
                 self._finish(ctx, state, False, job.record, exc)
                 return
-            except cleanup_errors.Interrupted as exc:
+            except exception.Interrupted as exc:
                 if self._stopping.is_set():
                     LOG.warning('device %s: cleanup abandoned, agent stopping',
                                 device_uuid)
@@ -132,7 +137,7 @@ class CleanupExecutor:
                 if 'job' not in state:
                     raise
                 LOG.exception('device %s: cleanup crashed', device_uuid)
-                wrapped = cleanup_errors.CleanupFailed(device=device_uuid,
+                wrapped = exception.CleanupFailed(device=device_uuid,
                                                        reason=f'{type(exc).__name__}: {exc}')
                 self._finish(ctx, state, False, state['job'].record, wrapped)
                 return
@@ -150,6 +155,7 @@ class CleanupExecutor:
     def _work(self, ctx, device_uuid, trigger, started, state):
         """In the pool: take the device lock, move it to cleaning, run the driver.
         Returns the erase record, or None when there was nothing to do."""
+        ctx.update_store()      # a pooled thread: log lines name this request
         with self._lock(device_uuid):
             if self._stopping.is_set():
                 return None
@@ -217,7 +223,7 @@ def recover(conductor, drivers, host, executor, agent_version):
         except exception.StewardError as err:
             LOG.warning('device %s: %s', device['uuid'], err)
             continue
-        executor.submit(device, trigger='recovery')
+        executor.submit(device, trigger='recovery', ctx=ctx)
     for mm in info['mismatches']:
         LOG.warning('Placement reserved=%s on %s (%s) disagrees with device %s in %s '
                     '(expected %s): a bind or cleanup path defect; check and correct',

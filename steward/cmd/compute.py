@@ -20,11 +20,10 @@ import signal
 import sys
 
 from steward.common import exception
-from steward.compute import errors
 
-USAGE_ERRORS = (errors.FlavorInvalid, errors.DeviceProfileUnusable,
-                errors.InstanceNameInvalid, errors.InstanceExists,
-                errors.InstanceNotFound, exception.InvalidConfiguration)
+USAGE_ERRORS = (exception.FlavorInvalid, exception.DeviceProfileUnusable,
+                exception.InstanceNameInvalid, exception.InstanceExists,
+                exception.InstanceNotFound, exception.InvalidConfiguration)
 LOG = logging.getLogger(__name__)
 EXIT_FAILED, EXIT_USAGE, EXIT_NO_HOST, EXIT_LEFTOVERS = 1, 2, 3, 4
 
@@ -83,9 +82,9 @@ def _read_flavor(path):
         with (sys.stdin if path == '-' else open(path)) as f:
             doc = json.load(f)
     except OSError as err:
-        raise errors.FlavorInvalid(reason=f'cannot read {path}: {err.strerror or err}')
+        raise exception.FlavorInvalid(reason=f'cannot read {path}: {err.strerror or err}')
     except ValueError as err:
-        raise errors.FlavorInvalid(reason=f'{path} is not JSON: {err}')
+        raise exception.FlavorInvalid(reason=f'{path} is not JSON: {err}')
     return request.parse_flavor(doc)
 
 
@@ -203,9 +202,9 @@ def main(argv):
         _fail(f'configuration: {err}', EXIT_USAGE)
     try:
         return _run(args, CONF)
-    except errors.NoValidHost as err:
+    except exception.NoValidHost as err:
         _fail(f'{err} [{err.code}]', EXIT_NO_HOST)
-    except errors.CleanupIncomplete as err:
+    except exception.CleanupIncomplete as err:
         _fail(f'{err} [{err.code}]', EXIT_LEFTOVERS)
     except USAGE_ERRORS as err:
         _fail(f'{err} [{err.code}]', EXIT_USAGE)

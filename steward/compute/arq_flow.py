@@ -14,7 +14,7 @@
 import logging
 import time
 
-from steward.compute import errors
+from steward.common import exception
 
 LOG = logging.getLogger(__name__)
 
@@ -33,14 +33,14 @@ def match(arqs, request, claim):
         gid = arq.get('device_profile_group_id')
         group = by_group.get(gid)
         if group is None:
-            raise errors.BindFailed(instance=claim.instance_uuid,
-                                    reason=f'ARQ {arq["uuid"]} is for profile group '
-                                           f'{gid}, which the request does not have')
+            raise exception.BindFailed(instance=claim.instance_uuid,
+                                       reason=f'ARQ {arq["uuid"]} is for profile group '
+                                              f'{gid}, which the request does not have')
         rp = claim.provider_for(group.mapping_key)
         if rp is None:
-            raise errors.BindFailed(instance=claim.instance_uuid,
-                                    reason=f'the chosen candidate maps no provider to '
-                                           f'{group.requester_id} ({group.mapping_key})')
+            raise exception.BindFailed(instance=claim.instance_uuid,
+                                       reason=f'the chosen candidate maps no provider to '
+                                              f'{group.requester_id} ({group.mapping_key})')
         out[arq['uuid']] = rp
     return out
 
@@ -50,17 +50,17 @@ def bind(api, arqs, matches, hostname, instance_uuid):
                               'device_rp_uuid': matches[arq['uuid']]} for arq in arqs}
     try:
         api.bind(bindings)
-    except errors.ServiceCallFailed as err:
-        raise errors.BindFailed(instance=instance_uuid, reason=err.msg) from None
+    except exception.ServiceCallFailed as err:
+        raise exception.BindFailed(instance=instance_uuid, reason=err.msg) from None
 
 
 def wait_bound(listener, instance_uuid, timeout):
     statuses = listener.wait(instance_uuid, timeout)
     failed = sorted(t for t, s in statuses.items() if s != 'completed')
     if failed:
-        raise errors.BindFailed(instance=instance_uuid,
-                                reason='Steward reported failed binds for '
-                                       + ', '.join(failed))
+        raise exception.BindFailed(instance=instance_uuid,
+                                   reason='Steward reported failed binds for '
+                                          + ', '.join(failed))
     return statuses
 
 
@@ -72,19 +72,19 @@ def resolved(api, instance_uuid, expected, deadline):
         if arqs is not None:
             break
         if time.monotonic() > deadline:
-            raise errors.BindFailed(instance=instance_uuid,
-                                    reason='its ARQs stayed unresolved (423)')
+            raise exception.BindFailed(instance=instance_uuid,
+                                       reason='its ARQs stayed unresolved (423)')
         time.sleep(_RESOLVE_POLL)
     by_uuid = {a['uuid']: a for a in arqs}
     missing = sorted(set(expected) - set(by_uuid))
     if missing:
-        raise errors.BindFailed(instance=instance_uuid,
-                                reason='ARQs missing after bind: ' + ', '.join(missing))
+        raise exception.BindFailed(instance=instance_uuid,
+                                   reason='ARQs missing after bind: ' + ', '.join(missing))
     unbound = sorted(f"{u} ({by_uuid[u]['state']})" for u in expected
                      if by_uuid[u]['state'] != BOUND)
     if unbound:
-        raise errors.BindFailed(instance=instance_uuid,
-                                reason='ARQs not bound: ' + ', '.join(unbound))
+        raise exception.BindFailed(instance=instance_uuid,
+                                   reason='ARQs not bound: ' + ', '.join(unbound))
     return [by_uuid[u] for u in expected]
 
 

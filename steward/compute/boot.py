@@ -15,9 +15,9 @@ import os
 import time
 import uuid as uuidlib
 
+from steward.common import exception
 from steward.compute import arq_flow
 from steward.compute import domain_xml
-from steward.compute import errors
 from steward.compute import events
 from steward.compute import handles
 from steward.compute import mdev as mdev_mod
@@ -135,21 +135,21 @@ class Compute:
                       error=f'boot failed ({cause}); undo incomplete: '
                             + '; '.join(failures))
         self.store.save(record)
-        raise errors.CleanupIncomplete(what='The failed boot', name=record['name'],
-                                       failures='; '.join(failures)) from cause
+        raise exception.CleanupIncomplete(what='The failed boot', name=record['name'],
+                                          failures='; '.join(failures)) from cause
 
     # -- delete ------------------------------------------------------------------------
     def delete(self, name):
         record = self.store.get(name)
         if record['status'] == state.BUILDING and _pid_alive(record.get('pid')):
-            raise errors.InstanceBusy(name=record['name'], pid=record['pid'])
+            raise exception.InstanceBusy(name=record['name'], pid=record['pid'])
         failures = self._undo(record)
         if failures:
             record.update(status=state.ERROR, error='delete incomplete: '
                                                     + '; '.join(failures))
             self.store.save(record)
-            raise errors.CleanupIncomplete(what='Deleting', name=record['name'],
-                                           failures='; '.join(failures))
+            raise exception.CleanupIncomplete(what='Deleting', name=record['name'],
+                                              failures='; '.join(failures))
         self.store.delete(record['name'])
         LOG.info('Deleted instance %s (%s)', record['name'], record['uuid'])
         return record
@@ -163,7 +163,7 @@ class Compute:
                 if not planned.get('pre_existing'):
                     mdev_mod.for_record(self.conf, planned).remove(planned)
                 record['mdevs'].remove(planned)
-            except errors.ComputeError as err:
+            except exception.ComputeError as err:
                 failures.append(f'mdev {planned["uuid"]}: {err}')
         steps = [('allocation', lambda: scheduler.release(self.placement, record['uuid']),
                   {'allocations': None})]
@@ -175,6 +175,6 @@ class Compute:
             try:
                 step()
                 record.update(cleared)
-            except errors.ComputeError as err:
+            except exception.ComputeError as err:
                 failures.append(f'{what}: {err}')
         return failures

@@ -19,7 +19,7 @@ from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 import requests
 
-from steward.compute import errors
+from steward.common import exception
 
 LOG = logging.getLogger(__name__)
 
@@ -46,6 +46,15 @@ def _detail(text):
     return ' '.join(text.split())[:300]
 
 
+def _unexpected(service, call, resp):
+    """The ServiceCallFailed of an answer with a status the call does not expect;
+    ``http_status`` lets callers tell e.g. a 404 apart."""
+    err = exception.ServiceCallFailed(
+        service=service, call=call, reason=f'HTTP {resp.status_code}: {_detail(resp.text)}')
+    err.http_status = resp.status_code
+    return err
+
+
 class StewardApi:
     """The accelerator API calls Nova makes (cyborg-api.md §11)."""
 
@@ -69,15 +78,11 @@ class StewardApi:
         try:
             resp = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as err:
-            raise errors.ServiceCallFailed(service='Steward API', call=call,
-                                           reason=f'{type(err).__name__}: {err} '
-                                                  f'({self.endpoint})') from None
+            raise exception.ServiceCallFailed(service='Steward API', call=call,
+                                              reason=f'{type(err).__name__}: {err} '
+                                                     f'({self.endpoint})') from None
         if resp.status_code not in ok:
-            err = errors.ServiceCallFailed(
-                service='Steward API', call=call,
-                reason=f'HTTP {resp.status_code}: {_detail(resp.text)}')
-            err.http_status = resp.status_code
-            raise err
+            raise _unexpected('Steward API', call, resp)
         return resp
 
     def device_profile(self, name):
@@ -86,7 +91,7 @@ class StewardApi:
                            params={'name': name}).json()['device_profiles']
         found = [p for p in found if p.get('name') == name]
         if len(found) != 1:
-            raise errors.DeviceProfileUnusable(
+            raise exception.DeviceProfileUnusable(
                 name=name, reason='no such device profile' if not found
                 else f'{len(found)} profiles have that name')
         return found[0]
@@ -127,7 +132,7 @@ class StewardApi:
             self._call('DELETE', '/accelerator_requests', ok=(204,),
                        params={'arqs': ','.join(uuids)})
             return
-        except errors.ServiceCallFailed as err:
+        except exception.ServiceCallFailed as err:
             if getattr(err, 'http_status', None) != 404:
                 raise
         for uuid in uuids:
@@ -168,13 +173,11 @@ class PlacementApi:
         try:
             resp = self._adapter.request(path, method, json=body, raise_exc=False)
         except ks_exc.ClientException as err:
-            raise errors.ServiceCallFailed(service='Placement', call=call,
-                                           reason=str(err) or type(err).__name__) from None
-        if resp.status_code not in ok:
-            err = errors.ServiceCallFailed(
+            raise exception.ServiceCallFailed(
                 service='Placement', call=call,
-                reason=f'HTTP {resp.status_code}: {_detail(resp.text)}')
-            err.http_status = resp.status_code
+                reason=str(err) or type(err).__name__) from None
+        if resp.status_code not in ok:
+            err = _unexpected('Placement', call, resp)
             try:
                 err.placement_code = resp.json()['errors'][0].get('code')
             except (ValueError, KeyError, IndexError, TypeError):

@@ -32,7 +32,9 @@ def pci_hostdev(arq):
                             managed='yes' if handles.managed(arq) else 'no')
     etree.SubElement(hostdev, 'driver', name='vfio')
     source = etree.SubElement(hostdev, 'source')
-    etree.SubElement(source, 'address', **address.libvirt_attrs())
+    etree.SubElement(source, 'address', domain=f'0x{address.domain}',
+                     bus=f'0x{address.bus}', slot=f'0x{address.slot}',
+                     function=f'0x{address.function}')
     return hostdev
 
 

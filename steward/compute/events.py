@@ -17,7 +17,6 @@ import threading
 from oslo_utils import uuidutils
 
 from steward.common import exception
-from steward.compute import errors
 
 LOG = logging.getLogger(__name__)
 
@@ -33,8 +32,8 @@ def parse_listen(value):
     host, sep, port = (value or '').strip().rpartition(':')
     host = host.strip('[]')
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise errors.EventListenerFailed(listen=value,
-                                         reason='expected host:port, e.g. 127.0.0.1:8774')
+        raise exception.EventListenerFailed(
+            listen=value, reason='expected host:port, e.g. 127.0.0.1:8774')
     return host, int(port)
 
 
@@ -42,7 +41,7 @@ def endpoint_for(listen):
     """The Nova endpoint (…/v2.1) that reaches a listener on ``listen``."""
     try:
         host, port = parse_listen(listen)
-    except errors.EventListenerFailed as err:
+    except exception.EventListenerFailed as err:
         raise exception.InvalidConfiguration(
             reason=f'[compute] events_listen: {err}') from None
     if host in ('0.0.0.0', ''):
@@ -117,7 +116,7 @@ class EventListener:
         try:
             self._server = Server((self._host, self._port), Handler)
         except OSError as err:
-            raise errors.EventListenerFailed(
+            raise exception.EventListenerFailed(
                 listen=self.listen, reason=f'{err.strerror or err} (is another '
                                            f'`steward compute boot` waiting?)') from None
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
@@ -154,8 +153,8 @@ class EventListener:
             done = self._cond.wait_for(lambda: all(waiting.values()), timeout=timeout)
             if not done:
                 missing = sorted(t for t, s in waiting.items() if s is None)
-                raise errors.BindTimeout(instance=instance_uuid, timeout=timeout,
-                                         missing=', '.join(missing))
+                raise exception.BindTimeout(instance=instance_uuid, timeout=timeout,
+                                            missing=', '.join(missing))
             return dict(waiting)
 
     def _accept(self, event):

@@ -1,44 +1,19 @@
 """Reading a bound ARQ's attach handle (``attach_handle_type``/``_uuid``/``_info``).
 
-Cyborg writes PCI address fields as hex strings without ``0x``
-(``{"domain": "0000", "bus": "0c", "device": "00", "function": "0"}``), not always
-zero-padded (spec 5's example has ``"device": "1"``); ``0x`` prefixes are accepted
-too. Anything outside the PCI ranges is refused: libvirt would refuse it later
-with a far less helpful message.
+The PCI fields of attach_handle_info (address, ``managed``) are parsed by
+steward.drivers.pci_sysfs, next to the code that writes them, so that every form a
+Cyborg driver writes is read back; what it refuses becomes AttachHandleInvalid.
 """
 import dataclasses
 
-from oslo_utils import strutils
 from oslo_utils import uuidutils
 
-from steward.compute import errors
+from steward.common import exception
+from steward.drivers import pci_sysfs
 
 PCI = 'PCI'
 MDEV = 'MDEV'
 SUPPORTED = (PCI, MDEV)
-_LIMITS = (('domain', 'domain', 0xffff), ('bus', 'bus', 0xff), ('device', 'slot', 0x1f),
-           ('function', 'function', 0x7))
-
-
-@dataclasses.dataclass(frozen=True)
-class PciAddress:
-    domain: int
-    bus: int
-    slot: int
-    function: int
-
-    def __str__(self):
-        return f'{self.domain:04x}:{self.bus:02x}:{self.slot:02x}.{self.function:x}'
-
-    def libvirt_attrs(self):
-        """The attributes of libvirt's ``<address>`` for a PCI source."""
-        return {'domain': f'0x{self.domain:04x}', 'bus': f'0x{self.bus:02x}',
-                'slot': f'0x{self.slot:02x}', 'function': f'0x{self.function:x}'}
-
-    @property
-    def nodedev_name(self):
-        """libvirt's node-device name of this function, e.g. pci_0000_0a_00_0."""
-        return 'pci_' + str(self).replace(':', '_').replace('.', '_')
 
 
 def arq_uuid(arq):
@@ -46,41 +21,26 @@ def arq_uuid(arq):
 
 
 def pci_address(arq):
-    info = arq.get('attach_handle_info') or {}
-    values = []
-    for key, _, limit in _LIMITS:
-        raw = info.get(key)
-        try:
-            text = str(raw).strip().lower()
-            value = int(text[2:] if text.startswith('0x') else text, 16)
-        except (TypeError, ValueError):
-            raise errors.AttachHandleInvalid(
-                arq=arq_uuid(arq), reason=f'{key} {raw!r} is not a hex number') from None
-        if raw is None or isinstance(raw, bool) or not 0 <= value <= limit:
-            raise errors.AttachHandleInvalid(
-                arq=arq_uuid(arq), reason=f'{key} {raw!r} is outside 0..{limit:#x}')
-        values.append(value)
-    return PciAddress(*values)
+    """The pci_sysfs.PciAddress of attach_handle_info."""
+    try:
+        return pci_sysfs.PciAddress.from_info(arq.get('attach_handle_info') or {})
+    except ValueError as err:
+        raise exception.AttachHandleInvalid(arq=arq_uuid(arq), reason=str(err)) from None
 
 
 def managed(arq):
-    """attach_handle_info.managed (spec 4): absent -> True; JSON booleans; strings
-    and 0/1 through oslo.utils' strict conversion (yes/no, true/false, on/off...).
-    Anything else is refused rather than guessed: managed='yes' on a device bound
-    to a VFIO variant driver makes libvirt rebind it."""
+    """attach_handle_info.managed (spec 4), see pci_sysfs.managed_flag."""
     info = arq.get('attach_handle_info') or {}
-    if 'managed' not in info:
-        return True
-    value = info['managed']
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (str, int)):
-        try:
-            return strutils.bool_from_string(value, strict=True)
-        except ValueError:
-            pass
-    raise errors.AttachHandleInvalid(arq=arq_uuid(arq),
-                                     reason=f'managed {value!r} is not a boolean')
+    flag = pci_sysfs.managed_flag(info)
+    if flag is None:
+        raise exception.AttachHandleInvalid(
+            arq=arq_uuid(arq), reason=f'managed {info["managed"]!r} is not a boolean')
+    return flag
+
+
+def nodedev_name(address):
+    """libvirt's node-device name of a PCI function, e.g. pci_0000_0a_00_0."""
+    return 'pci_' + str(address).replace(':', '_').replace('.', '_')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,13 +48,13 @@ class MdevHandle:
     uuid: str             # the mdev's UUID = attach_handle_uuid
     mdev_type: str        # asked_type, the mdev_supported_types/<type> name
     parent: str           # sysfs name under class/mdev_bus: a BDF or e.g. "mtty"
-    pci: PciAddress | None
+    pci: pci_sysfs.PciAddress | None
 
     @property
     def nodedev_parent(self):
         """libvirt's node-device name of the parent."""
         if self.pci is not None:
-            return self.pci.nodedev_name
+            return nodedev_name(self.pci)
         # Non-PCI parents (the mtty/mdpy samples' virtual devices): libvirt's udev
         # backend names them after the sysfs name, non-alphanumerics as '_'.
         return ''.join(c if c.isalnum() else '_' for c in self.parent)
@@ -108,18 +68,18 @@ def mdev(arq):
     info = arq.get('attach_handle_info') or {}
     uuid = arq.get('attach_handle_uuid')
     if not uuidutils.is_uuid_like(uuid):
-        raise errors.AttachHandleInvalid(arq=arq_uuid(arq),
-                                         reason=f'attach_handle_uuid {uuid!r} is not a UUID')
+        raise exception.AttachHandleInvalid(
+            arq=arq_uuid(arq), reason=f'attach_handle_uuid {uuid!r} is not a UUID')
     mdev_type = info.get('asked_type')
     if not isinstance(mdev_type, str) or not mdev_type.strip() or '/' in mdev_type:
-        raise errors.AttachHandleInvalid(arq=arq_uuid(arq),
-                                         reason=f'asked_type {mdev_type!r} is not an mdev type')
+        raise exception.AttachHandleInvalid(
+            arq=arq_uuid(arq), reason=f'asked_type {mdev_type!r} is not an mdev type')
     uuid, mdev_type = str(uuid).lower(), mdev_type.strip()
     if not any(info.get(k) for k in ('domain', 'bus', 'function')):
         parent = info.get('device')
         if not isinstance(parent, str) or not parent.strip() or '/' in parent \
                 or parent.strip() in ('.', '..'):
-            raise errors.AttachHandleInvalid(
+            raise exception.AttachHandleInvalid(
                 arq=arq_uuid(arq), reason=f'no PCI address and device {parent!r} is not '
                                           f'a parent device name')
         return MdevHandle(uuid=uuid, mdev_type=mdev_type, parent=parent.strip(), pci=None)

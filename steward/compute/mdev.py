@@ -25,11 +25,17 @@ import tempfile
 
 from lxml import etree
 
-from steward.compute import errors
+from steward.common import exception
 
 LOG = logging.getLogger(__name__)
 
 VIRSH_TIMEOUT = 60
+
+
+def _failed(record, reason):
+    """MdevFailed about the mdev of ``record``."""
+    return exception.MdevFailed(uuid=record['uuid'], parent=record['parent'],
+                                type=record['type'], reason=reason)
 
 
 def nodedev_name(handle):
@@ -82,9 +88,9 @@ class SysfsMdevs:
             have = os.path.basename(os.readlink(type_link)) \
                 if os.path.islink(type_link) else None
             if have not in (None, handle.mdev_type):
-                raise errors.MdevFailed(uuid=handle.uuid, parent=handle.parent,
-                                        type=handle.mdev_type,
-                                        reason=f'it exists with type {have}')
+                raise exception.MdevFailed(uuid=handle.uuid, parent=handle.parent,
+                                           type=handle.mdev_type,
+                                           reason=f'it exists with type {have}')
             record['pre_existing'] = True
         return record
 
@@ -95,18 +101,14 @@ class SysfsMdevs:
         type_dir = os.path.join(self._parent_dir(record['parent']),
                                 'mdev_supported_types', record['type'])
         if not os.path.isdir(type_dir):
-            raise errors.MdevFailed(uuid=record['uuid'], parent=record['parent'],
-                                    type=record['type'],
-                                    reason=f'{type_dir} does not exist (no such parent '
-                                           f'or type; vendor mdev module loaded?)')
+            raise _failed(record, f'{type_dir} does not exist (no such parent or type; '
+                                  f'vendor mdev module loaded?)')
         try:
             with open(os.path.join(type_dir, 'create'), 'w') as f:
                 f.write(record['uuid'])
         except OSError as err:
-            raise errors.MdevFailed(uuid=record['uuid'], parent=record['parent'],
-                                    type=record['type'],
-                                    reason=f'writing {type_dir}/create: '
-                                           f'{err.strerror or err}') from None
+            raise _failed(record, f'writing {type_dir}/create: '
+                                  f'{err.strerror or err}') from None
         LOG.info('Created mdev %s (type %s on %s) through sysfs', record['uuid'],
                  record['type'], record['parent'])
 
@@ -119,10 +121,8 @@ class SysfsMdevs:
             with open(os.path.join(existing, 'remove'), 'w') as f:
                 f.write('1')
         except OSError as err:
-            raise errors.MdevFailed(uuid=record['uuid'], parent=record['parent'],
-                                    type=record['type'],
-                                    reason=f'writing {existing}/remove: '
-                                           f'{err.strerror or err}') from None
+            raise _failed(record, f'writing {existing}/remove: '
+                                  f'{err.strerror or err}') from None
         LOG.info('Removed mdev %s through sysfs', record['uuid'])
         return True
 
@@ -139,17 +139,13 @@ class LibvirtMdevs:
             out = subprocess.run([self.virsh, '-c', self.uri, *args], capture_output=True,
                                  text=True, timeout=VIRSH_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired) as err:
-            raise errors.MdevFailed(uuid=record['uuid'], parent=record['parent'],
-                                    type=record['type'],
-                                    reason=f'virsh {args[0]}: {err}') from None
+            raise _failed(record, f'virsh {args[0]}: {err}') from None
         return out.returncode, out.stdout.strip(), ' '.join(out.stderr.split())
 
     def _check(self, record, *args):
         rc, stdout, stderr = self._run(record, *args)
         if rc != 0:
-            raise errors.MdevFailed(uuid=record['uuid'], parent=record['parent'],
-                                    type=record['type'],
-                                    reason=f'virsh -c {self.uri} {args[0]}: {stderr}')
+            raise _failed(record, f'virsh -c {self.uri} {args[0]}: {stderr}')
         return stdout
 
     def plan(self, handle):
@@ -166,7 +162,7 @@ class LibvirtMdevs:
         try:
             self._check(record, 'nodedev-start', record['nodedev'])
             self._check(record, 'nodedev-autostart', record['nodedev'])
-        except errors.MdevFailed:
+        except exception.MdevFailed:
             self._run(record, 'nodedev-destroy', record['nodedev'])
             self._run(record, 'nodedev-undefine', record['nodedev'])
             raise
@@ -185,9 +181,7 @@ class LibvirtMdevs:
             if rc == 0:
                 found = True
             elif not any(h in stderr.lower() for h in harmless):
-                raise errors.MdevFailed(uuid=record['uuid'], parent=record['parent'],
-                                        type=record['type'],
-                                        reason=f'virsh -c {self.uri} {action}: {stderr}')
+                raise _failed(record, f'virsh -c {self.uri} {action}: {stderr}')
             elif 'not active' in stderr.lower():
                 found = True
         if found:

@@ -20,13 +20,11 @@ OPTION = '[compute] nova_pci_device_spec'
 
 
 def _device(sysfs_root, address):
-    dev = pci_sysfs.read_device(sysfs_root, str(address)) \
-        if pci_sysfs.BDF_RE.match(str(address)) else None
+    dev = pci_sysfs.read_device(sysfs_root, str(address))
     if dev is None:
         dev = pci_sysfs.PciDevice(
-            address=pci_sysfs.PciAddress.parse(str(address)), vendor_id=None,
-            product_id=None, class_code='000000', driver=None, physfn=None, virtfns=[],
-            path='')
+            address=address, vendor_id=None, product_id=None, class_code='000000',
+            driver=None, physfn=None, virtfns=[], path='')
     return dev
 
 

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import re
 
-from steward.compute import errors
+from steward.common import exception
 
 OWNER_CYBORG = 'OWNER_CYBORG'
 OWNER_NOVA = 'OWNER_NOVA'
@@ -106,8 +106,8 @@ class Flavor:
 def _non_negative_int(doc, key, default=None):
     value = doc.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise errors.FlavorInvalid(reason=f'{key} must be a non-negative integer, '
-                                          f'not {json.dumps(value)}')
+        raise exception.FlavorInvalid(reason=f'{key} must be a non-negative integer, '
+                                             f'not {json.dumps(value)}')
     return value
 
 
@@ -117,26 +117,26 @@ def parse_flavor(doc):
     if isinstance(doc, dict) and set(doc) == {'flavor'}:
         doc = doc['flavor']
     if not isinstance(doc, dict):
-        raise errors.FlavorInvalid(reason='a flavor is a JSON object')
+        raise exception.FlavorInvalid(reason='a flavor is a JSON object')
     name = doc.get('name')
     if not isinstance(name, str) or not name.strip():
-        raise errors.FlavorInvalid(reason='name must be a non-empty string')
+        raise exception.FlavorInvalid(reason='name must be a non-empty string')
     vcpus = _non_negative_int(doc, 'vcpus')
     ram = _non_negative_int(doc, 'ram')
     disk = _non_negative_int(doc, 'disk', 0)
     if vcpus < 1 or ram < 1:
-        raise errors.FlavorInvalid(reason='vcpus and ram must be at least 1')
+        raise exception.FlavorInvalid(reason='vcpus and ram must be at least 1')
     specs = doc.get('extra_specs', {})
     if not isinstance(specs, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in specs.items()):
-        raise errors.FlavorInvalid(reason='extra_specs must map strings to strings')
+        raise exception.FlavorInvalid(reason='extra_specs must map strings to strings')
     policy = specs.get('group_policy')
     if policy is not None and policy not in GROUP_POLICIES:
-        raise errors.FlavorInvalid(reason=f'group_policy {policy!r} is not one of '
-                                          f'{", ".join(GROUP_POLICIES)}')
+        raise exception.FlavorInvalid(reason=f'group_policy {policy!r} is not one of '
+                                             f'{", ".join(GROUP_POLICIES)}')
     dp = specs.get(DEVICE_PROFILE_SPEC)
     if dp is not None and not dp.strip():
-        raise errors.FlavorInvalid(reason=f'{DEVICE_PROFILE_SPEC} is empty')
+        raise exception.FlavorInvalid(reason=f'{DEVICE_PROFILE_SPEC} is empty')
     return Flavor(name=name, vcpus=vcpus, ram=ram, disk=disk, extra_specs=dict(specs))
 
 
@@ -179,9 +179,9 @@ def _flavor_groups(flavor):
             else:
                 _add_trait(group, name, value.strip(), key)
         except ValueError as err:
-            raise errors.FlavorInvalid(reason=str(err)) from None
+            raise exception.FlavorInvalid(reason=str(err)) from None
         if suffix.upper().startswith('_DEVICE_PROFILE_'):
-            raise errors.FlavorInvalid(
+            raise exception.FlavorInvalid(
                 reason=f'{key}: suffix {suffix} is reserved for device-profile groups')
     return list(groups.values())
 
@@ -203,13 +203,13 @@ def _profile_groups(profile):
                 elif prefix != 'accel':
                     raise ValueError(f'unknown key {key!r}')
             except ValueError as err:
-                raise errors.DeviceProfileUnusable(name=name, reason=str(err)) from None
+                raise exception.DeviceProfileUnusable(name=name, reason=str(err)) from None
         if OWNER_CYBORG in group.forbidden:
-            raise errors.DeviceProfileUnusable(
+            raise exception.DeviceProfileUnusable(
                 name=name, reason=f'group {index} forbids {OWNER_CYBORG}')
         out.append(group)
     if not out:
-        raise errors.DeviceProfileUnusable(name=name, reason='it has no groups')
+        raise exception.DeviceProfileUnusable(name=name, reason='it has no groups')
     return out
 
 
@@ -223,7 +223,7 @@ def build(flavor, profile=None, owner_nova_prefilter=True):
             if g.suffix == '':
                 g.forbidden.add(OWNER_CYBORG)
             if OWNER_NOVA in g.forbidden:
-                raise errors.FlavorInvalid(
+                raise exception.FlavorInvalid(
                     reason=f'group {g.suffix or "(unsuffixed)"} forbids {OWNER_NOVA}, '
                            f'which the OWNER_NOVA pre-filter requires')
     if profile is not None:
@@ -231,7 +231,7 @@ def build(flavor, profile=None, owner_nova_prefilter=True):
     suffixed = [g for g in groups if g.suffix]
     policy = flavor.extra_specs.get('group_policy')
     if len(suffixed) > 1 and policy is None:
-        raise errors.FlavorInvalid(
+        raise exception.FlavorInvalid(
             reason=f'{len(suffixed)} suffixed request groups need a group_policy extra '
                    f'spec (none or isolate)')
     return ResourceRequest(groups=groups, group_policy=policy,

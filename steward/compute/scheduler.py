@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 
-from steward.compute import errors
+from steward.common import exception
 from steward.compute import request as req_mod
 
 LOG = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def _with_generation(placement, what, attempt):
     for n in range(_ATTEMPTS):
         try:
             return attempt()
-        except errors.ServiceCallFailed as err:
+        except exception.ServiceCallFailed as err:
             if getattr(err, 'placement_code', None) != 'placement.concurrent_update' \
                     or n == _ATTEMPTS - 1:
                 raise
@@ -86,7 +86,7 @@ def _with_generation(placement, what, attempt):
 def find_compute_node(placement, name):
     found = placement.get('/resource_providers', {'name': name})['resource_providers']
     if not found:
-        raise errors.NoValidHost(
+        raise exception.NoValidHost(
             reason=f'no compute-node resource provider named {name} in Placement '
                    f'(is `steward serve` running with the same configuration?)')
     return found[0]['uuid']
@@ -143,8 +143,8 @@ def claim(placement, request, instance_uuid, root_uuid):
     Placement's order; one lost to a concurrent claim (409) makes way for the next."""
     allocation_requests, _ = candidates(placement, request, in_tree=root_uuid)
     if not allocation_requests:
-        raise errors.NoValidHost(reason='Placement has no allocation candidate for '
-                                        + _describe(request))
+        raise exception.NoValidHost(reason='Placement has no allocation candidate for '
+                                           + _describe(request))
     last = None
     for candidate in allocation_requests:
         allocations = {rp: dict(a['resources'])
@@ -155,7 +155,7 @@ def claim(placement, request, instance_uuid, root_uuid):
                 'consumer_generation': None, 'consumer_type': CONSUMER_TYPE}
         try:
             placement.call('PUT', f'/allocations/{instance_uuid}', body, ok=(204,))
-        except errors.ServiceCallFailed as err:
+        except exception.ServiceCallFailed as err:
             if getattr(err, 'http_status', None) != 409:
                 raise
             LOG.info('Candidate lost to a concurrent claim (%s); trying the next', err)
@@ -164,7 +164,7 @@ def claim(placement, request, instance_uuid, root_uuid):
         return Claim(instance_uuid=instance_uuid, root_uuid=root_uuid,
                      allocations=allocations, mappings=candidate.get('mappings', {}),
                      names=_provider_names(placement, root_uuid))
-    raise errors.NoValidHost(reason=f'every candidate was claimed meanwhile ({last})')
+    raise exception.NoValidHost(reason=f'every candidate was claimed meanwhile ({last})')
 
 
 def release(placement, instance_uuid):

@@ -12,7 +12,7 @@ import json
 import os
 import re
 
-from steward.compute import errors
+from steward.common import exception
 
 NAME_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$')
 BUILDING, ACTIVE, ERROR = 'building', 'active', 'error'
@@ -24,7 +24,7 @@ def now():
 
 def check_name(name):
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise errors.InstanceNameInvalid(name=name)
+        raise exception.InstanceNameInvalid(name=name)
     return name
 
 
@@ -42,7 +42,7 @@ class Store:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            raise errors.InstanceExists(name=record['name']) from None
+            raise exception.InstanceExists(name=record['name']) from None
         with os.fdopen(fd, 'w') as f:
             json.dump(record, f, indent=1, sort_keys=True)
         return record
@@ -63,14 +63,14 @@ class Store:
         try:
             with open(self._path(name)) as f:
                 return json.load(f)
-        except errors.InstanceNameInvalid:
+        except exception.InstanceNameInvalid:
             pass
         except FileNotFoundError:
             pass
         for record in self.list():
             if record.get('uuid') == name:
                 return record
-        raise errors.InstanceNotFound(name=name)
+        raise exception.InstanceNotFound(name=name)
 
     def delete(self, name):
         try:

@@ -1,5 +1,6 @@
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
+
+from steward.conf import keystoneauth
 
 group = cfg.OptGroup('placement', title='Placement service options')
 
@@ -27,17 +28,9 @@ opts = [
 def register_opts(conf):
     conf.register_group(group)
     conf.register_opts(opts, group=group)
-    ks_loading.register_session_conf_options(conf, group.name)
-    ks_loading.register_auth_conf_options(conf, group.name)
-    ks_loading.register_adapter_conf_options(conf, group.name, include_deprecated=False)
-    conf.set_default('service_type', 'placement', group=group.name)
+    keystoneauth.register(conf, group, 'placement')
     conf.set_default('valid_interfaces', ['internal', 'public'], group=group.name)
 
 
 def list_opts():
-    from keystoneauth1 import loading
-    return [(group, opts
-             + loading.get_session_conf_options()
-             + loading.get_auth_common_conf_options()
-             + loading.get_auth_plugin_conf_options('password')
-             + loading.get_adapter_conf_options(include_deprecated=False))]
+    return [(group, opts + keystoneauth.opts())]

@@ -4,7 +4,7 @@ tests build one directly."""
 import threading
 import time
 
-from steward.drivers import cleanup_errors
+from steward.common import exception
 
 
 class CleanupJob:
@@ -28,8 +28,8 @@ class CleanupJob:
     def check(self):
         """Raise Interrupted when the job was cancelled (timeout, agent stop)."""
         if self.cancelled.is_set():
-            raise cleanup_errors.Interrupted(device=self.device_uuid,
-                                             reason=self.cancel_reason or 'cancelled')
+            raise exception.Interrupted(device=self.device_uuid,
+                                        reason=self.cancel_reason or 'cancelled')
 
     def progress(self, phase, percent=None, detail=None):
         """Note the current step; forwarded at most once per ``min_interval`` while

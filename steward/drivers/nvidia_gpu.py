@@ -175,16 +175,12 @@ class NvidiaGpuDriver(base.Driver):
         return self._gpu(gpu, self._pgpu(gpu))
 
     def _gpu(self, gpu, deployable):
-        board = {'vendor_id': gpu.vendor_id, 'product_id': gpu.product_id,
-                 'class': gpu.class_code, 'address': str(gpu.address),
-                 'driver': gpu.driver}
-        if gpu.physfn is not None:
-            board['physfn'] = str(gpu.physfn)
         return objects.DriverDevice(
             vendor=gpu.vendor_id, model=gpu.product_id, type=DEVICE_TYPE,
             controlpath_id=objects.DriverControlPathID(
                 'PCI', objects.pci_info(**gpu.address.info())),
-            deployable_list=[deployable], std_board_info=json.dumps(board, sort_keys=True),
+            deployable_list=[deployable],
+            std_board_info=json.dumps(gpu.board_info(), sort_keys=True),
             driver_name=self.name)
 
     def _pgpu(self, gpu):

@@ -25,7 +25,6 @@ import os_traits
 
 from steward.common import exception
 from steward.drivers import base
-from steward.drivers import cleanup_errors
 from steward.drivers import device_spec
 from steward.drivers import nvme_cleanup
 from steward.drivers import nvme_cli
@@ -107,10 +106,10 @@ class NvmeDriver(base.Driver):
                 reason=f'[nvme] cleanup_timeout: {err}. A comment must be on its own '
                        f'line (oslo.config keeps "# ..." after a value as part of it)')
         if self.cli.path() is None:
-            raise nvme_cli.NvmeCliMissing(binary=self.cli.binary)
+            raise exception.NvmeCliMissing(binary=self.cli.binary)
         try:
             version = self.cli.version()
-        except nvme_cli.NvmeCommandFailed as err:
+        except exception.NvmeCommandFailed as err:
             raise exception.InvalidConfiguration(
                 reason=f'[nvme] nvme_cli = {self.cli.binary!r} does not run: {err}')
         LOG.info('nvme driver: nvme-cli %s (%s); %d device_spec entr%s; cleanup_timeout '
@@ -143,7 +142,7 @@ class NvmeDriver(base.Driver):
                 identity = self.cli.id_ctrl(ctrl.char_path)
                 self._identity[address] = identity
                 return identity
-            except (nvme_cli.NvmeCommandFailed, nvme_cli.NvmeCliMissing) as err:
+            except (exception.NvmeCommandFailed, exception.NvmeCliMissing) as err:
                 LOG.error('nvme: id-ctrl of %s (%s) failed: %s', address, ctrl.char_path,
                           err)
         return self._identity.get(address)
@@ -189,11 +188,11 @@ class NvmeDriver(base.Driver):
         board = json.loads(device.get('std_board_info') or '{}')
         address = board.get('pci_address')
         if not address:
-            raise cleanup_errors.CleanupUnsupported(
+            raise exception.CleanupUnsupported(
                 device=device['uuid'], reason='std_board_info has no pci_address')
         ctrl = nvme_sysfs.controller_for(self.sysfs_root, self.dev_root, address)
         if ctrl is None:
-            raise cleanup_errors.ControllerMissing(
+            raise exception.ControllerMissing(
                 device=device['uuid'], address=address,
                 reason='no nvme controller under its sysfs node; cleanup needs it bound '
                        'to the host nvme driver (libvirt managed mode rebinds it)')
@@ -210,7 +209,7 @@ class NvmeDriver(base.Driver):
         if not action:
             reason = (board.get('cleanup') or {}).get('reason') or \
                 'no cleanup action was locked in at discovery'
-            raise cleanup_errors.CleanupUnsupported(device=device['uuid'], reason=reason)
+            raise exception.CleanupUnsupported(device=device['uuid'], reason=reason)
         board, ctrl = self._controller(device)
         nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid']).run(action)
         return job.record
@@ -219,7 +218,7 @@ class NvmeDriver(base.Driver):
         """What the hardware says of a cleanup the agent did not see finish."""
         try:
             board, ctrl = self._controller(device)
-        except cleanup_errors.CleanupFailed as err:
+        except exception.CleanupFailed as err:
             return str(err)
         text = nvme_cleanup.read_interrupted(self.cli, ctrl)
         if board.get('cleanup_action') in (nvme_policy.WRITE_ZEROES, nvme_policy.SHRED):

@@ -20,8 +20,8 @@ import logging
 import os
 import time
 
+from steward.common import exception
 from steward.drivers import blockio
-from steward.drivers import cleanup_errors as errors
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_policy as policy
 from steward.drivers import nvme_sysfs
@@ -57,8 +57,8 @@ class Cleaner:
         elif action == policy.SHRED:
             self.zero(controller_side=False)
         else:
-            raise errors.CleanupUnsupported(device=self.device,
-                                            reason=f'unknown cleanup action {action!r}')
+            raise exception.CleanupUnsupported(device=self.device,
+                                               reason=f'unknown cleanup action {action!r}')
         self.record['assurance_level'] = policy.ASSURANCE[action]
 
     # -- safety --------------------------------------------------------------------
@@ -68,12 +68,12 @@ class Cleaner:
         for ns in self.ctrl.namespaces():
             holders = self.ctrl.holders(ns)
             if holders:
-                raise errors.PrecheckFailed(device=self.device,
-                                            reason=f'{ns.name} is held by {holders}')
+                raise exception.PrecheckFailed(device=self.device,
+                                               reason=f'{ns.name} is held by {holders}')
             real = os.path.realpath(ns.path)
             if any(m == real or m.startswith(real + 'p') for m in mounted):
-                raise errors.PrecheckFailed(device=self.device,
-                                            reason=f'{ns.name} is mounted on this host')
+                raise exception.PrecheckFailed(device=self.device,
+                                               reason=f'{ns.name} is mounted on this host')
 
     # -- watermarks ----------------------------------------------------------------
     def write_marks(self, tolerate_failure=None):
@@ -90,7 +90,7 @@ class Cleaner:
                                 tolerate_failure, err)
                     self.record['watermarks_skipped'] = f'{tolerate_failure}: {err}'
                     return {}
-                raise errors.PrecheckFailed(
+                raise exception.PrecheckFailed(
                     device=self.device, reason=f'cannot write watermarks on {ns.path}: '
                                                f'{err.strerror or err}')
         self.record['namespaces_before'] = sorted(marks)
@@ -138,7 +138,7 @@ class Cleaner:
         if problems:
             self.record['verification'] = 'failed'
             self.record['verification_detail'] = '; '.join(problems[:10])
-            raise errors.VerifyFailed(device=self.device, reason=self.record[
+            raise exception.VerifyFailed(device=self.device, reason=self.record[
                 'verification_detail'])
         if not marks:
             self.record['verification'] = 'skipped'
@@ -185,20 +185,20 @@ class Cleaner:
         self.job.progress('erase', 0.0)
         try:
             self.cli.sanitize(self.ctrl.char_path, sanact)
-        except nvme_cli.NvmeCommandFailed as err:
-            raise errors.SanitizeFailed(device=self.device,
-                                        reason=f'the sanitize command failed: {err}')
+        except exception.NvmeCommandFailed as err:
+            raise exception.SanitizeFailed(device=self.device,
+                                           reason=f'the sanitize command failed: {err}')
         status = self._poll('erase')
         self._record_sstat(status)
         if status.failed:
-            raise errors.SanitizeFailed(
+            raise exception.SanitizeFailed(
                 device=self.device, reason='the controller reports the sanitize failed '
                                            '(SSTAT 3); it stays in sanitize failure mode')
         if not status.succeeded:
-            raise errors.SanitizeFailed(device=self.device,
-                                        reason=f'SSTAT after the sanitize: {status.text}')
+            raise exception.SanitizeFailed(
+                device=self.device, reason=f'SSTAT after the sanitize: {status.text}')
         if status.sanact is not None and status.sanact != sanact:
-            raise errors.SanitizeFailed(
+            raise exception.SanitizeFailed(
                 device=self.device, reason=f'the sanitize log records '
                 f'{nvme_cli.SANACT_TEXT.get(status.sanact, status.sanact)}, not the '
                 f'{nvme_cli.SANACT_TEXT[sanact]} that was issued')
@@ -237,10 +237,10 @@ class Cleaner:
             except blockio.Cancelled:
                 self.job.check()
             except OSError as err:
-                raise errors.ZeroingFailed(device=self.device,
-                                           reason=f'{ns.path}: {err.strerror or err}')
-            except nvme_cli.NvmeCommandFailed as err:
-                raise errors.ZeroingFailed(device=self.device, reason=str(err))
+                raise exception.ZeroingFailed(device=self.device,
+                                              reason=f'{ns.path}: {err.strerror or err}')
+            except exception.NvmeCommandFailed as err:
+                raise exception.ZeroingFailed(device=self.device, reason=str(err))
             done += sizes[ns.nsid]
         self.record['bytes_zeroed'] = done
         self.verify(marks, expect_zero=True)
@@ -264,7 +264,7 @@ class Cleaner:
         dev = self.ctrl.char_path
         try:
             nsids = self.cli.list_ns(dev, allocated=True)
-        except nvme_cli.NvmeCommandFailed:
+        except exception.NvmeCommandFailed:
             nsids = self.cli.list_ns(dev)
         if len(nsids) <= 1:
             return
@@ -280,15 +280,15 @@ class Cleaner:
             new = self.cli.create_ns(dev, blocks, fmt.flbas & 0x6f)
             self.cli.attach_ns(dev, new, self.identity.cntlid)
             self.cli.ns_rescan(dev)
-        except nvme_cli.NvmeCommandFailed as err:
-            raise errors.NamespaceLayoutFailed(device=self.device, reason=str(err))
+        except exception.NvmeCommandFailed as err:
+            raise exception.NamespaceLayoutFailed(device=self.device, reason=str(err))
         self.record['namespaces_consolidated'] = {'deleted': nsids, 'created': new}
         deadline = time.monotonic() + NAMESPACE_APPEAR_SECONDS
         while not any(ns.nsid == new and os.path.exists(ns.path)
                       for ns in self.ctrl.namespaces()):
             self.job.check()
             if time.monotonic() > deadline:
-                raise errors.NamespaceLayoutFailed(
+                raise exception.NamespaceLayoutFailed(
                     device=self.device, reason=f'namespace {new} was created but its '
                     f'block device did not appear within {NAMESPACE_APPEAR_SECONDS} s')
             time.sleep(0.1)
@@ -299,7 +299,7 @@ def read_interrupted(cli, ctrl):
     (agent crash), e.g. "sanitize still in progress 43 %"."""
     try:
         return cli.sanitize_log(ctrl.char_path).describe()
-    except nvme_cli.NvmeCliMissing:
+    except exception.NvmeCliMissing:
         return 'sanitize log unreadable: nvme-cli missing'
-    except nvme_cli.NvmeCommandFailed as err:
+    except exception.NvmeCommandFailed as err:
         return f'sanitize log unreadable: {err}'

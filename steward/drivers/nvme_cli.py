@@ -48,48 +48,10 @@ STATUS_SANITIZE_FAILED = 0x01c
 STATUS_ACCESS_DENIED = 0x286
 
 
-# --- errors -----------------------------------------------------------------------
-class NvmeCliMissing(exception.InvalidConfiguration):
-    code = 'cyb.nvme.cli_missing'
-    message = ('nvme-cli is not installed or not executable ([nvme] nvme_cli = '
-               '%(binary)r): install the nvme-cli package on this host or set '
-               '[nvme] nvme_cli to its path.')
-
-
-class NvmeCommandFailed(exception.StewardError):
-    code = 'cyb.nvme.command_failed'
-    message = 'nvme %(command)s failed: %(reason)s'
-
-    def __init__(self, message=None, status=None, **kwargs):
-        super().__init__(message, **kwargs)
-        self.status = status
-
-
-class NvmeInvalidOpcode(NvmeCommandFailed):
-    code = 'cyb.nvme.invalid_opcode'
-
-
-class NvmeSanitizeInProgress(NvmeCommandFailed):
-    code = 'cyb.nvme.sanitize_in_progress'
-
-
-class NvmeAccessDenied(NvmeCommandFailed):
-    # SED-locked drives answer this (0x4286); an erase cannot work until unlocked.
-    code = 'cyb.nvme.access_denied'
-
-
-class NvmeCommandTimeout(NvmeCommandFailed):
-    code = 'cyb.nvme.timeout'
-
-
-class NvmeBadOutput(NvmeCommandFailed):
-    code = 'cyb.nvme.bad_output'
-    message = 'nvme %(command)s printed something unexpected: %(reason)s'
-
-
-_STATUS_ERRORS = {STATUS_INVALID_OPCODE: NvmeInvalidOpcode,
-                  STATUS_SANITIZE_IN_PROGRESS: NvmeSanitizeInProgress,
-                  STATUS_ACCESS_DENIED: NvmeAccessDenied}
+# --- which error a failed run raises ----------------------------------------------
+_STATUS_ERRORS = {STATUS_INVALID_OPCODE: exception.NvmeInvalidOpcode,
+                  STATUS_SANITIZE_IN_PROGRESS: exception.NvmeSanitizeInProgress,
+                  STATUS_ACCESS_DENIED: exception.NvmeAccessDenied}
 _STATUS_RE = re.compile(r'NVMe status: (?P<text>.*)\(0x(?P<status>[0-9a-fA-F]+)\)\s*$', re.M)
 
 
@@ -98,13 +60,13 @@ def error_from_stderr(command, stderr):
     m = _STATUS_RE.search(stderr or '')
     if m:
         status = int(m.group('status'), 16)
-        cls = _STATUS_ERRORS.get(status & 0x7ff, NvmeCommandFailed)
+        cls = _STATUS_ERRORS.get(status & 0x7ff, exception.NvmeCommandFailed)
         return cls(command=command, status=status,
                    reason=f'{m.group("text").strip()} (NVMe status 0x{status:x})')
     lines = [ln.strip() for ln in (stderr or '').splitlines()
              if ln.strip() and not ln.startswith('FAKENVME')]
-    return NvmeCommandFailed(command=command,
-                             reason=lines[0] if lines else 'exit status 1, no message')
+    return exception.NvmeCommandFailed(
+        command=command, reason=lines[0] if lines else 'exit status 1, no message')
 
 
 # --- parsed records ---------------------------------------------------------------
@@ -169,7 +131,8 @@ def _json(command, text):
     try:
         return json.loads(text)
     except (TypeError, ValueError) as err:
-        raise NvmeBadOutput(command=command, reason=f'not JSON ({err}): {text[:200]!r}')
+        raise exception.NvmeBadOutput(command=command,
+                                      reason=f'not JSON ({err}): {text[:200]!r}')
 
 
 def parse_id_ctrl(text):
@@ -183,7 +146,8 @@ def parse_id_ctrl(text):
             fna=int(d.get('fna', 0)) & 0xff, nn=u32(d.get('nn', 0)),
             tnvmcap=u128(d.get('tnvmcap')))
     except (KeyError, TypeError, ValueError) as err:
-        raise NvmeBadOutput(command='id-ctrl', reason=f'missing or bad field ({err})')
+        raise exception.NvmeBadOutput(command='id-ctrl',
+                                      reason=f'missing or bad field ({err})')
 
 
 @dataclasses.dataclass
@@ -210,7 +174,8 @@ def parse_id_ns(text, nsid):
         return Namespace(nsid=nsid, nsze=int(d['nsze']), ncap=int(d.get('ncap', 0)),
                          flbas=flbas, lba_size=lba_size)
     except (KeyError, TypeError, ValueError, IndexError) as err:
-        raise NvmeBadOutput(command='id-ns', reason=f'missing or bad field ({err})')
+        raise exception.NvmeBadOutput(command='id-ns',
+                                      reason=f'missing or bad field ({err})')
 
 
 def parse_list_ns(text):
@@ -218,7 +183,7 @@ def parse_list_ns(text):
     try:
         return sorted(u32(e['nsid']) for e in d.get('nsid_list', []))
     except (KeyError, TypeError, ValueError) as err:
-        raise NvmeBadOutput(command='list-ns', reason=f'bad nsid_list ({err})')
+        raise exception.NvmeBadOutput(command='list-ns', reason=f'bad nsid_list ({err})')
 
 
 @dataclasses.dataclass
@@ -298,7 +263,8 @@ def parse_sanitize_log(text, device_name=None):
                        'block': not_reported(d.get('time_block_erase')),
                        'overwrite': not_reported(d.get('time_over_write'))})
     except (KeyError, TypeError, ValueError) as err:
-        raise NvmeBadOutput(command='sanitize-log', reason=f'missing or bad field ({err})')
+        raise exception.NvmeBadOutput(command='sanitize-log',
+                                      reason=f'missing or bad field ({err})')
 
 
 _CREATED_RE = re.compile(r'created nsid:\s*(\d+)')
@@ -307,7 +273,7 @@ _CREATED_RE = re.compile(r'created nsid:\s*(\d+)')
 def parse_created_nsid(text):
     m = _CREATED_RE.search(text or '')
     if not m:
-        raise NvmeBadOutput(command='create-ns', reason=f'no nsid in {text!r}')
+        raise exception.NvmeBadOutput(command='create-ns', reason=f'no nsid in {text!r}')
     return int(m.group(1))
 
 
@@ -340,17 +306,16 @@ class NvmeCli:
         try:
             proc = subprocess.run(argv, capture_output=True, text=True,
                                   timeout=timeout or self.timeout, stdin=subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise NvmeCliMissing(binary=self.binary)
-        except PermissionError:
-            raise NvmeCliMissing(binary=self.binary)
+        except (FileNotFoundError, PermissionError):
+            raise exception.NvmeCliMissing(binary=self.binary)
         except subprocess.TimeoutExpired:
-            raise NvmeCommandTimeout(command=' '.join(map(str, args)),
-                                     reason=f'no answer within {timeout or self.timeout} s')
+            raise exception.NvmeCommandTimeout(
+                command=' '.join(map(str, args)),
+                reason=f'no answer within {timeout or self.timeout} s')
         if proc.returncode != 0:
             # Exit code 127/126 come from a wrapper script that could not exec nvme.
             if proc.returncode in (126, 127):
-                raise NvmeCliMissing(binary=self.binary)
+                raise exception.NvmeCliMissing(binary=self.binary)
             raise error_from_stderr(' '.join(map(str, args)), proc.stderr)
         LOG.debug('nvme %s -> %d bytes', ' '.join(map(str, args)), len(proc.stdout))
         return proc.stdout

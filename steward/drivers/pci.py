@@ -19,7 +19,6 @@ import logging
 
 import os_resource_classes as orc
 import os_traits
-from oslo_utils import strutils
 
 from steward.common import exception
 from steward.drivers import base
@@ -47,24 +46,13 @@ class PciEntry:
 
 
 def parse_managed(fields):
-    """The ``managed`` tag as a bool; absent means libvirt-managed (Nova's default).
-
-    JSON booleans are the documented form; strings go through oslo.utils' strict
-    conversion (yes/no, on/off, true/false, 1/0, y/n, t/f, any case), and so do the
-    integers 0 and 1, which Nova accepts the same way. Anything else is an error.
-    """
-    if 'managed' not in fields:
-        return True
-    value = fields['managed']
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (str, int)):
-        try:
-            return strutils.bool_from_string(value, strict=True)
-        except ValueError:
-            pass
-    raise ValueError(f'managed {json.dumps(value)} is not a boolean; use true or false '
-                     f'(or one of the strings yes/no, on/off, 1/0)')
+    """The ``managed`` tag as a bool (pci_sysfs.managed_flag); ValueError if it is
+    none of the accepted forms."""
+    managed = pci_sysfs.managed_flag(fields)
+    if managed is None:
+        raise ValueError(f'managed {json.dumps(fields["managed"])} is not a boolean; use '
+                         f'true or false (or one of the strings yes/no, on/off, 1/0)')
+    return managed
 
 
 def _custom_name(value, what, normalize):
@@ -220,11 +208,6 @@ class PciDriver(base.Driver):
 
     def _device(self, dev, entry):
         address = dev.address.info()
-        board = {'vendor_id': dev.vendor_id, 'product_id': dev.product_id,
-                 'class': dev.class_code, 'address': str(dev.address),
-                 'driver': dev.driver}
-        if dev.physfn is not None:
-            board['physfn'] = str(dev.physfn)
         attributes = [objects.DriverAttribute(
             'rc', entry.resource_class or default_resource_class(dev))]
         attributes += [objects.DriverAttribute(f'trait{i}', t)
@@ -239,5 +222,6 @@ class PciDriver(base.Driver):
             vendor=dev.vendor_id, model=dev.product_id, type='PCI',
             controlpath_id=objects.DriverControlPathID(
                 'PCI', objects.pci_info(**address)),
-            deployable_list=[deployable], std_board_info=json.dumps(board, sort_keys=True),
+            deployable_list=[deployable],
+            std_board_info=json.dumps(dev.board_info(), sort_keys=True),
             driver_name=self.name)

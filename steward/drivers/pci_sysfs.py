@@ -2,12 +2,22 @@
 
 Every reader takes the sysfs root so tests and dry runs point it at a tree in the
 kernel's layout. Values are returned without the trailing newline sysfs adds.
+
+It also holds the forms a PCI function takes in what drivers report and the
+compute side reads back, so that both ends agree: the address fields of
+attach_info/cpid_info (``PciAddress.info``/``from_info``), the ``managed`` tag
+(``managed_flag``) and a whole function's std_board_info (``PciDevice.board_info``).
 """
 import dataclasses
 import os
 import re
 
+from oslo_utils import strutils
+
 BDF_RE = re.compile(r'^([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$')
+# attach_info field, hex digits of its canonical form, largest value.
+_INFO_FIELDS = (('domain', 4, 0xffff), ('bus', 2, 0xff), ('device', 2, 0x1f),
+                ('function', 1, 0x7))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +42,45 @@ class PciAddress:
         return {'domain': self.domain, 'bus': self.bus, 'device': self.slot,
                 'function': self.function}
 
+    @classmethod
+    def from_info(cls, info):
+        """The inverse of ``info``, for fields written by any Cyborg driver: not
+        always zero-padded (spec 5's example has ``"device": "1"``), ``0x``
+        accepted. Anything outside the PCI ranges is a ValueError naming the
+        field: libvirt would refuse it later with a far less helpful message."""
+        values = []
+        for key, width, limit in _INFO_FIELDS:
+            raw = info.get(key)
+            try:
+                text = str(raw).strip().lower()
+                value = int(text[2:] if text.startswith('0x') else text, 16)
+            except (TypeError, ValueError):
+                raise ValueError(f'{key} {raw!r} is not a hex number') from None
+            if raw is None or isinstance(raw, bool) or not 0 <= value <= limit:
+                raise ValueError(f'{key} {raw!r} is outside 0..{limit:#x}')
+            values.append(f'{value:0{width}x}')
+        return cls(*values)
+
+
+def managed_flag(fields):
+    """The ``managed`` tag (spec 4) of a ``[pci] device_spec`` entry or a PCI
+    attach_info: absent means libvirt-managed (Nova's default); JSON booleans;
+    strings and the integers 0/1 through oslo.utils' strict conversion (yes/no,
+    on/off, true/false, y/n, t/f, any case), as Nova accepts them. None for any
+    other value, which callers refuse rather than guess: managed='yes' on a device
+    bound to a VFIO variant driver makes libvirt rebind it."""
+    if 'managed' not in fields:
+        return True
+    value = fields['managed']
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, int)):
+        try:
+            return strutils.bool_from_string(value, strict=True)
+        except ValueError:
+            pass
+    return None
+
 
 @dataclasses.dataclass
 class PciDevice:
@@ -51,6 +100,15 @@ class PciDevice:
     @property
     def has_vfs(self):
         return bool(self.virtfns)
+
+    def board_info(self):
+        """std_board_info of a device that is this whole function."""
+        board = {'vendor_id': self.vendor_id, 'product_id': self.product_id,
+                 'class': self.class_code, 'address': str(self.address),
+                 'driver': self.driver}
+        if self.physfn is not None:
+            board['physfn'] = str(self.physfn)
+        return board
 
 
 def read_attr(path, name, default=None):

@@ -6,12 +6,13 @@ import uuid
 import httpx
 import pytest
 
-from steward.compute import errors
+from steward.common import exception
 from steward.compute import events
 from steward.conductor import nova
 from tests.stack import free_port
 
-INSTANCE = str(uuid.uuid4())
+# Fixed, and free of the ARQ tags below: a random uuid could contain 'a2'.
+INSTANCE = '6f1c3e58-0d4b-4b7e-9c11-5d8e7f90b3c4'
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_event_before_2_82_is_refused(listener):
     for version in (None, 'compute 2.81'):
         r = post(listener, body, version=version)
         assert r.status_code == 400 and 'badRequest' in r.json()
-    with pytest.raises(errors.BindTimeout):
+    with pytest.raises(exception.BindTimeout):
         listener.wait(INSTANCE, 0.1)
     assert post(listener, body, version='compute latest').status_code == 200
 
@@ -90,7 +91,7 @@ def test_timeout_names_the_missing_arqs(listener):
     post(listener, {'events': [{'name': events.EVENT_NAME, 'server_uuid': INSTANCE,
                                 'tag': 'a2', 'status': 'completed'}]})
     start = time.monotonic()
-    with pytest.raises(errors.BindTimeout, match='a1 of instance') as exc:
+    with pytest.raises(exception.BindTimeout, match='a1 of instance') as exc:
         listener.wait(INSTANCE, 0.3)
     assert time.monotonic() - start >= 0.3
     assert exc.value.code == 'cyb.compute.bind_timeout' and 'a2' not in str(exc.value)
@@ -103,13 +104,13 @@ def test_version_document_and_unknown_paths(listener):
 
 
 def test_busy_port_is_a_clean_error(listener):
-    with pytest.raises(errors.EventListenerFailed, match='another'):
+    with pytest.raises(exception.EventListenerFailed, match='another'):
         events.EventListener(listener.listen).start()
 
 
 @pytest.mark.parametrize('value', ['8774', 'host:', ':99', 'h:0', 'h:70000', ''])
 def test_bad_listen_values(value):
-    with pytest.raises(errors.EventListenerFailed):
+    with pytest.raises(exception.EventListenerFailed):
         events.parse_listen(value)
 
 

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from steward.compute import errors
+from steward.common import exception
 from steward.compute import handles
 from steward.compute import mdev
 from tests.mdev_tree import MTTY_TYPES, MdevTree
@@ -57,7 +57,7 @@ def test_sysfs_existing_mdev_is_used_not_recreated(tree):
 
 def test_sysfs_existing_mdev_of_another_type_is_refused(tree):
     tree.create_instance('mtty', 'mtty-1', UUID)
-    with pytest.raises(errors.MdevFailed, match='exists with type mtty-1'):
+    with pytest.raises(exception.MdevFailed, match='exists with type mtty-1'):
         mdev.SysfsMdevs(str(tree.root)).plan(handles.mdev(arq(VIRTUAL, 'mtty-2')))
 
 
@@ -66,7 +66,7 @@ def test_sysfs_existing_mdev_of_another_type_is_refused(tree):
 def test_sysfs_unknown_parent_or_type(tree, fields, type_id):
     backend = mdev.SysfsMdevs(str(tree.root))
     record = backend.plan(handles.mdev(arq(fields, type_id)))
-    with pytest.raises(errors.MdevFailed, match='does not exist') as exc:
+    with pytest.raises(exception.MdevFailed, match='does not exist') as exc:
         backend.create(record)
     assert exc.value.code == 'cyb.compute.mdev_failed'
 
@@ -76,7 +76,7 @@ def test_sysfs_write_error_is_reported(tree):
     create.unlink()
     create.mkdir()          # writing fails like the kernel refusing the uuid
     backend = mdev.SysfsMdevs(str(tree.root))
-    with pytest.raises(errors.MdevFailed, match='writing'):
+    with pytest.raises(exception.MdevFailed, match='writing'):
         backend.create(backend.plan(handles.mdev(arq(VIRTUAL, 'mtty-2'))))
 
 
@@ -92,7 +92,7 @@ def test_libvirt_backend_reports_what_libvirt_says():
     record = backend.plan(handles.mdev(arq(PCI, 'i915-GVTg_V5_4')))
     assert record['nodedev'] == f"mdev_{UUID.replace('-', '_')}_0000_00_02_0"
     assert record['nodedev_parent'] == 'pci_0000_00_02_0'
-    with pytest.raises(errors.MdevFailed, match='not supported') as exc:
+    with pytest.raises(exception.MdevFailed, match='not supported') as exc:
         backend.create(record)
     assert 'nodedev-define' in str(exc.value)
     # Removing an mdev libvirt does not know is not an error (already gone).

@@ -5,9 +5,9 @@ import uuid
 
 import pytest
 
+from steward.common import exception
 from steward.compute import arq_flow
 from steward.compute import clients
-from steward.compute import errors
 from steward.compute import request
 from steward.compute import scheduler
 from tests.placement_fixture import admin_session, get_placement, unique_name
@@ -107,7 +107,7 @@ def test_device_profile_group_never_lands_on_a_nova_owned_device(api, tree):
     assert first.allocations[tree['ids']['cyborg']] == {tree['rc']: 1}
     assert first.allocations[tree['ids']['root']] == {'VCPU': 1, 'MEMORY_MB': 64}
     # The Cyborg device is used up; the free Nova-owned one must not be offered.
-    with pytest.raises(errors.NoValidHost):
+    with pytest.raises(exception.NoValidHost):
         claim(api, tree, req)
 
 
@@ -118,7 +118,7 @@ def test_nova_group_never_lands_on_a_cyborg_owned_device(api, tree):
     assert [sorted(c['allocations']) for c in candidates] == [
         sorted([tree['ids']['root'], tree['ids']['nova']])]
     claim(api, tree, req)
-    with pytest.raises(errors.NoValidHost):
+    with pytest.raises(exception.NoValidHost):
         claim(api, tree, req)
 
 
@@ -152,7 +152,7 @@ def test_arqs_match_providers_through_mappings(api, tree):
     c = claim(api, tree, req)
     arqs = [{'uuid': 'a1', 'device_profile_group_id': 0}]
     assert arq_flow.match(arqs, req, c) == {'a1': tree['ids']['cyborg']}
-    with pytest.raises(errors.BindFailed, match='group 3'):
+    with pytest.raises(exception.BindFailed, match='group 3'):
         arq_flow.match([{'uuid': 'a2', 'device_profile_group_id': 3}], req, c)
     assert c.names[tree['ids']['cyborg']] == tree['names']['cyborg']
 
@@ -168,5 +168,5 @@ def test_release_is_idempotent(api, tree):
 
 
 def test_missing_compute_node(api):
-    with pytest.raises(errors.NoValidHost, match='no compute-node'):
+    with pytest.raises(exception.NoValidHost, match='no compute-node'):
         scheduler.find_compute_node(api, unique_name('nohost'))

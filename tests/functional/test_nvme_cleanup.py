@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from steward.common import exception
 from steward.common import states
 from steward.drivers import blockio
 from steward.drivers import nvme_cli
@@ -278,7 +279,7 @@ def test_agent_does_not_start_without_nvme_cli(nvme):
     nvme.sim.add_controller()
     nvme.sim.remove_nvme_cli()
     st = nvme.start(agent=False)
-    with pytest.raises(nvme_cli.NvmeCliMissing) as err:
+    with pytest.raises(exception.NvmeCliMissing) as err:
         st.start_agent()
     assert err.value.code == 'cyb.nvme.cli_missing'
     assert 'install the nvme-cli package' in str(err.value)

@@ -9,7 +9,6 @@ import pytest
 
 from steward.common import exception
 from steward.drivers import blockio
-from steward.drivers import cleanup_errors
 from steward.drivers import cleanup_job
 from steward.drivers import nvme
 from steward.drivers import nvme_cleanup
@@ -99,7 +98,7 @@ def test_bad_device_spec_stops_the_agent(sim, conf, spec, match):
 
 def test_init_host_checks_nvme_cli(sim, conf):
     sim.remove_nvme_cli()
-    with pytest.raises(nvme_cli.NvmeCliMissing, match='install the nvme-cli package'):
+    with pytest.raises(exception.NvmeCliMissing, match='install the nvme-cli package'):
         nvme.NvmeDriver(conf, 'h').init_host()
     conf.set_override('nvme_cli', shutil.which('false'), group='nvme')
     with pytest.raises(exception.InvalidConfiguration, match='does not run'):
@@ -124,7 +123,7 @@ def test_a_controller_passed_to_a_guest_keeps_its_last_identity(sim, conf):
     [fresh] = _driver(conf).discover()
     board = json.loads(fresh.std_board_info)
     assert board['cleanup_action'] is None and 'unknown' in board['cleanup']['excluded']
-    with pytest.raises(cleanup_errors.ControllerMissing, match='not bound'):
+    with pytest.raises(exception.ControllerMissing, match='not bound'):
         _clean(driver, before)
 
 
@@ -155,7 +154,7 @@ def test_a_busy_namespace_is_not_erased(sim, conf):
     [dev] = driver.discover()
     ns = nvme_sysfs.controller_for(sim.sysfs_root, sim.dev_root, ctrl.address).namespaces()[0]
     open(os.path.join(ns.sysfs, 'holders', 'dm-3'), 'w').close()
-    with pytest.raises(cleanup_errors.PrecheckFailed, match='held by'):
+    with pytest.raises(exception.PrecheckFailed, match='held by'):
         _clean(driver, dev)
     assert not [c for c in ctrl.commands() if c.get('opcode') == 0x84]
 
@@ -167,7 +166,7 @@ def test_a_watermark_that_survives_fails_the_cleanup(sim, conf):
     job = cleanup_job.CleanupJob('dev-1')
     cleaner = nvme_cleanup.Cleaner(nvme_cli.NvmeCli(sim.nvme_cli), ref, job, 'dev-1')
     marks = cleaner.write_marks()
-    with pytest.raises(cleanup_errors.VerifyFailed, match='watermark survived'):
+    with pytest.raises(exception.VerifyFailed, match='watermark survived'):
         cleaner.verify(marks, expect_zero=False)
     assert job.record['verification'] == 'failed'
     blockio.zero_fill(ref.namespaces()[0].path)
@@ -190,7 +189,7 @@ def test_zero_path_without_namespace_management_zeroes_each_namespace(sim, conf)
 
 
 def test_cleanup_without_a_locked_action_is_refused(sim, conf):
-    with pytest.raises(cleanup_errors.CleanupUnsupported, match='not locked|nothing'):
+    with pytest.raises(exception.CleanupUnsupported, match='not locked|nothing'):
         nvme.NvmeDriver(conf, 'h').cleanup(
             {'uuid': 'd', 'std_board_info': json.dumps(
                 {'cleanup_action': None, 'cleanup': {'reason': 'nothing fits'}})})

@@ -1,7 +1,7 @@
 """Flavor + device profile -> Placement granular request (spec 3)."""
 import pytest
 
-from steward.compute import errors
+from steward.common import exception
 from steward.compute import request
 
 
@@ -77,7 +77,7 @@ def test_accel_keys_are_ignored():
 
 
 def test_two_suffixed_groups_need_group_policy():
-    with pytest.raises(errors.FlavorInvalid, match='group_policy'):
+    with pytest.raises(exception.FlavorInvalid, match='group_policy'):
         request.build(flavor(**{'accel:device_profile': 'dp1'}), PROFILE)
     # One suffixed group alone does not.
     one = {'name': 'dp', 'groups': [PROFILE['groups'][0]]}
@@ -97,7 +97,7 @@ def test_two_suffixed_groups_need_group_policy():
       'extra_specs': {'accel:device_profile': ' '}}, 'empty'),
 ])
 def test_bad_flavors(doc, match):
-    with pytest.raises(errors.FlavorInvalid, match=match) as exc:
+    with pytest.raises(exception.FlavorInvalid, match=match) as exc:
         request.parse_flavor(doc)
     assert exc.value.code == 'cyb.compute.flavor_invalid'
 
@@ -110,7 +110,7 @@ def test_bad_flavors(doc, match):
     ({'resources:lower': '1'}, 'resource class'),
 ])
 def test_bad_flavor_extra_specs(specs, match):
-    with pytest.raises(errors.FlavorInvalid, match=match):
+    with pytest.raises(exception.FlavorInvalid, match=match):
         request.build(flavor(**specs))
 
 
@@ -121,7 +121,7 @@ def test_bad_flavor_extra_specs(specs, match):
     ([{'resources:FPGA': '1', 'bogus:key': '1'}], 'unknown key'),
 ])
 def test_unusable_profiles(groups, match):
-    with pytest.raises(errors.DeviceProfileUnusable, match=match):
+    with pytest.raises(exception.DeviceProfileUnusable, match=match):
         request.build(flavor(), {'name': 'dp', 'groups': groups})
 
 

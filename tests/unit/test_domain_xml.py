@@ -10,8 +10,8 @@ import subprocess
 from lxml import etree
 import pytest
 
+from steward.common import exception
 from steward.compute import domain_xml
-from steward.compute import errors
 from steward.compute import handles
 from steward.compute import mdev
 
@@ -127,7 +127,7 @@ def test_spec4_example_is_reproduced_exactly():
 
 @pytest.mark.parametrize('managed', ['maybe', '', 2, None, [True], {'x': 1}])
 def test_pci_bad_managed_is_refused(managed):
-    with pytest.raises(errors.AttachHandleInvalid) as exc:
+    with pytest.raises(exception.AttachHandleInvalid) as exc:
         build([pci_arq(managed)])
     assert exc.value.code == 'cyb.compute.attach_handle_invalid'
     assert 'managed' in str(exc.value)
@@ -139,7 +139,7 @@ def test_pci_bad_managed_is_refused(managed):
 def test_pci_bad_address_is_refused(field, value):
     arq = pci_arq()
     arq['attach_handle_info'][field] = value
-    with pytest.raises(errors.AttachHandleInvalid):
+    with pytest.raises(exception.AttachHandleInvalid):
         build([arq])
 
 
@@ -173,7 +173,7 @@ def test_mdev_bad_handle_is_refused(change):
         arq.update(change)
     else:
         arq['attach_handle_info'].update(change)
-    with pytest.raises(errors.AttachHandleInvalid):
+    with pytest.raises(exception.AttachHandleInvalid):
         build([arq])
 
 

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from steward.common import exception
 from steward.drivers import nvme_cli
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'nvme_fixtures')
@@ -92,19 +93,19 @@ def test_sanitize_log_sstat_as_a_number():
 
 @pytest.mark.parametrize('text', ['', 'not json', '{"nvme0": {"sprog": 1}}', '[]'])
 def test_sanitize_log_garbage_is_a_clear_error(text):
-    with pytest.raises(nvme_cli.NvmeBadOutput) as err:
+    with pytest.raises(exception.NvmeBadOutput) as err:
         nvme_cli.parse_sanitize_log(text, 'nvme0')
     assert err.value.code == 'cyb.nvme.bad_output'
 
 
 @pytest.mark.parametrize('stderr,cls,status', [
     ('NVMe status: Sanitize In Progress: The requested function is prohibited while a '
-     'sanitize operation is in progress(0x1d)\n', nvme_cli.NvmeSanitizeInProgress, 0x1d),
+     'sanitize operation is in progress(0x1d)\n', exception.NvmeSanitizeInProgress, 0x1d),
     ('NVMe status: Access Denied: Access to the namespace and/or LBA range is denied due '
-     'to lack of access rights(0x4286)\n', nvme_cli.NvmeAccessDenied, 0x4286),
+     'to lack of access rights(0x4286)\n', exception.NvmeAccessDenied, 0x4286),
     ('NVMe status: Invalid Command Opcode: A reserved coded value or an unsupported value '
-     'in the command opcode field(0x4001)\n', nvme_cli.NvmeInvalidOpcode, 0x4001),
-    ('NVMe status: unrecognized(0x20a)\n', nvme_cli.NvmeCommandFailed, 0x20a),
+     'in the command opcode field(0x4001)\n', exception.NvmeInvalidOpcode, 0x4001),
+    ('NVMe status: unrecognized(0x20a)\n', exception.NvmeCommandFailed, 0x20a),
 ])
 def test_nvme_status_on_stderr_maps_to_a_distinct_error(stderr, cls, status):
     err = nvme_cli.error_from_stderr('sanitize /dev/nvme0 -a 4', stderr)
@@ -115,14 +116,14 @@ def test_nvme_status_on_stderr_maps_to_a_distinct_error(stderr, cls, status):
 def test_os_error_on_stderr():
     err = nvme_cli.error_from_stderr('id-ctrl /dev/nvme9',
                                      '/dev/nvme9: No such file or directory\nUsage: ...\n')
-    assert type(err) is nvme_cli.NvmeCommandFailed and err.status is None
+    assert type(err) is exception.NvmeCommandFailed and err.status is None
     assert 'No such file or directory' in str(err)
 
 
 def test_created_nsid_and_version():
     assert nvme_cli.parse_created_nsid('create-ns: Success, created nsid:3\n') == 3
     assert nvme_cli.parse_version('nvme version 2.3 (git 2.3)\nlibnvme version 1.3') == '2.3'
-    with pytest.raises(nvme_cli.NvmeBadOutput):
+    with pytest.raises(exception.NvmeBadOutput):
         nvme_cli.parse_created_nsid('')
 
 
@@ -131,7 +132,7 @@ def test_real_nvme_cli_failure_is_parsed(tmp_path):
     cli = nvme_cli.NvmeCli('nvme')
     if cli.path() is None:
         pytest.skip('nvme-cli is not installed')
-    with pytest.raises(nvme_cli.NvmeCommandFailed) as err:
+    with pytest.raises(exception.NvmeCommandFailed) as err:
         cli.id_ctrl(str(tmp_path / 'nvme9'))
     assert 'No such file or directory' in str(err.value)
     assert cli.version()
@@ -140,7 +141,7 @@ def test_real_nvme_cli_failure_is_parsed(tmp_path):
 def test_missing_binary_is_a_configuration_error(tmp_path):
     cli = nvme_cli.NvmeCli(str(tmp_path / 'no-nvme'))
     assert cli.path() is None
-    with pytest.raises(nvme_cli.NvmeCliMissing) as err:
+    with pytest.raises(exception.NvmeCliMissing) as err:
         cli.version()
     assert err.value.code == 'cyb.nvme.cli_missing'
 

@@ -58,10 +58,11 @@ class ApiRequest:
         except (ValueError, UnicodeDecodeError):
             raise exception.MalformedJSON()
 
-    def query_args(self, allowed, multi=()):
+    def query_args(self, allowed, multi=(), ints=()):
         """{name: value} of the query string. Unknown parameters are refused
         (a typo such as ``?instance_uuid=`` must not silently widen a listing);
-        a parameter given twice is refused unless named in ``multi``."""
+        a parameter given twice is refused unless named in ``multi``; those named
+        in ``ints`` are converted with int_arg."""
         result = {}
         for name, value in self.query.multi_items():
             if name not in allowed:
@@ -71,6 +72,9 @@ class ApiRequest:
             if name in result and name not in multi:
                 raise exception.InvalidQuery(reason=f'parameter {name!r} given twice')
             result[name] = value
+        for name in ints:
+            if name in result:
+                result[name] = int_arg(name, result[name])
         return result
 
 

@@ -13,10 +13,7 @@ FILTERS = ('uuid', 'deployable_id', 'key', 'value')
 def list_attributes(req):
     """200 {"attributes": [...]}; 400 unknown filter; 403."""
     policy.authorize(req.ctx, 'cyborg:attribute:get_all')
-    filters = req.query_args(FILTERS)
-    if 'deployable_id' in filters:
-        filters['deployable_id'] = handlers.int_arg('deployable_id',
-                                                    filters['deployable_id'])
+    filters = req.query_args(FILTERS, ints=('deployable_id',))
     with session.reader() as s:
         rows = db.attribute_list(s, filters)
         return handlers.json_response(

@@ -21,10 +21,7 @@ def _render(req, s, rows):
 def list_deployables(req):
     """200 {"deployables": [...]}; 400 unknown filter; 403."""
     policy.authorize(req.ctx, 'cyborg:deployable:get_all')
-    filters = req.query_args(FILTERS)
-    for name in INT_FILTERS:
-        if name in filters:
-            filters[name] = handlers.int_arg(name, filters[name])
+    filters = req.query_args(FILTERS, ints=INT_FILTERS)
     with session.reader() as s:
         rows = db.deployable_list(s, filters)
         return handlers.json_response({'deployables': _render(req, s, rows)})

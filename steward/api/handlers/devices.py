@@ -17,9 +17,7 @@ def list_devices(req):
     """200 {"devices": [...]}; 400 unknown filter; 403."""
     policy.authorize(req.ctx, 'cyborg:device:get_all')
     filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
-                             else FILTERS)
-    if 'id' in filters:
-        filters['id'] = handlers.int_arg('id', filters['id'])
+                             else FILTERS, ints=('id',))
     with session.reader() as s:
         rows = db.device_list(s, filters)
         return handlers.json_response(
@@ -85,13 +83,10 @@ def erase_records(req):
     policy.authorize(req.ctx, 'cyborg:device:erase_records')
     microversion.require(req.version, microversion.DEVICE_STATE,
                          'GET /v2/devices/{uuid}/erase_records')
-    args = req.query_args(('limit',))
-    limit = None
-    if 'limit' in args:
-        limit = handlers.int_arg('limit', args['limit'])
-        if limit < 1:
-            raise exception.InvalidParameter(name='limit', value=limit,
-                                             reason='a positive integer is expected')
+    limit = req.query_args(('limit',), ints=('limit',)).get('limit')
+    if limit is not None and limit < 1:
+        raise exception.InvalidParameter(name='limit', value=limit,
+                                         reason='a positive integer is expected')
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     with session.reader() as s:
         rows = db.erase_record_list(s, uuid, limit=limit)
