@@ -7,6 +7,7 @@ the state diagrams (from steward.common.states) and the configuration reference
 import os
 
 from steward.common import states
+from steward.conf import keystoneauth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,17 +116,7 @@ def configuration_markdown():
     return '\n'.join(out)
 
 
-def _keystoneauth_opt_names():
-    from keystoneauth1 import loading
-    names = set()
-    for o in (loading.get_session_conf_options() + loading.get_auth_common_conf_options()
-              + loading.get_auth_plugin_conf_options('password')
-              + loading.get_adapter_conf_options(include_deprecated=False)):
-        names.add(o.name)
-    return names
-
-
-_KEYSTONEAUTH_OPTS = _keystoneauth_opt_names()
+_KEYSTONEAUTH_OPTS = {o.name for o in keystoneauth.opts()}
 
 
 GENERATED = {

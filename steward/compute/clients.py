@@ -13,18 +13,14 @@ import logging
 import urllib.parse
 
 import httpx
-from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import loading as ks_loading
-from keystoneauth1 import session as ks_session
-import requests
 
 from steward.common import exception
+from steward.placement import client as placement_client
 
 LOG = logging.getLogger(__name__)
 
 ACCELERATOR_MICROVERSION = '2.4'
-PLACEMENT_MICROVERSION = '1.39'
 TIMEOUT = 60
 
 
@@ -149,22 +145,9 @@ class PlacementApi:
 
     @classmethod
     def from_conf(cls, conf, endpoint=None):
-        if endpoint:
-            auth = ks_loading.get_plugin_loader('admin_token').load_from_options(
-                endpoint=endpoint.rstrip('/'), token='admin')
-            http = requests.Session()
-            http.trust_env = False      # a proxy from the environment must not catch loopback
-            sess = ks_session.Session(auth=auth, session=http,
-                                      timeout=conf.placement.timeout or TIMEOUT)
-            adapter = ks_adapter.Adapter(sess, service_type='placement',
-                                         default_microversion=PLACEMENT_MICROVERSION)
-        else:
-            auth = ks_loading.load_auth_from_conf_options(conf, 'placement')
-            sess = ks_loading.load_session_from_conf_options(conf, 'placement', auth=auth)
-            adapter = ks_loading.load_adapter_from_conf_options(
-                conf, 'placement', session=sess, auth=auth,
-                default_microversion=PLACEMENT_MICROVERSION)
-        return cls(adapter)
+        # The conductor's Placement client builds the same adapter; every call
+        # here passes raise_exc=False too.
+        return cls(placement_client.build_adapter(conf, endpoint, default_timeout=TIMEOUT))
 
     def call(self, method, path, body=None, ok=(200,), params=None):
         if params:

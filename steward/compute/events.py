@@ -17,6 +17,7 @@ import threading
 from oslo_utils import uuidutils
 
 from steward.common import exception
+from steward.common import netutils
 
 LOG = logging.getLogger(__name__)
 
@@ -44,13 +45,7 @@ def endpoint_for(listen):
     except exception.EventListenerFailed as err:
         raise exception.InvalidConfiguration(
             reason=f'[compute] events_listen: {err}') from None
-    if host in ('0.0.0.0', ''):
-        host = '127.0.0.1'
-    elif host == '::':
-        host = '::1'
-    if ':' in host:
-        host = f'[{host}]'
-    return f'http://{host}:{port}/v2.1'
+    return netutils.local_url(host, port) + '/v2.1'
 
 
 def _microversion(headers):

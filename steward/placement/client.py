@@ -38,6 +38,29 @@ _ATTEMPTS = 4
 _EMBEDDED_TIMEOUT = 30
 
 
+def build_adapter(conf, endpoint=None, default_timeout=None):
+    """A keystoneauth Adapter for Placement at MICROVERSION that never raises on an
+    HTTP status: for ``endpoint`` (embedded Placement, noauth2) or from ``[placement]``."""
+    group = 'placement'
+    if endpoint:
+        # noauth2 accepts exactly the token 'admin'; keystoneauth's 'none' plugin
+        # sends 'notused' and gets 403.
+        auth = ks_loading.get_plugin_loader('admin_token').load_from_options(
+            endpoint=endpoint.rstrip('/'), token='admin')
+        http = requests.Session()
+        http.trust_env = False   # an http_proxy from the environment must not catch loopback
+        sess = ks_session.Session(
+            auth=auth, session=http,
+            timeout=conf[group].timeout or default_timeout or _EMBEDDED_TIMEOUT)
+        return ks_adapter.Adapter(sess, service_type='placement',
+                                  default_microversion=MICROVERSION, raise_exc=False)
+    auth = ks_loading.load_auth_from_conf_options(conf, group)
+    sess = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+    return ks_loading.load_adapter_from_conf_options(
+        conf, group, session=sess, auth=auth, default_microversion=MICROVERSION,
+        raise_exc=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class ProviderSpec:
     """What one device's RP should look like in Placement.
@@ -116,24 +139,7 @@ class PlacementClient:
         """A client for ``endpoint`` (embedded Placement, noauth2) or from ``[placement]``."""
         if conf is None:
             from steward.conf import CONF as conf
-        group = 'placement'
-        if endpoint:
-            # noauth2 accepts exactly the token 'admin'; keystoneauth's 'none' plugin
-            # sends 'notused' and gets 403.
-            auth = ks_loading.get_plugin_loader('admin_token').load_from_options(
-                endpoint=endpoint, token='admin')
-            http = requests.Session()
-            http.trust_env = False   # an http_proxy from the environment must not catch loopback
-            sess = ks_session.Session(auth=auth, session=http,
-                                      timeout=conf[group].timeout or _EMBEDDED_TIMEOUT)
-            adapter = ks_adapter.Adapter(sess, service_type='placement',
-                                         default_microversion=MICROVERSION, raise_exc=False)
-        else:
-            auth = ks_loading.load_auth_from_conf_options(conf, group)
-            sess = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
-            adapter = ks_loading.load_adapter_from_conf_options(
-                conf, group, session=sess, auth=auth,
-                default_microversion=MICROVERSION, raise_exc=False)
+        adapter = build_adapter(conf, endpoint)
         return cls(adapter, host=getattr(conf, 'host', None))
 
     # -- plumbing -------------------------------------------------------------------

@@ -30,6 +30,7 @@ import urllib.request
 from wsgiref import simple_server
 
 from steward.common import exception
+from steward.common import netutils
 
 LOG = logging.getLogger(__name__)
 
@@ -219,12 +220,6 @@ class _QuietHandler(simple_server.WSGIRequestHandler):
         pass   # Placement's requestlog middleware already logs every request
 
 
-def _url(host, port):
-    if host in ('0.0.0.0', ''):
-        host = '127.0.0.1'
-    elif host == '::':
-        host = '::1'
-    return 'http://%s:%d' % ('[%s]' % host if ':' in host else host, port)
 
 
 class EmbeddedServer:
@@ -235,7 +230,7 @@ class EmbeddedServer:
         self._thread = thread
         self.host = httpd.server_address[0]
         self.port = httpd.server_address[1]
-        self.url = _url(self.host, self.port)
+        self.url = netutils.local_url(self.host, self.port)
 
     def shutdown(self):
         self._httpd.shutdown()
@@ -396,7 +391,7 @@ def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
     (the main thread of a service). Without ``log_file`` the child logs to a
     temporary file removed by ``stop()``.
     """
-    url = _url(host, port)
+    url = netutils.local_url(host, port)
     found = _probe(url, 1.0)
     if found and _is_placement_doc(found[2]):
         raise exception.EmbeddedPlacementError(
