@@ -7,12 +7,18 @@ group = cfg.OptGroup('nvme', title='Generic NVMe driver with secure cleanup',
 opts = [
     cfg.MultiStrOpt('device_spec', default=[],
                     help='One JSON object per value: vendor_id, product_id, address '
-                         '(glob or regex dict) plus clear_action (auto|sanitize|zero) '
-                         'and clear_strategy (auto|crypto|block).'),
+                         '(glob or regex dict) plus clear_action (auto|sanitize|zero), '
+                         'clear_strategy (auto|crypto|block) and lba_size (the block '
+                         'size in bytes of the one namespace every cleanup leaves; '
+                         'default: the one the device had at discovery).'),
     cfg.IntOpt('cleanup_timeout', default=900, min=1,
                help='Seconds one cleanup may take before the device goes to error.'),
     cfg.StrOpt('nvme_cli', default='nvme',
                help='The nvme-cli binary (a name on PATH or a path).'),
+    cfg.StrOpt('blkdiscard', default='blkdiscard',
+               help="util-linux blkdiscard (a name on PATH or a path): the write_zeroes "
+                    "action zeroes a namespace with its --zeroout, the kernel's "
+                    'BLKZEROOUT.'),
 ]
 
 

@@ -11,6 +11,8 @@ import errno
 import logging
 import mmap
 import os
+import random
+import subprocess
 
 LOG = logging.getLogger(__name__)
 
@@ -104,6 +106,67 @@ def zero_fill(path, cancel=None, progress=None, chunk=ZERO_CHUNK):
     if progress is not None:
         progress(1.0)
     return offset
+
+
+# BLKZEROOUT is asked for in pieces of at least this much, and at most ~64 pieces
+# per device: few processes on a multi-terabyte namespace, and a cancel (timeout,
+# agent stop) is seen within one piece.
+ZEROOUT_MIN_CHUNK = 1024 ** 3
+ZEROOUT_PIECES = 64
+
+
+def zeroout_chunks(size, align=ALIGN):
+    """[(offset, length)] covering ``size`` bytes for BLKZEROOUT."""
+    chunk = max(ZEROOUT_MIN_CHUNK, -(-size // ZEROOUT_PIECES))
+    chunk = -(-chunk // align) * align
+    return [(off, min(chunk, size - off)) for off in range(0, size, chunk)]
+
+
+def kernel_zeroout(path, tool='blkdiscard', cancel=None, progress=None):
+    """Zero every byte of the block device ``path`` with the kernel's BLKZEROOUT
+    (util-linux ``blkdiscard --zeroout``): the kernel issues the controller's Write
+    Zeroes commands at their largest size, and falls back to writing zero pages
+    where the device has none. Returns the bytes zeroed. Raises OSError."""
+    size = size_of(path)
+    done = 0
+    for offset, length in zeroout_chunks(size):
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        argv = [tool, '--zeroout', '--force', '--offset', str(offset),
+                '--length', str(length), path]
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+        except OSError as err:
+            raise OSError(err.errno, f'{tool} cannot be run: {err.strerror}')
+        while True:
+            try:
+                _, stderr = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if cancel is not None and cancel.is_set():
+                    proc.kill()
+                    proc.communicate()
+                    raise Cancelled()
+        if proc.returncode != 0:
+            lines = [ln for ln in (stderr or '').splitlines()
+                     if ln.strip() and 'Operation forced' not in ln]
+            raise OSError(errno.EIO, f'{" ".join(argv)}: exit {proc.returncode}'
+                          + (f': {lines[-1].strip()}' if lines else ''))
+        done += length
+        if progress is not None:
+            progress(done / size)
+    return done
+
+
+def sample_offsets(size, count, seed=None):
+    """``count`` random aligned block offsets of a device of ``size`` bytes."""
+    blocks = size // ALIGN
+    if blocks == 0:
+        return []
+    rng = random.Random(seed)
+    return sorted({rng.randrange(blocks) * ALIGN for _ in range(count)})
 
 
 def mark_offsets(size, count=MARKS_PER_NAMESPACE):

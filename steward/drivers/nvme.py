@@ -19,6 +19,7 @@ handle.
 """
 import json
 import logging
+import os
 
 from oslo_config import cfg
 import os_traits
@@ -35,7 +36,7 @@ from steward.drivers import pci_sysfs
 
 LOG = logging.getLogger(__name__)
 
-POLICY_KEYS = ('clear_action', 'clear_strategy')
+POLICY_KEYS = ('clear_action', 'clear_strategy', 'lba_size')
 ALLOWED_KEYS = frozenset(device_spec.MATCH_KEYS) | frozenset(POLICY_KEYS)
 CAPABILITY_TRAITS = (('ces', os_traits.HW_NVME_CES), ('bes', os_traits.HW_NVME_BES),
                      ('wzs', os_traits.HW_NVME_WZS))
@@ -54,7 +55,8 @@ def parse_specs(values):
                 reason=f'[nvme] device_spec entry {spec.raw!r}: unknown key(s) '
                        f'{", ".join(sorted(unknown))}; allowed: '
                        f'{", ".join(sorted(ALLOWED_KEYS))}')
-        bad = nvme_policy.validate(*nvme_policy.policy_of(spec.fields))
+        bad = nvme_policy.validate(*nvme_policy.policy_of(spec.fields)) or \
+            nvme_policy.validate_lba_size(spec.fields.get('lba_size'))
         if bad:
             raise exception.InvalidConfiguration(
                 reason=f'[nvme] device_spec entry {spec.raw!r}: {bad}')
@@ -65,15 +67,18 @@ def resource_class(vendor_id, product_id):
     return f'CUSTOM_NVME_{vendor_id.upper()}_{product_id.upper()}'
 
 
-def board_info(product_id, address, resolution, clear_action, clear_strategy, caps):
+def board_info(product_id, address, resolution, clear_action, clear_strategy, caps,
+               lba_size=None, lba_size_source=None):
     """std_board_info: the spec's product_id and pci_address, the locked-in
-    ``cleanup_action`` and, under ``cleanup``, why it was chosen."""
+    ``cleanup_action`` and, under ``cleanup``, why it was chosen and the LBA size of
+    the canonical layout every cleanup leaves behind."""
     return json.dumps({
         'product_id': product_id, 'pci_address': address,
         'cleanup_action': resolution.action,
         'cleanup': {'clear_action': clear_action, 'clear_strategy': clear_strategy,
                     'capabilities': caps, 'reason': resolution.reason,
-                    'excluded': resolution.reason if resolution.excluded else None},
+                    'excluded': resolution.reason if resolution.excluded else None,
+                    'lba_size': lba_size, 'lba_size_source': lba_size_source},
     }, sort_keys=True)
 
 
@@ -85,6 +90,7 @@ class NvmeDriver(base.Driver):
         self.specs = parse_specs(conf.nvme.device_spec)
         self.cli = nvme_cli.NvmeCli(conf.nvme.nvme_cli)
         self._identity = {}         # PCI address -> last id-ctrl read (see discover)
+        self._lba_size = {}         # PCI address -> LBA size of its first namespace
         self._reported_exclusions = set()
 
     @property
@@ -147,6 +153,17 @@ class NvmeDriver(base.Driver):
                           err)
         return self._identity.get(address)
 
+    def _discovered_lba_size(self, address, ctrl):
+        """The block size of the controller's first namespace as the host sees it
+        (sysfs, no command), remembered while the device is away in a guest."""
+        for ns in (ctrl.namespaces() if ctrl is not None else ()):
+            size = pci_sysfs.read_attr(os.path.join(ns.sysfs, 'queue'),
+                                       'logical_block_size') if ns.sysfs else None
+            if size and size.isdigit():
+                self._lba_size[address] = int(size)
+                break
+        return self._lba_size.get(address)
+
     def _device(self, pci, address, ctrl, spec):
         identity = self._identify(address, ctrl)
         caps = identity.capabilities() if identity is not None else None
@@ -172,14 +189,20 @@ class NvmeDriver(base.Driver):
             driver_name=self.name)
         vendor_info = {}
         if identity is not None:
+            # serial + subsystem NQN: the identity that survives a new PCI address.
             vendor_info = {'serial': identity.serial, 'model': identity.model,
-                           'firmware': identity.firmware}
+                           'firmware': identity.firmware, 'subsysnqn': identity.subnqn}
+        lba_size, source = spec.fields.get('lba_size'), 'device_spec'
+        if lba_size is None:
+            lba_size, source = self._discovered_lba_size(address, ctrl), 'discovery'
+        lba_size = int(lba_size) if lba_size is not None else None
         return objects.DriverDevice(
             vendor=pci.vendor_id, model=pci.product_id, type=DEVICE_TYPE,
             controlpath_id=objects.DriverControlPathID('PCI', info),
             deployable_list=[deployable],
             std_board_info=board_info(pci.product_id, address, resolution,
-                                      clear_action, clear_strategy, caps),
+                                      clear_action, clear_strategy, caps, lba_size,
+                                      source if lba_size is not None else None),
             vendor_board_info=json.dumps(vendor_info, sort_keys=True),
             driver_name=self.name)
 
@@ -211,7 +234,9 @@ class NvmeDriver(base.Driver):
                 'no cleanup action was locked in at discovery'
             raise exception.CleanupUnsupported(device=device['uuid'], reason=reason)
         board, ctrl = self._controller(device)
-        nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid']).run(action)
+        lba_size = (board.get('cleanup') or {}).get('lba_size')
+        nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'], lba_size=lba_size,
+                             blkdiscard=self.conf.nvme.blkdiscard).run(action)
         return job.record
 
     def describe_interrupted(self, device):

@@ -1,20 +1,35 @@
 """Running one locked-in cleanup action on one NVMe controller, and proving it.
 
-Sanitize path (spec 1, "Cleanup execution order"): read the sanitize log first and
-wait out a sanitize already running (it survives resets and power loss, and a second
-one would be refused), write watermarks, issue the action, poll SPROG/SSTAT until the
-controller says it is over, then decode SSTAT: only "succeeded" is success, whatever
-the sanitize command itself returned. A sanitize already running is waited for but
-not taken as ours: its erase began before our watermarks, so it proves nothing.
+The tenant had the whole controller (PCI passthrough), so before its instance went
+away it could issue any admin command: detach or delete its namespaces, create
+smaller ones (the rest of the media then sits in unallocated capacity, and on flash a
+new namespace may map the old blocks), format them differently, start a sanitize of
+its own or leave the controller in sanitize failure mode. Whatever it left, every
+cleanup runs the same steps:
 
-Zero path: write watermarks; with more than one namespace and namespace management
-(OACS bit 3) delete them all and create one covering the capacity; then zero every
-block, through ``nvme write-zeroes`` (65 536 blocks per command: NLB is 16 bits) when
-the controller has WZS, else from the host (blockio.zero_fill).
-
-Both end by reading the watermark offsets back with O_DIRECT: a surviving watermark
-(or, after zeroing, a non-zero byte) fails the cleanup. Every fact along the way goes
-into ``job.record`` (the erase record).
+1. **Settle**: read the sanitize log; wait out a sanitize still running (it survives
+   resets and would refuse ours); leave sanitize failure mode — "exit failure mode"
+   when it is unrestricted, else one recovery sanitize (the only way out of the
+   restricted mode; it erases more, never less).
+2. **Canonical layout** (namespace management, OACS bit 3): one namespace covering
+   the whole capacity (TNVMCAP), attached, in the device's LBA format (the operator's
+   ``lba_size``, else the one it had at discovery). Whatever was detached, deleted or
+   never allocated is now inside that namespace, so it is what gets erased and read
+   back. Without namespace management the tenant could not have changed the layout;
+   the namespaces found are used, and a controller with none attached cannot be
+   addressed: that is an error, never an unverified success.
+3. **Watermarks**: random blocks at spread offsets of the canonical namespace,
+   written before the erase, where tenant data could be.
+4. **Erase**: the locked-in action. Sanitize: issued, then SPROG/SSTAT polled until
+   the controller says it is over; only "succeeded" (and the action we issued) is
+   success. Write zeroes: the kernel's BLKZEROOUT over the whole namespace (the
+   controller's Write Zeroes at their largest size). Shred: zeroes written from the
+   host with O_DIRECT.
+5. **Verify**: the watermarks read back with O_DIRECT must be gone; after zeroing,
+   they and a random sample of other blocks must read as zeroes.
+6. **Restore**: the canonical layout again (a sanitize keeps it; this proves it), so
+   every tenant receives the device in the same known shape. The layout before and
+   after go into the erase record (``job.record``) with every other fact.
 """
 import logging
 import os
@@ -32,33 +47,42 @@ SANACT = {policy.SANITIZE_CRYPTO: nvme_cli.SANACT_CRYPTO,
           policy.SANITIZE_BLOCK: nvme_cli.SANACT_BLOCK}
 POLL_FIRST, POLL_MAX = 0.05, 1.0
 NAMESPACE_APPEAR_SECONDS = 30
+ZERO_SAMPLES = 64           # extra blocks read back after zeroing, at random offsets
 
 
 class Cleaner:
-    def __init__(self, cli, ctrl, job, device_uuid):
+    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None,
+                 blkdiscard='blkdiscard'):
         self.cli = cli
         self.ctrl = ctrl                    # nvme_sysfs.ControllerRef
         self.job = job
         self.device = device_uuid
         self.record = job.record
+        self.lba_size = lba_size            # canonical LBA size; None: as found
+        self.blkdiscard = blkdiscard
+        self.identity = None
 
     # -- entry point ---------------------------------------------------------------
     def run(self, action):
-        identity = self.cli.id_ctrl(self.ctrl.char_path)
-        self.record.update(serial=identity.serial, model=identity.model,
-                           firmware=identity.firmware,
-                           capabilities=identity.capabilities(), action=action)
-        self.identity = identity
-        self.precheck()
-        if action in SANACT:
-            self.sanitize(SANACT[action])
-        elif action == policy.WRITE_ZEROES:
-            self.zero(controller_side=True)
-        elif action == policy.SHRED:
-            self.zero(controller_side=False)
-        else:
+        if action not in policy.ACTIONS:
             raise exception.CleanupUnsupported(device=self.device,
                                                reason=f'unknown cleanup action {action!r}')
+        self.identity = identity = self.cli.id_ctrl(self.ctrl.char_path)
+        self.record.update(serial=identity.serial, model=identity.model,
+                           firmware=identity.firmware, subsysnqn=identity.subnqn,
+                           capabilities=identity.capabilities(), action=action)
+        self.precheck()
+        self.settle(action)
+        self.record['layout_before'] = self.layout()
+        self.lay_out()
+        marks = self.write_marks()
+        self.job.check()
+        if action in SANACT:
+            self.sanitize(SANACT[action], marks)
+        else:
+            self.zero(marks, kernel=action == policy.WRITE_ZEROES)
+        self.lay_out(phase='restore')
+        self.record['layout_after'] = self.layout()
         self.record['assurance_level'] = policy.ASSURANCE[action]
 
     # -- safety --------------------------------------------------------------------
@@ -75,82 +99,200 @@ class Cleaner:
                 raise exception.PrecheckFailed(device=self.device,
                                                reason=f'{ns.name} is mounted on this host')
 
-    # -- watermarks ----------------------------------------------------------------
-    def write_marks(self, tolerate_failure=None):
-        """Watermarks on every namespace. ``tolerate_failure`` (a reason) lets a
-        controller that refuses I/O (sanitize failure mode) go on unverified."""
+    # -- 1. settle -----------------------------------------------------------------
+    def settle(self, action):
+        """Nothing of the tenant's may still be running or blocking: wait for its
+        sanitize, then leave sanitize failure mode."""
+        self.job.progress('sanitize_log')
+        status = self.cli.sanitize_log(self.ctrl.char_path)
+        self.record['sanitize_before'] = status.describe()
+        if status.in_progress:
+            LOG.warning('device %s: %s; waiting for it first', self.device,
+                        status.describe())
+            status = self._poll('wait_previous')
+            self.record['sanitize_before'] += f'; then {status.describe()}'
+        if status.failed:
+            self._leave_failure_mode(action)
+
+    def _leave_failure_mode(self, action):
+        self.job.progress('failure_mode', detail='controller in sanitize failure mode')
+        try:
+            self.cli.sanitize(self.ctrl.char_path, nvme_cli.SANACT_EXIT_FAILURE)
+            self.record['failure_mode'] = 'unrestricted: left with exit-failure-mode'
+            return
+        except exception.NvmeCommandFailed as err:
+            refusal = str(err)
+        sanact = SANACT.get(action) or (
+            nvme_cli.SANACT_CRYPTO if self.identity.ces else
+            nvme_cli.SANACT_BLOCK if self.identity.bes else None)
+        if sanact is None:
+            raise exception.SanitizeFailed(
+                device=self.device, reason='the controller is in sanitize failure mode '
+                f'({refusal}) and supports no sanitize action to leave it')
+        LOG.warning('device %s: restricted sanitize failure mode; a %s sanitize first',
+                    self.device, nvme_cli.SANACT_TEXT[sanact])
+        status = self._sanitize_once(sanact, 'failure_mode')
+        if not status.succeeded:
+            raise exception.SanitizeFailed(
+                device=self.device, reason='the sanitize that should have left sanitize '
+                f'failure mode ended: {status.describe()}')
+        self.record['failure_mode'] = (f'restricted: left with a '
+                                       f'{nvme_cli.SANACT_TEXT[sanact]} sanitize')
+
+    # -- 2. canonical layout -------------------------------------------------------
+    def layout(self):
+        """What the controller holds now: capacity, unallocated bytes and every
+        allocated namespace (attached or not)."""
+        dev = self.ctrl.char_path
+        ident = self.cli.id_ctrl(dev)
+        active = self.cli.list_ns(dev)
+        allocated = self.cli.list_ns(dev, allocated=True) if ident.ns_mgmt else active
+        namespaces = []
+        for nsid in sorted(set(allocated) | set(active)):
+            entry = {'nsid': nsid, 'attached': nsid in active}
+            if nsid in active:
+                info = self.cli.id_ns(dev, nsid)
+                entry.update(blocks=info.nsze, lba_size=info.lba_size,
+                             bytes=info.size_bytes)
+            namespaces.append(entry)
+        return {'capacity': ident.tnvmcap, 'unallocated': ident.unvmcap,
+                'namespaces': namespaces}
+
+    def _target_format(self, layout):
+        formats = self.cli.formats(self.ctrl.char_path)
+        want = self.lba_size or next(
+            (ns['lba_size'] for ns in layout['namespaces'] if ns.get('lba_size')), None)
+        if want is None:
+            plain = [f for f in formats if f.metadata == 0] or formats
+            if not plain:
+                raise exception.NamespaceLayoutFailed(
+                    device=self.device, reason='the controller reports no LBA format')
+            return plain[0]
+        fits = sorted((f for f in formats if f.lba_size == want),
+                      key=lambda f: f.metadata)
+        if not fits:
+            raise exception.NamespaceLayoutFailed(
+                device=self.device, reason=f'LBA size {want} is not among the '
+                f'controller\'s formats ({sorted({f.lba_size for f in formats})})')
+        return fits[0]
+
+    @staticmethod
+    def _canonical(layout, fmt):
+        namespaces = layout['namespaces']
+        if len(namespaces) != 1 or not namespaces[0]['attached']:
+            return False
+        ns = namespaces[0]
+        return (ns['lba_size'] == fmt.lba_size and
+                ns['blocks'] == layout['capacity'] // fmt.lba_size and
+                layout['unallocated'] < fmt.lba_size)
+
+    def lay_out(self, phase='layout'):
+        """Bring the controller to the canonical layout (see module doc)."""
+        if not self.identity.ns_mgmt:
+            if not self.ctrl.namespaces():
+                raise exception.NamespaceLayoutFailed(
+                    device=self.device, reason='no namespace is attached and the '
+                    'controller has no namespace management (OACS bit 3): its media '
+                    'can be neither addressed nor laid out, so no erase could be verified')
+            self.record['layout'] = 'as found: no namespace management'
+            return
+        dev = self.ctrl.char_path
+        layout = self.layout()
+        if not layout['capacity']:
+            raise exception.NamespaceLayoutFailed(
+                device=self.device, reason='namespace management without TNVMCAP: the '
+                                           'whole capacity cannot be laid out')
+        fmt = self._target_format(layout)
+        self.record['lba_size'] = fmt.lba_size
+        if not self._canonical(layout, fmt):
+            if phase == 'restore':
+                LOG.warning('device %s: layout changed during the erase: %s', self.device,
+                            layout)
+            self.job.progress(phase, detail=f'one namespace of {layout["capacity"]} '
+                                            f'bytes in {fmt.lba_size}-byte blocks')
+            try:
+                for ns in layout['namespaces']:
+                    self.job.check()
+                    self.cli.delete_ns(dev, ns['nsid'])
+                blocks = layout['capacity'] // fmt.lba_size
+                flbas = (fmt.index & 0xf) | ((fmt.index & 0x30) << 1)
+                new = self.cli.create_ns(dev, blocks, flbas)
+                self.cli.attach_ns(dev, new, self.identity.cntlid)
+                self.cli.ns_rescan(dev)
+            except exception.NvmeCommandFailed as err:
+                raise exception.NamespaceLayoutFailed(device=self.device, reason=str(err))
+            self.record.setdefault('layout_changes', []).append(
+                {'phase': phase, 'deleted': [ns['nsid'] for ns in layout['namespaces']],
+                 'created': new, 'blocks': blocks, 'lba_size': fmt.lba_size})
+            layout = self.layout()
+            if not self._canonical(layout, fmt):
+                raise exception.NamespaceLayoutFailed(
+                    device=self.device, reason=f'after re-creating the namespace the '
+                    f'controller reports {layout}, not one namespace over its capacity')
+        nsid = layout['namespaces'][0]['nsid']
+        deadline = time.monotonic() + NAMESPACE_APPEAR_SECONDS
+        while not any(ns.nsid == nsid and os.path.exists(ns.path)
+                      for ns in self.ctrl.namespaces()):
+            self.job.check()
+            if time.monotonic() > deadline:
+                raise exception.NamespaceLayoutFailed(
+                    device=self.device, reason=f'namespace {nsid} exists but its block '
+                    f'device did not appear within {NAMESPACE_APPEAR_SECONDS} s')
+            time.sleep(0.1)
+            self.cli.ns_rescan(dev)
+
+    # -- 3. watermarks -------------------------------------------------------------
+    def write_marks(self):
         self.job.progress('watermark')
         marks = {}
         for ns in self.ctrl.namespaces():
             try:
                 marks[ns.nsid] = (ns, blockio.size_of(ns.path), blockio.write_marks(ns.path))
             except OSError as err:
-                if tolerate_failure:
-                    LOG.warning('device %s: no watermarks (%s: %s)', self.device,
-                                tolerate_failure, err)
-                    self.record['watermarks_skipped'] = f'{tolerate_failure}: {err}'
-                    return {}
                 raise exception.PrecheckFailed(
                     device=self.device, reason=f'cannot write watermarks on {ns.path}: '
                                                f'{err.strerror or err}')
-        self.record['namespaces_before'] = sorted(marks)
+        if not any(ms for _, _, ms in marks.values()):
+            raise exception.PrecheckFailed(
+                device=self.device, reason='no namespace large enough for a watermark: '
+                                           'the erase could not be verified')
         self.record['watermarks'] = sum(len(m) for _, _, m in marks.values())
         return marks
 
+    # -- 5. verify -----------------------------------------------------------------
     def verify(self, marks, expect_zero):
         self.job.progress('verify')
         self.job.check()
         problems, checked = [], 0
         current = {ns.nsid: ns for ns in self.ctrl.namespaces()}
-        by_content = {data for _, _, ms in marks.values() for _, data in ms}
-        offset_base, survivors = 0, []
-        for nsid, (old, old_size, ms) in sorted(marks.items()):
-            ns = current.get(nsid)
+        for nsid, (ns, size, ms) in sorted(marks.items()):
+            if nsid not in current or current[nsid].path != ns.path:
+                problems.append(f'{ns.path} went away during the erase')
+                continue
             try:
-                if ns is not None and ns.path == old.path:
-                    problems += blockio.check_marks(ns.path, ms, expect_zero)
-                    checked += len(ms)
-                else:
-                    survivors.append((offset_base, old, ms))
-            except OSError as err:
-                problems.append(f'{old.path}: read-back failed ({err.strerror or err})')
-            offset_base += old_size
-        # Namespaces were consolidated: look for every old mark at the same linear
-        # offsets of what exists now, and require zeroes there.
-        for base, old, ms in survivors:
-            for ns in current.values():
-                try:
-                    size = blockio.size_of(ns.path)
-                    offsets = [base + off for off, _ in ms
-                               if base + off + blockio.MARK_SIZE <= size]
-                    offsets += blockio.mark_offsets(size)
-                    hits = blockio.find_any_mark(ns.path, by_content, offsets)
-                    problems += [f'{ns.path}@{o}: watermark of old {old.name} survived'
-                                 for o in hits]
-                    if expect_zero:
-                        blocks = blockio.read_blocks(ns.path, offsets)
-                        problems += [f'{ns.path}@{o}: not zero after zeroing'
-                                     for o, b in blocks.items() if b.count(0) != len(b)]
+                problems += blockio.check_marks(ns.path, ms, expect_zero)
+                checked += len(ms)
+                if expect_zero:
+                    offsets = blockio.sample_offsets(size, ZERO_SAMPLES)
+                    blocks = blockio.read_blocks(ns.path, offsets)
+                    problems += [f'{ns.path}@{o}: not zero after zeroing'
+                                 for o, b in sorted(blocks.items()) if b.count(0) != len(b)]
                     checked += len(offsets)
-                except OSError as err:
-                    problems.append(f'{ns.path}: read-back failed ({err.strerror or err})')
+            except OSError as err:
+                problems.append(f'{ns.path}: read-back failed ({err.strerror or err})')
         self.record['verification_checked'] = checked
-        if problems:
+        if problems or not checked:
             self.record['verification'] = 'failed'
-            self.record['verification_detail'] = '; '.join(problems[:10])
-            raise exception.VerifyFailed(device=self.device, reason=self.record[
-                'verification_detail'])
-        if not marks:
-            self.record['verification'] = 'skipped'
-            self.record['verification_detail'] = self.record.get(
-                'watermarks_skipped', 'no namespace to write watermarks on')
-        else:
-            self.record['verification'] = 'passed'
-            self.record['verification_detail'] = (
-                f'{checked} block(s) read back with O_DIRECT: no watermark'
-                + (', all zero' if expect_zero else ''))
+            self.record['verification_detail'] = '; '.join(problems[:10]) or \
+                'nothing could be read back'
+            raise exception.VerifyFailed(device=self.device,
+                                         reason=self.record['verification_detail'])
+        self.record['verification'] = 'passed'
+        self.record['verification_detail'] = (
+            f'{checked} block(s) read back with O_DIRECT: no watermark'
+            + (', all zero' if expect_zero else ''))
 
-    # -- sanitize ------------------------------------------------------------------
+    # -- 4. erase: sanitize --------------------------------------------------------
     def _poll(self, phase):
         """Read the sanitize log until it leaves "in progress"."""
         delay = POLL_FIRST
@@ -165,31 +307,25 @@ class Cleaner:
             self.job.check()
             delay = min(delay * 1.5, POLL_MAX)
 
-    def sanitize(self, sanact):
-        self.job.progress('sanitize_log')
-        before = self.cli.sanitize_log(self.ctrl.char_path)
-        self.record['sanitize_before'] = before.describe()
-        if before.in_progress:
-            LOG.warning('device %s: %s; waiting for it before starting ours',
-                        self.device, before.describe())
-            before = self._poll('wait_previous')
-            self.record['sanitize_before'] += f'; then {before.describe()}'
-        estimate = before.estimates.get('crypto' if sanact == nvme_cli.SANACT_CRYPTO
-                                        else 'block')
-        if estimate is not None:
-            self.record['estimated_seconds'] = estimate
-        # After a failed sanitize the controller may refuse I/O until one succeeds.
-        marks = self.write_marks(tolerate_failure='controller in sanitize failure mode'
-                                 if before.failed else None)
-        self.job.check()
-        self.job.progress('erase', 0.0)
+    def _sanitize_once(self, sanact, phase):
+        self.job.progress(phase, 0.0)
         try:
             self.cli.sanitize(self.ctrl.char_path, sanact)
         except exception.NvmeCommandFailed as err:
             raise exception.SanitizeFailed(device=self.device,
                                            reason=f'the sanitize command failed: {err}')
-        status = self._poll('erase')
-        self._record_sstat(status)
+        return self._poll(phase)
+
+    def sanitize(self, sanact, marks):
+        status = self.cli.sanitize_log(self.ctrl.char_path)
+        estimate = status.estimates.get('crypto' if sanact == nvme_cli.SANACT_CRYPTO
+                                        else 'block')
+        if estimate is not None:
+            self.record['estimated_seconds'] = estimate
+        status = self._sanitize_once(sanact, 'erase')
+        self.record['sstat'] = status.sstat
+        self.record['sstat_text'] = status.describe()
+        self.record['sprog'] = status.sprog
         if status.failed:
             raise exception.SanitizeFailed(
                 device=self.device, reason='the controller reports the sanitize failed '
@@ -205,32 +341,22 @@ class Cleaner:
         self.job.progress('erase', 100.0, status.describe())
         self.verify(marks, expect_zero=False)
 
-    def _record_sstat(self, status):
-        self.record['sstat'] = status.sstat
-        self.record['sstat_text'] = status.describe()
-        self.record['sprog'] = status.sprog
-
-    # -- zero ----------------------------------------------------------------------
-    def zero(self, controller_side):
-        marks = self.write_marks()
-        self.consolidate()
-        namespaces = self.ctrl.namespaces()
-        self.record['namespaces_after'] = [ns.nsid for ns in namespaces]
-        if not namespaces:
-            LOG.warning('device %s has no namespace: nothing is host-addressable',
-                        self.device)
-        sizes = {ns.nsid: blockio.size_of(ns.path) for ns in namespaces}
+    # -- 4. erase: zero ------------------------------------------------------------
+    def zero(self, marks, kernel):
+        namespaces = [ns for ns, _, _ in (marks[n] for n in sorted(marks))]
+        sizes = {ns.nsid: marks[ns.nsid][1] for ns in namespaces}
         total = sum(sizes.values()) or 1
         done = 0
         for ns in namespaces:
             self.job.check()
 
-            def progress(fraction, base=done, size=sizes[ns.nsid]):
+            def progress(fraction, base=done, size=sizes[ns.nsid], name=ns.name):
                 self.job.progress('erase', round((base + fraction * size) * 100 / total, 1),
-                                  f'zeroing {ns.name}')
+                                  f'zeroing {name}')
             try:
-                if controller_side:
-                    self._write_zeroes(ns, progress)
+                if kernel:
+                    blockio.kernel_zeroout(ns.path, tool=self.blkdiscard,
+                                           cancel=self.job.cancelled, progress=progress)
                 else:
                     blockio.zero_fill(ns.path, cancel=self.job.cancelled,
                                       progress=progress)
@@ -239,59 +365,9 @@ class Cleaner:
             except OSError as err:
                 raise exception.ZeroingFailed(device=self.device,
                                               reason=f'{ns.path}: {err.strerror or err}')
-            except exception.NvmeCommandFailed as err:
-                raise exception.ZeroingFailed(device=self.device, reason=str(err))
             done += sizes[ns.nsid]
         self.record['bytes_zeroed'] = done
         self.verify(marks, expect_zero=True)
-
-    def _write_zeroes(self, ns, progress):
-        info = self.cli.id_ns(self.ctrl.char_path, ns.nsid)
-        step = nvme_cli.BLOCKS_PER_WRITE_ZEROES
-        start = 0
-        while start < info.nsze:
-            self.job.check()
-            count = min(step, info.nsze - start)
-            self.cli.write_zeroes(ns.path, ns.nsid, start, count)
-            start += count
-            progress(start / info.nsze)
-
-    def consolidate(self):
-        """More than one namespace (and OACS bit 3): delete all, create one covering
-        the whole capacity, attach it, rescan."""
-        if not self.identity.ns_mgmt:
-            return
-        dev = self.ctrl.char_path
-        try:
-            nsids = self.cli.list_ns(dev, allocated=True)
-        except exception.NvmeCommandFailed:
-            nsids = self.cli.list_ns(dev)
-        if len(nsids) <= 1:
-            return
-        self.job.progress('namespaces', detail=f'consolidating namespaces {nsids}')
-        try:
-            infos = [self.cli.id_ns(dev, n) for n in nsids]
-            capacity = self.identity.tnvmcap or sum(i.size_bytes for i in infos)
-            fmt = infos[0]
-            for n in nsids:
-                self.job.check()
-                self.cli.delete_ns(dev, n)
-            blocks = capacity // fmt.lba_size
-            new = self.cli.create_ns(dev, blocks, fmt.flbas & 0x6f)
-            self.cli.attach_ns(dev, new, self.identity.cntlid)
-            self.cli.ns_rescan(dev)
-        except exception.NvmeCommandFailed as err:
-            raise exception.NamespaceLayoutFailed(device=self.device, reason=str(err))
-        self.record['namespaces_consolidated'] = {'deleted': nsids, 'created': new}
-        deadline = time.monotonic() + NAMESPACE_APPEAR_SECONDS
-        while not any(ns.nsid == new and os.path.exists(ns.path)
-                      for ns in self.ctrl.namespaces()):
-            self.job.check()
-            if time.monotonic() > deadline:
-                raise exception.NamespaceLayoutFailed(
-                    device=self.device, reason=f'namespace {new} was created but its '
-                    f'block device did not appear within {NAMESPACE_APPEAR_SECONDS} s')
-            time.sleep(0.1)
 
 
 def read_interrupted(cli, ctrl):

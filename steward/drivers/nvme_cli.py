@@ -26,6 +26,7 @@ from steward.common import exception
 LOG = logging.getLogger(__name__)
 
 U32 = 0xffffffff
+NSID_ALL = '0xffffffff'
 BLOCKS_PER_WRITE_ZEROES = 65536     # NLB is 16-bit and zero-based
 SANACT_EXIT_FAILURE, SANACT_BLOCK, SANACT_OVERWRITE, SANACT_CRYPTO = 1, 2, 3, 4
 
@@ -102,6 +103,8 @@ class Controller:
     fna: int
     nn: int
     tnvmcap: int
+    unvmcap: int = 0
+    subnqn: str = ''
 
     @property
     def ces(self):
@@ -144,7 +147,8 @@ def parse_id_ctrl(text):
             cntlid=int(d.get('cntlid', 0)), oacs=int(d.get('oacs', 0)) & 0xffff,
             oncs=int(d.get('oncs', 0)) & 0xffff, sanicap=u32(d.get('sanicap', 0)),
             fna=int(d.get('fna', 0)) & 0xff, nn=u32(d.get('nn', 0)),
-            tnvmcap=u128(d.get('tnvmcap')))
+            tnvmcap=u128(d.get('tnvmcap')), unvmcap=u128(d.get('unvmcap')),
+            subnqn=str(d.get('subnqn') or '').strip('\x00 '))
     except (KeyError, TypeError, ValueError) as err:
         raise exception.NvmeBadOutput(command='id-ctrl',
                                       reason=f'missing or bad field ({err})')
@@ -176,6 +180,25 @@ def parse_id_ns(text, nsid):
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise exception.NvmeBadOutput(command='id-ns',
                                       reason=f'missing or bad field ({err})')
+
+
+@dataclasses.dataclass(frozen=True)
+class LbaFormat:
+    index: int
+    lba_size: int
+    metadata: int
+
+
+def parse_formats(text):
+    """The LBA formats of ``id-ns -n 0xffffffff`` (the common namespace
+    capabilities that Namespace Management creates namespaces from)."""
+    d = _json('id-ns', text)
+    try:
+        count = int(d.get('nlbaf', 0)) + 1
+        return [LbaFormat(i, 2 ** int(f['ds']), int(f.get('ms', 0)))
+                for i, f in enumerate((d.get('lbafs') or [])[:count]) if int(f['ds'])]
+    except (KeyError, TypeError, ValueError) as err:
+        raise exception.NvmeBadOutput(command='id-ns', reason=f'bad lbafs ({err})')
 
 
 def parse_list_ns(text):
@@ -329,6 +352,9 @@ class NvmeCli:
     def id_ns(self, dev, nsid):
         return parse_id_ns(self.run('id-ns', dev, '-n', nsid, '-o', 'json'), nsid)
 
+    def formats(self, dev):
+        return parse_formats(self.run('id-ns', dev, '-n', NSID_ALL, '-o', 'json'))
+
     def list_ns(self, dev, allocated=False):
         args = ['list-ns', dev, '-o', 'json'] + (['-a'] if allocated else [])
         return parse_list_ns(self.run(*args))
@@ -351,6 +377,9 @@ class NvmeCli:
 
     def attach_ns(self, dev, nsid, cntlid):
         self.run('attach-ns', dev, '-n', nsid, '-c', cntlid)
+
+    def detach_ns(self, dev, nsid, cntlid):
+        self.run('detach-ns', dev, '-n', nsid, '-c', cntlid)
 
     def delete_ns(self, dev, nsid):
         self.run('delete-ns', dev, '-n', nsid, timeout=max(self.timeout, 130))

@@ -86,6 +86,16 @@ def validate(clear_action, clear_strategy):
     return None
 
 
+def validate_lba_size(value):
+    """A reason string when a device_spec ``lba_size`` is not a block size."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 512 or \
+            value & (value - 1):
+        return f'lba_size {value!r} is not a power of two of at least 512 (bytes)'
+    return None
+
+
 def resolve(clear_action, clear_strategy, caps):
     """The locked-in action for a controller with capabilities ``caps`` (a dict
     with ces, bes, wzs booleans; None when they could not be read)."""
@@ -118,31 +128,37 @@ def resolve(clear_action, clear_strategy, caps):
         'device excluded from the pool')
 
 
+_SETTLE = ('read the sanitize log; wait for a sanitize still in progress (the '
+           "tenant's) to end; leave sanitize failure mode (exit-failure-mode, else one "
+           'recovery sanitize)')
+_LAYOUT = ('namespace management (OACS bit 3): delete every namespace, attached or '
+           'not, and create one covering the whole capacity (TNVMCAP) in the canonical '
+           'LBA size, attached; without it the attached namespaces as found (none: error)')
+_MARKS = 'write random watermarks at spread offsets of the canonical namespace'
+_RESTORE = 'check the canonical layout again and record the layout before and after'
+
 STEPS = {
     SANITIZE_CRYPTO: (
-        'read the sanitize log; wait for a sanitize already in progress to end',
-        'write random watermarks at spread offsets of every namespace',
-        'nvme sanitize --sanact=start-crypto-erase (all namespaces)',
-        'poll the sanitize log (SPROG) until SSTAT leaves "in progress"; '
-        'SSTAT failed is a failure',
-        'read the watermarks back with O_DIRECT: none may survive'),
+        _SETTLE, _LAYOUT, _MARKS,
+        'nvme sanitize --sanact=start-crypto-erase (the whole subsystem)',
+        'poll the sanitize log (SPROG) until SSTAT leaves "in progress"; only '
+        '"succeeded" with the action issued is success',
+        'read the watermarks back with O_DIRECT: none may survive', _RESTORE),
     SANITIZE_BLOCK: (
-        'read the sanitize log; wait for a sanitize already in progress to end',
-        'write random watermarks at spread offsets of every namespace',
-        'nvme sanitize --sanact=start-block-erase (all namespaces)',
-        'poll the sanitize log (SPROG) until SSTAT leaves "in progress"; '
-        'SSTAT failed is a failure',
-        'read the watermarks back with O_DIRECT: none may survive'),
+        _SETTLE, _LAYOUT, _MARKS,
+        'nvme sanitize --sanact=start-block-erase (the whole subsystem)',
+        'poll the sanitize log (SPROG) until SSTAT leaves "in progress"; only '
+        '"succeeded" with the action issued is success',
+        'read the watermarks back with O_DIRECT: none may survive', _RESTORE),
     WRITE_ZEROES: (
-        'write random watermarks at spread offsets of every namespace',
-        'more than one namespace and namespace management (OACS bit 3): delete them '
-        'all and create one covering the whole capacity',
-        'nvme write-zeroes over every block, 65536 blocks per command',
-        'read the watermark offsets back with O_DIRECT: all zeroes, no watermark'),
+        _SETTLE, _LAYOUT, _MARKS,
+        "the kernel's BLKZEROOUT over the whole namespace (blkdiscard --zeroout: "
+        "the controller's Write Zeroes at their largest size)",
+        'read the watermarks and 64 random blocks back with O_DIRECT: all zeroes',
+        _RESTORE),
     SHRED: (
-        'write random watermarks at spread offsets of every namespace',
-        'more than one namespace and namespace management (OACS bit 3): delete them '
-        'all and create one covering the whole capacity',
-        'overwrite every namespace block device with zeroes from the host (O_DIRECT)',
-        'read the watermark offsets back with O_DIRECT: all zeroes, no watermark'),
+        _SETTLE, _LAYOUT, _MARKS,
+        'overwrite the whole namespace with zeroes from the host (O_DIRECT)',
+        'read the watermarks and 64 random blocks back with O_DIRECT: all zeroes',
+        _RESTORE),
 }

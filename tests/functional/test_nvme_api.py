@@ -77,7 +77,8 @@ def test_clean_answers(nvme):
     assert plan['assurance_level'] == 'purge-crypto'
     assert plan['capabilities'] == {'ces': True, 'bes': True, 'wzs': True, 'ns_mgmt': True}
     assert plan['policy'] == {'clear_action': 'auto', 'clear_strategy': 'auto'}
-    assert 'CES sanitize' in plan['reason'] and len(plan['steps']) == 5
+    assert 'CES sanitize' in plan['reason'] and len(plan['steps']) == 7
+    assert 'canonical' in plan['steps'][1] and 'crypto-erase' in plan['steps'][3]
     assert plan['last_erase_record']['error_code'] == 'cyb.cleanup.sanitize_failed'
     assert len([c for c in ctrl.commands() if c.get('opcode') == 0x84]) == 1
     # Accepted: 202 and already pending_cleaning (or further) when it answers.

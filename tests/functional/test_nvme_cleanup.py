@@ -143,10 +143,16 @@ def test_released_device_is_cleaned_before_it_is_available_again(
         assert len(sanitizes) == 1
         assert sanitizes[0]['cdw10'] & 7 == (4 if action == 'sanitize_crypto' else 2)
     else:
-        # Zero path: the two namespaces became one covering the whole capacity.
-        assert [ns['size'] for ns in ctrl.namespaces()] == [48 * MiB]
-        assert rec['details']['namespaces_consolidated']['deleted'] == [1, 2]
         assert ctrl.read(0, MiB) == bytes(MiB)
+    # Every path: the two namespaces became the canonical one covering the capacity,
+    # and the erase record says so.
+    assert [(ns['size'], ns['attached']) for ns in ctrl.namespaces()] == [(48 * MiB, True)]
+    before, after = rec['details']['layout_before'], rec['details']['layout_after']
+    assert [ns['nsid'] for ns in before['namespaces']] == [1, 2]
+    assert after == {'capacity': 48 * MiB, 'unallocated': 0, 'namespaces': [
+        {'nsid': 1, 'attached': True, 'blocks': 48 * MiB // 512, 'lba_size': 512,
+         'bytes': 48 * MiB}]}
+    assert rec['details']['layout_changes'][0]['deleted'] == [1, 2]
 
     # And the device is handed out again.
     inst2, _, alloc, bind = st.bind(st.device(), profile='next-tenant')
@@ -168,18 +174,20 @@ def test_unbind_by_patch_cleans_too(nvme):
     assert not nvme_stack.tenant_bytes_anywhere(ctrl)
 
 
-def test_write_zeroes_goes_64k_blocks_at_a_time(nvme):
+def test_write_zeroes_is_the_kernels_zeroout_over_the_whole_namespace(nvme):
+    """write_zeroes asks the kernel (BLKZEROOUT, which issues the controller's Write
+    Zeroes at their largest size), not one nvme-cli process per 65536 blocks."""
     ctrl = nvme.sim.add_controller(namespaces=[80 * MiB], ces=False, bes=False, wzs=True,
                                    ns_mgmt=False)
     st = nvme.start()
     dev = st.device()
     st.release(_allocated(st, dev, ctrl))
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
-    wz = [c for c in ctrl.commands() if c.get('queue') == 'io' and c.get('opcode') == 0x08]
-    blocks = sorted(((c['cdw11'] << 32 | c['cdw10']), (c['cdw12'] & 0xffff) + 1) for c in wz)
-    assert all(n <= nvme_cli.BLOCKS_PER_WRITE_ZEROES for _, n in blocks)
-    covered = sum(n for _, n in blocks)
-    assert covered == 80 * MiB // 512 and blocks[0][0] == 0
+    zeroouts = [c for c in ctrl.commands() if c.get('name') == 'blkzeroout']
+    assert len(zeroouts) == 1 and zeroouts[0]['status'] == 0
+    assert not [c for c in ctrl.commands()
+                if c.get('queue') == 'io' and c.get('opcode') == 0x08]
+    assert st.records(dev['uuid'])[0]['details']['bytes_zeroed'] == 80 * MiB
     assert not nvme_stack.tenant_bytes_anywhere(ctrl)
 
 

@@ -66,7 +66,10 @@ def test_discovery_reports_the_spec_shape(sim, conf):
                                                 'ns_mgmt': True}
     assert json.loads(dev.vendor_board_info) == {
         'serial': 'S7DFNG0W700063', 'model': '3.2TB NVMe Gen4 U.2 SSD V',
-        'firmware': 'DNA8DNA8'}
+        'firmware': 'DNA8DNA8',
+        'subsysnqn': 'nqn.2024-01.org.steward.nvme-sim:S7DFNG0W700063'}
+    assert (board['cleanup']['lba_size'], board['cleanup']['lba_size_source']) == \
+        (512, 'discovery')
 
 
 def test_device_spec_filters(sim, conf):
