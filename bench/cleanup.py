@@ -7,9 +7,18 @@
    zero_fill does) is printed too. Runs alternate; medians are reported.
 2. Wall time of 8 sanitizes run in parallel by the nvme driver on 8 simulated
    controllers (tests/nvme_sim, the real nvme-cli), next to one alone.
+3. Big drives: Steward's own cost per GiB of each cleanup path, and the time a 4 TB
+   namespace would take. The simulated controller erases instantly (a hole punch),
+   so what is timed is everything Steward does around the media: processes, ioctls,
+   layout, watermarks, read-back. The projection adds what the media itself needs
+   where this machine can measure it (host-side zeroing runs at the speed part 1
+   measured on this disk); a drive's own Write Zeroes or sanitize time is its own
+   and is printed as such. The old write_zeroes path (one ``nvme write-zeroes`` per
+   65 536 blocks) is timed for comparison.
 
     .venv/bin/python bench/cleanup.py [--size-mib 2048] [--runs 5] [--dir DIR]
                                       [--controllers 8] [--sanitize-seconds 2]
+                                      [--big-gib 16]
 """
 import argparse
 import concurrent.futures
@@ -127,6 +136,109 @@ def bench_sanitizes(directory, count, seconds, namespace_mib):
     return alone, wall
 
 
+TB4 = 4 * 10 ** 12
+GiB = 2 ** 30
+
+
+def _sim_driver(directory, **controller):
+    """A simulated controller, discovered by the nvme driver, as a device dict."""
+    from steward.conf import CONF
+    from steward.drivers import nvme
+    from tests.nvme_sim import Simulation
+
+    sim = Simulation(directory)
+    os.environ.update(sim.env)
+    ctrl = sim.add_controller(**controller)
+    for name, value, group in (('sysfs_root', sim.sysfs_root, None),
+                               ('dev_root', sim.dev_root, None),
+                               ('nvme_cli', sim.nvme_cli, 'nvme'),
+                               ('device_spec', ['{"vendor_id": "8086"}'], 'nvme')):
+        CONF.set_override(name, value, group=group)
+    driver = nvme.NvmeDriver(CONF, 'bench-host')
+    driver.init_host()
+    [dev] = driver.discover()
+    return sim, ctrl, driver, {'uuid': 'bench', 'std_board_info': dev.std_board_info}
+
+
+def _timed_cleanup(driver, device):
+    from steward.drivers import cleanup_job
+    job = cleanup_job.CleanupJob(device['uuid'])
+    t0 = time.perf_counter()
+    driver.cleanup(device, job)
+    elapsed = time.perf_counter() - t0
+    assert job.record['verification'] == 'passed', job.record
+    return elapsed, job.record
+
+
+def bench_big_drives(directory, big_gib, host_mib_per_s):
+    from steward.drivers import nvme_cli
+    size = big_gib * GiB
+    rows = []
+    # write_zeroes: BLKZEROOUT in pieces (blockio.zeroout_chunks), one namespace.
+    sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'wz'), namespaces=[size],
+                                         ces=False, bes=False, wzs=True)
+    try:
+        elapsed, rec = _timed_cleanup(driver, dev)
+        pieces = len(blockio.zeroout_chunks(size))
+        # Fixed part (layout, watermarks, read-back) measured on a one-piece namespace.
+        zero = [c for c in ctrl.commands() if c.get('name') == 'blkzeroout']
+        assert len(zero) == pieces, (len(zero), pieces)
+    finally:
+        sim.close()
+    sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'wz1'),
+                                         namespaces=[64 * MiB], ces=False, bes=False)
+    try:
+        fixed, _ = _timed_cleanup(driver, dev)
+    finally:
+        sim.close()
+    per_piece = max(elapsed - fixed, 0.0) / pieces
+    pieces_4tb = len(blockio.zeroout_chunks(TB4))
+    rows.append(('write_zeroes (BLKZEROOUT)', elapsed, (elapsed - fixed) / big_gib,
+                 fixed + pieces_4tb * per_piece, "+ the drive's own Write Zeroes time"))
+    # The old path: one nvme-cli process per 65536 blocks (512-byte LBAs: 32 MiB).
+    sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'old'),
+                                         namespaces=[256 * MiB], ces=False, bes=False,
+                                         ns_mgmt=False)
+    try:
+        cli = nvme_cli.NvmeCli(sim.nvme_cli)
+        node = ctrl.namespace_paths()[0]
+        commands = 256 * MiB // 512 // nvme_cli.BLOCKS_PER_WRITE_ZEROES
+        t0 = time.perf_counter()
+        for i in range(commands):
+            cli.write_zeroes(node, 1, i * nvme_cli.BLOCKS_PER_WRITE_ZEROES,
+                             nvme_cli.BLOCKS_PER_WRITE_ZEROES)
+        per_cmd = (time.perf_counter() - t0) / commands
+    finally:
+        sim.close()
+    cmds_4tb = TB4 // 512 // nvme_cli.BLOCKS_PER_WRITE_ZEROES
+    per_gib = per_cmd * GiB / (512 * nvme_cli.BLOCKS_PER_WRITE_ZEROES)
+    rows.append(('old: nvme write-zeroes x 64K blocks', fixed + per_gib * big_gib,
+                 per_gib, fixed + cmds_4tb * per_cmd,
+                 "+ the drive's own Write Zeroes time"))
+    # shred: host-side zeroing; the media time is this disk's measured speed.
+    shred_4tb = TB4 / MiB / host_mib_per_s
+    rows.append(('shred (host O_DIRECT zeroes)', None, 1024 / host_mib_per_s,
+                 fixed + shred_4tb, f'at {host_mib_per_s:.0f} MiB/s (part 1, this disk)'))
+    # sanitize: one command and polling whatever the size.
+    sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'san'), namespaces=[size],
+                                         ces=False, sanitize_seconds=0.2)
+    try:
+        san, _ = _timed_cleanup(driver, dev)
+    finally:
+        sim.close()
+    rows.append(('sanitize (crypto or block)', san, max(san - 0.2 - fixed, 0) / big_gib,
+                 san - 0.2,
+                 "+ the drive's own sanitize time (ETCE/ETBE)"))
+    print(f'Big drives: Steward\'s own cost per GiB beyond its fixed {fixed:.2f} s '
+          f'(layout, watermarks, read-back), and a 4 TB namespace '
+          f'(timed on a {big_gib} GiB simulated namespace):')
+    print(f'  {"path":<38} {"timed":>8} {"per GiB":>10} {"4 TB projected":>16}')
+    for name, timed, per_gib, projected, note in rows:
+        timed_s = f'{timed:7.2f}s' if timed is not None else '       -'
+        print(f'  {name:<38} {timed_s} {per_gib * 1000:8.2f}ms {projected:14.1f} s  {note}')
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--size-mib', type=int, default=2048)
@@ -136,11 +248,14 @@ def main():
     p.add_argument('--controllers', type=int, default=8)
     p.add_argument('--sanitize-seconds', type=float, default=2.0)
     p.add_argument('--namespace-mib', type=int, default=64)
+    p.add_argument('--big-gib', type=int, default=16,
+                   help='size of the simulated namespace timed in part 3 (sparse)')
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix='steward-bench-cleanup-',
                                      dir=args.dir or '/var/tmp') as tmp:
-        bench_zeroing(tmp, args.size_mib, args.runs)
+        mbps = bench_zeroing(tmp, args.size_mib, args.runs)
         bench_sanitizes(tmp, args.controllers, args.sanitize_seconds, args.namespace_mib)
+        bench_big_drives(tmp, args.big_gib, mbps['steward'])
 
 
 if __name__ == '__main__':

@@ -86,3 +86,24 @@ def test_controller_for_an_unbound_function_is_none(tmp_path):
                         driver='vfio-pci')
     assert nvme_sysfs.controller_for(str(tmp_path), '/dev', '0000:0a:00.0') is None
     assert nvme_sysfs.is_nvme_class('010802') and not nvme_sysfs.is_nvme_class('030000')
+
+
+def test_zeroout_pieces_are_few_and_cover_everything():
+    GiB = 2 ** 30
+    for size in (4096, 3 * GiB + 8192, 4 * 10 ** 12 // 4096 * 4096, 16 * 2 ** 40):
+        chunks = blockio.zeroout_chunks(size)
+        assert chunks[0][0] == 0 and sum(n for _, n in chunks) == size
+        assert all(a + n == b for (a, n), (b, _) in zip(chunks, chunks[1:]))
+        assert all(off % blockio.ALIGN == 0 for off, _ in chunks)
+        assert len(chunks) <= blockio.ZEROOUT_PIECES
+    assert [n for _, n in blockio.zeroout_chunks(3 * GiB + 8192)] == [GiB] * 3 + [8192]
+
+
+def test_kernel_zeroout_reports_a_tool_that_fails(tmp_path):
+    target = tmp_path / 'ns'
+    target.write_bytes(b'x' * 8192)
+    with pytest.raises(OSError, match='exit 1'):
+        blockio.kernel_zeroout(str(target), tool='false')
+    with pytest.raises(OSError, match='cannot be run'):
+        blockio.kernel_zeroout(str(target), tool=str(tmp_path / 'no-such-tool'))
+    assert target.read_bytes() == b'x' * 8192

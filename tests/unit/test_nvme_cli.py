@@ -1,5 +1,6 @@
 """Parsing what nvme-cli prints: 2.3 as shipped (real output, see nvme_fixtures/README.md)
 and the >= 2.4 shapes; turning stderr into errors with stable codes."""
+import json
 import os
 
 import pytest
@@ -149,3 +150,21 @@ def test_missing_binary_is_a_configuration_error(tmp_path):
 def test_write_zeroes_refuses_more_than_65536_blocks():
     with pytest.raises(ValueError):
         nvme_cli.NvmeCli('nvme').write_zeroes('/dev/nvme0n1', 1, 0, 65537)
+
+
+def test_id_ctrl_reads_unallocated_capacity_and_subsystem_nqn():
+    c = nvme_cli.parse_id_ctrl(fixture('id-ctrl-2.3.json'))
+    assert c.unvmcap == 0
+    assert c.subnqn == 'nqn.2019-08.org.qemu:fakesn0001'
+
+
+def test_formats_are_the_lba_formats_nlbaf_counts():
+    formats = nvme_cli.parse_formats(fixture('id-ns-2.3.json'))
+    assert formats == [nvme_cli.LbaFormat(0, 512, 0), nvme_cli.LbaFormat(1, 4096, 0)]
+    # nvme-cli prints every slot; only the first NLBAF + 1 are formats.
+    padded = json.loads(fixture('id-ns-2.3.json'))
+    padded['nlbaf'] = 0
+    padded['lbafs'].append({'ms': 8, 'ds': 12, 'rp': 0})
+    assert nvme_cli.parse_formats(json.dumps(padded)) == [nvme_cli.LbaFormat(0, 512, 0)]
+    with pytest.raises(exception.NvmeBadOutput):
+        nvme_cli.parse_formats('{"nlbaf": 1, "lbafs": [{"ms": 0}]}')
