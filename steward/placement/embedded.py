@@ -282,11 +282,14 @@ def main(argv=None):
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format='%(asctime)s %(process)d %(levelname)s %(name)s %(message)s')
-    stop = threading.Event()
-    # serve_forever runs in another thread: shutdown() called from a signal handler
-    # on the serving thread would deadlock, so the handler only sets a flag.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # No Python signal handler at all: a handler that takes a lock (Event.set) can be
+    # re-entered by a second signal (the group's SIGTERM plus PDEATHSIG) on the same
+    # thread and deadlock, leaving an orphan that keeps the port. SIGTERM/SIGINT are
+    # blocked before any thread starts (threads inherit the mask) and taken with
+    # sigwait; from then on they have their default action, so another one ends the
+    # process at once, whatever the shutdown is doing.
+    signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     try:
         server = serve(_with_pid_header(build_app(args.connection)), args.host, args.port)
     except Exception as exc:  # noqa: BLE001 - the parent reads this from the log
@@ -294,9 +297,11 @@ def main(argv=None):
                   args.port, exc, exc_info=not isinstance(exc, OSError))
         return 1
     LOG.info('Placement listening on %s (pid %d)', server.url, os.getpid())
-    while not stop.wait(1.0):
-        pass
-    LOG.info('Placement on %s stopping', server.url)
+    signum = signal.sigwait(signals)
+    for sig in signals:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    LOG.info('Placement on %s stopping (%s)', server.url, signal.Signals(signum).name)
     server.shutdown()
     return 0
 

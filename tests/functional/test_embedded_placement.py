@@ -73,3 +73,31 @@ def test_subprocess_start_failure_shows_the_log(tmp_path):
                                   log_file=str(tmp_path / 'placement.log'), timeout=30)
     assert 'exited with status 1' in str(exc.value)
     assert 'nosuchdriver' in str(exc.value)
+
+
+@pytest.mark.parametrize('first,second', [('SIGTERM', 'SIGTERM'), ('SIGTERM', 'SIGINT'),
+                                          ('SIGINT', 'SIGTERM')])
+def test_subprocess_dies_whatever_signals_arrive_at_once(tmp_path, first, second):
+    """A process group's SIGTERM and the parent-death SIGTERM land together: the
+    child still exits and frees its port (it used to deadlock in its handler)."""
+    import signal
+    import subprocess
+    port = _free_port()
+    child = embedded.start_subprocess('sqlite:///%s' % (tmp_path / 'p.sqlite'),
+                                      '127.0.0.1', port, log_file=str(tmp_path / 'log'))
+    with httpx.Client(trust_env=False) as http:      # a request in flight or just done
+        assert http.get(child.url + '/').status_code == 200
+    for _ in range(200):                             # a burst, as a group stop gives
+        for name in (first, second):
+            try:
+                os.kill(child.pid, getattr(signal, name))
+            except ProcessLookupError:
+                break
+    try:
+        child._proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        child._proc.kill()
+        raise AssertionError('the embedded Placement survived two signals')
+    with socket.socket() as s:                       # the port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(('127.0.0.1', port))
