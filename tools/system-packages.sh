@@ -5,7 +5,7 @@
 # PostgreSQL server (the tests start a throw-away cluster of their own).
 # Needs root (CI runs as root); skipped when everything is already there.
 set -euo pipefail
-pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libxml2-utils postgresql rabbitmq-server)
+pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libxml2-utils postgresql rabbitmq-server prometheus systemd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
