@@ -5,8 +5,12 @@ the controller and namespace nodes, and the hardware state the LD_PRELOAD shim s
 to the real nvme-cli. Everything the controllers "remember" lives in files under the
 state directory, shared with the shim under flock, so any number of nvme-cli processes
 (and the detached sanitize erasers they start) see one consistent controller.
+
+A controller's media is its namespaces' backing files plus the free media (capacity no
+namespace holds); find_on_media() searches all of it for what a tenant may have left.
 """
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -29,6 +33,9 @@ SSTAT = {0: 'never', 1: 'success', 2: 'in_progress', 3: 'failed', 4: 'success_no
 MAX_NAMESPACES = 128                    # MAX_NS in shim.c
 MAX_ROOT_LEN = 1024                     # keeps every path the shim builds under PATH_MAX
 CTRL_MAJOR, DISK_MAJOR = 241, 259       # as the shim reports them
+SCAN_CHUNK = 16 * 2**20                 # find_on_media reads this much at a time
+PRESENCE = {'': 'bound', 'unbound': 'unbound', 'unplugged': 'unplugged'}
+PASSTHROUGH_DRIVER = 'vfio-pci'         # who holds the function after unbind()
 _INT_FIELDS = {'t', 'pid', 'opcode', 'nsid', 'cdw2', 'cdw3', 'cdw10', 'cdw11', 'cdw12',
                'cdw13', 'cdw14', 'cdw15', 'data_len', 'timeout_ms', 'result', 'injected'}
 
@@ -70,6 +77,14 @@ def _hex4(name, value):
     return value
 
 
+def _sysfs_rel(address, name):
+    return f'devices/pci0000:00/{address}/nvme/{name}'
+
+
+def _nqn(serial):
+    return f'nqn.2024-01.org.steward.nvme-sim:{serial}'
+
+
 def _attr(directory, name, value):
     Path(directory, name).write_text(f'{value}\n')
 
@@ -78,6 +93,69 @@ def _relink(target, link):
     with contextlib.suppress(FileNotFoundError):
         os.unlink(link)
     os.symlink(target, link)
+
+
+def _unlink(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _rmtree(path):
+    if os.path.islink(path):
+        _unlink(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _data_regions(fd, size):
+    """[(start, end)] of the parts of a file that may hold data (holes skipped)."""
+    regions, pos = [], 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:          # only a hole up to the end
+                break
+            return [(0, size)]                  # no SEEK_DATA on this file system
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        regions.append((start, end))
+        pos = end
+    return regions
+
+
+def find_in_file(path, needle, chunk=SCAN_CHUNK):
+    """Offsets of every occurrence of `needle` in the file at `path`, overlapping ones
+    included. Reads `chunk` bytes at a time (plus len(needle) - 1 of overlap, so a match
+    straddling two chunks is found once); holes are skipped unless the needle is all
+    zeroes."""
+    if not needle:
+        raise SimError('find_on_media needs a non-empty needle')
+    needle = bytes(needle)
+    span = len(needle) - 1
+    hits = []
+    with open(path, 'rb') as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        if needle.count(0) == len(needle):
+            regions = [(0, size)]
+        else:
+            # a match holds a non-zero byte, so it lies within `span` of a data region
+            regions = []
+            for start, end in _data_regions(fd, size):
+                start, end = max(0, start - span), min(size, end + span)
+                if regions and start <= regions[-1][1]:
+                    regions[-1] = (regions[-1][0], max(regions[-1][1], end))
+                else:
+                    regions.append((start, end))
+        for start, end in regions:
+            for base in range(start, end, chunk):
+                stop = min(base + chunk, end)          # matches starting before stop
+                window = os.pread(fd, min(stop + span, end) - base, base)
+                at = window.find(needle)
+                while 0 <= at < stop - base:
+                    hits.append(base + at)
+                    at = window.find(needle, at + 1)
+    return hits
 
 
 class Controller:
@@ -182,6 +260,61 @@ class Controller:
         finally:
             os.close(fd)
 
+    # -- the whole media: namespaces and unallocated capacity
+
+    def free_media_path(self):
+        """The file holding the capacity no namespace holds (capacity - allocated bytes):
+        what deleted namespaces left, most recently freed first."""
+        return str(self.dir / 'free.img')
+
+    def free_size(self):
+        return os.path.getsize(self.free_media_path())
+
+    def write_free(self, offset, data):
+        """Tenant bytes in unallocated capacity (never in a namespace, or in a deleted
+        one). Clears the Global Data Erased bit, like write()."""
+        with self._edit_state() as st:
+            size = self.free_size()
+            if offset < 0 or offset + len(data) > size:
+                raise SimError(f'write of {len(data)} bytes at {offset} is outside the free '
+                               f'media ({size} bytes)')
+            fd = os.open(self.free_media_path(), os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, offset)
+            finally:
+                os.close(fd)
+            st['gde'] = '0'
+
+    def read_free(self, offset, length):
+        with self._locked():
+            size = self.free_size()
+            if offset < 0 or offset + length > size:
+                raise SimError(f'read of {length} bytes at {offset} is outside the free '
+                               f'media ({size} bytes)')
+            fd = os.open(self.free_media_path(), os.O_RDONLY)
+            try:
+                return os.pread(fd, length, offset)
+            finally:
+                os.close(fd)
+
+    def media_files(self):
+        """Every file holding the controller's media: each allocated namespace's backing
+        file (attached or not), by nsid, then the free media."""
+        return self.backing_files() + [self.free_media_path()]
+
+    def media_size(self):
+        """Bytes of media: allocated namespaces plus free media (TNVMCAP)."""
+        with self._locked():
+            return sum(os.path.getsize(p) for p in self.media_files())
+
+    def find_on_media(self, needle):
+        """[(path, offset)] of every occurrence of the bytes `needle` anywhere on the
+        controller's media (media_files() order, then offset). Taken under the
+        controller's lock, so namespace management cannot move bytes mid-scan."""
+        with self._locked():
+            return [(path, at) for path in self.media_files()
+                    for at in find_in_file(path, needle)]
+
     # -- faults
 
     def inject(self, opcode, status, times=1, queue=None, skip=0):
@@ -216,6 +349,14 @@ class Controller:
         with self._edit_state() as st:
             st['fail_next'] = '1'
 
+    def inject_sanitize_lie(self, times=1):
+        """The next `times` sanitizes run their course and report success (SSTAT 1, Global
+        Data Erased) but erase nothing, as lie_sanitize=True does for every sanitize."""
+        if times < 1:
+            raise SimError('times must be >= 1')
+        with self._edit_state() as st:
+            st['lie_next'] = str(int(st.get('lie_next') or 0) + times)
+
     def inject_sanitize_hang(self, progress=0.43):
         """The next sanitize never finishes: SSTAT in progress, SPROG frozen at `progress`."""
         if not 0 <= progress < 1:
@@ -229,9 +370,10 @@ class Controller:
             if st.get('mode') != 'hang':
                 raise SimError(f'{self.name} has no hung sanitize')
             frozen = int(st['sprog']) / SPROG_SCALE
-            st['mode'] = 'run'
+            config = self._config()
+            st['mode'] = 'lie' if config.get('lie_sanitize') == '1' else 'run'
             st['done'] = '0'
-            duration_ms = int(self._config()['sanitize_ms'])
+            duration_ms = int(config['sanitize_ms'])
             st['start_ms'] = str(int(time.time() * 1000 - frozen * duration_ms))
         self._tool('resume')
 
@@ -240,7 +382,9 @@ class Controller:
         keys = {'ces': 'ces', 'bes': 'bes', 'wzs': 'wzs', 'ns_mgmt': 'ns_mgmt',
                 'format_nvm': 'fmt', 'report_estimates': 'estimates',
                 'auto_rescan': 'auto_rescan', 'sanicap_extra': 'sanicap_extra',
-                'sanitize_seconds': 'sanitize_ms', 'critical_warning': None}
+                'sanitize_seconds': 'sanitize_ms', 'critical_warning': None,
+                'remap_freed': 'remap_freed', 'lie_sanitize': 'lie_sanitize',
+                'lie_write_zeroes': 'lie_wz', 'lie_format': 'lie_format'}
         unknown = set(changes) - set(keys)
         if unknown:
             raise SimError(f'cannot update {sorted(unknown)}; known: {sorted(keys)}')
@@ -258,6 +402,168 @@ class Controller:
                     config[keys[name]] = str(int(bool(value)))
             _write_kv(self.dir / 'config', config)
             _write_kv(self.dir / 'state', state)
+
+    # -- the device coming and going (link drop, driver rebind, device_spec edits)
+
+    @property
+    def presence(self):
+        """'bound' (to nvme: nodes and sysfs), 'unbound' (held by vfio-pci) or
+        'unplugged' (gone from the PCI bus)."""
+        return PRESENCE.get(self._state().get('presence', ''), 'bound')
+
+    def unbind(self):
+        """The nvme driver lets go of the function and vfio-pci takes it (what libvirt
+        does for passthrough): the PCI function stays, its nvme/ subtree, class links,
+        subsystem and /dev nodes go. Commands on descriptors still open fail ENODEV."""
+        with self._edit_state() as st:
+            if st.get('presence', ''):
+                raise SimError(f'{self.name} is {self.presence_of(st)}, not bound')
+            st['presence'] = 'unbound'
+            config = self._config()
+            self._unrender_nvme(config)
+            self._set_driver(config, PASSTHROUGH_DRIVER)
+
+    def bind(self):
+        """Back to the nvme driver: everything unbind() removed is rendered again, the
+        namespaces as the state has them now."""
+        with self._edit_state() as st:
+            if st.get('presence', '') != 'unbound':
+                raise SimError(f'{self.name} is {self.presence_of(st)}, not unbound')
+            st['presence'] = ''
+            config = self._config()
+            self._set_driver(config, 'nvme')
+            self._render_nvme(config)
+        self._probed()
+
+    def unplug(self):
+        """The function drops off the bus (surprise removal, link down): its whole
+        sysfs directory, the bus and driver links and the /dev nodes go. The drive keeps
+        its media, and a sanitize in progress keeps running."""
+        with self._edit_state() as st:
+            if st.get('presence', '') == 'unplugged':
+                raise SimError(f'{self.name} is already unplugged')
+            st['presence'] = 'unplugged'
+            config = self._config()
+            self._unrender_nvme(config)
+            self._unrender_pci(config)
+
+    def replug(self, address=None):
+        """The function comes back, bound to nvme, at `address` (another BDF) or where it
+        was; same serial, model, NQN, namespaces, media and controller name."""
+        if address is not None:
+            try:
+                address = str(PciAddress.parse(address))
+            except ValueError as e:
+                raise SimError(str(e)) from None
+            if any(c.address == address for c in self.sim.controllers if c is not self):
+                raise SimError(f'a controller already sits at {address}')
+        with self._edit_state() as st:
+            if st.get('presence', '') != 'unplugged':
+                raise SimError(f'{self.name} is {self.presence_of(st)}, not unplugged')
+            config = self._config()
+            if address is not None:
+                config['address'] = address
+                config['sysfs_rel'] = _sysfs_rel(address, self.name)
+                _write_kv(self.dir / 'config', config)
+            st['presence'] = ''
+            self._render_pci(config)
+            self._render_nvme(config)
+            self.address = config['address']
+        self._probed()
+
+    @staticmethod
+    def presence_of(state):
+        return PRESENCE.get(state.get('presence', ''), 'bound')
+
+    def _probed(self):
+        # the kernel's probe: namespace nodes appear, and a sanitize the drive kept
+        # running (or must resume) goes on
+        self._tool('rescan')
+        self._tool('resume')
+
+    # -- sysfs rendering (under the controller lock)
+
+    def _pci_dir(self, config):
+        return Path(self.sim.sysfs_root, 'devices', 'pci0000:00', config['address'])
+
+    def _render_pci(self, config):
+        sys = Path(self.sim.sysfs_root)
+        address, product = config['address'], config['did']
+        pci = sysfs_tree.make_pci(sys, address, config['vid'], product, cls='0x010802',
+                                  driver='nvme')
+        for attr, value in (('subsystem_vendor', config['ssvid']),
+                            ('subsystem_device', product), ('revision', '0x00'),
+                            ('numa_node', '-1'), ('driver_override', '(null)')):
+            _attr(pci, attr, value)
+        drv = sys / 'bus' / 'pci' / 'drivers' / 'nvme'
+        _relink(os.path.relpath(pci, drv), drv / address)
+
+    def _set_driver(self, config, driver):
+        sys = Path(self.sim.sysfs_root)
+        address, pci = config['address'], self._pci_dir(config)
+        drivers = sys / 'bus' / 'pci' / 'drivers'
+        for name in ('nvme', PASSTHROUGH_DRIVER):
+            _unlink(drivers / name / address)
+        drv = drivers / driver
+        drv.mkdir(parents=True, exist_ok=True)
+        _relink(os.path.relpath(drv, pci), pci / 'driver')
+        _relink(os.path.relpath(pci, drv), drv / address)
+        _attr(pci, 'driver_override', '(null)' if driver == 'nvme' else driver)
+
+    def _unrender_pci(self, config):
+        sys = Path(self.sim.sysfs_root)
+        address = config['address']
+        for name in ('nvme', PASSTHROUGH_DRIVER):
+            _unlink(sys / 'bus' / 'pci' / 'drivers' / name / address)
+        _unlink(sys / 'bus' / 'pci' / 'devices' / address)
+        _rmtree(self._pci_dir(config))
+
+    def _render_nvme(self, config):
+        sys = Path(self.sim.sysfs_root)
+        name, index, address = config['name'], int(config['index']), config['address']
+        serial, model, firmware = config['serial'], config['model'], config['firmware']
+        ctrl = self._pci_dir(config) / 'nvme' / name
+        ctrl.mkdir(parents=True, exist_ok=True)
+        nqn = _nqn(serial)
+        for attr, value in (('address', address), ('serial', serial.ljust(20)),
+                            ('model', model.ljust(40)), ('firmware_rev', firmware.ljust(8)),
+                            ('state', 'live'), ('transport', 'pcie'),
+                            ('dev', f'{CTRL_MAJOR}:{index}'), ('cntlid', config['cntlid']),
+                            ('cntrltype', 'io'), ('subsysnqn', nqn), ('queue_count', 9),
+                            ('sqsize', 1023), ('kato', 0), ('numa_node', -1)):
+            _attr(ctrl, attr, value)
+        classes = sys / 'class' / 'nvme'
+        classes.mkdir(parents=True, exist_ok=True)
+        _relink(os.path.join('..', '..', '..', address), ctrl / 'device')   # as the kernel
+        _relink(os.path.relpath(classes, ctrl), ctrl / 'subsystem')
+        _relink(os.path.relpath(ctrl, classes), classes / name)
+        subsys = sys / 'devices' / 'virtual' / 'nvme-subsystem' / f'nvme-subsys{index}'
+        subsys.mkdir(parents=True, exist_ok=True)
+        for attr, value in (('subsysnqn', nqn), ('model', model.ljust(40)),
+                            ('serial', serial.ljust(20)), ('firmware_rev', firmware.ljust(8)),
+                            ('subsystype', 'nvm'), ('iopolicy', 'numa')):
+            _attr(subsys, attr, value)
+        _relink(os.path.relpath(ctrl, subsys), subsys / name)
+        sub_class = sys / 'class' / 'nvme-subsystem'
+        sub_class.mkdir(parents=True, exist_ok=True)
+        _relink(os.path.relpath(subsys, sub_class), sub_class / subsys.name)
+        _unlink(self.char_path)
+        self.sim._add_char_node(self.char_path)
+
+    def _unrender_nvme(self, config):
+        sys = Path(self.sim.sysfs_root)
+        name, index = config['name'], int(config['index'])
+        disk = re.compile(rf'{re.escape(name)}n\d+')
+        for directory in (self.sim.dev_root, sys / 'class' / 'block', sys / 'block'):
+            with contextlib.suppress(FileNotFoundError):
+                for entry in os.listdir(directory):
+                    if disk.fullmatch(entry):
+                        _unlink(os.path.join(directory, entry))
+        _unlink(self.char_path)
+        _unlink(sys / 'class' / 'nvme' / name)
+        _unlink(sys / 'class' / 'nvme-subsystem' / f'nvme-subsys{index}')
+        _rmtree(sys / 'devices' / 'virtual' / 'nvme-subsystem' / f'nvme-subsys{index}')
+        _rmtree(self._pci_dir(config) / 'nvme')
 
     # -- observation
 
@@ -420,7 +726,8 @@ class Simulation:
                        wzs=True, ns_mgmt=True, sanitize_seconds=0.5, *,
                        subsystem_vendor_id=None, capacity=None, max_namespaces=32,
                        cntlid=0, format_nvm=True, sanicap_extra=0, report_estimates=True,
-                       auto_rescan=True):
+                       auto_rescan=True, remap_freed=True, lie_sanitize=False,
+                       lie_write_zeroes=False, lie_format=False):
         index = len(self.controllers)
         name = f'nvme{index}'
         try:
@@ -452,25 +759,33 @@ class Simulation:
         ctrl = Controller(self, name, index, address)
         ctrl.dir.mkdir()
         (ctrl.dir / 'lock').touch()
-        sysfs_rel = self._add_sysfs(name, index, address, vendor_id, product_id, ssvid,
-                                    serial, model, firmware, cntlid)
-        _write_kv(ctrl.dir / 'config', {
+        config = {
             'name': name, 'index': index, 'address': address, 'vid': f'0x{vendor_id}',
-            'ssvid': f'0x{ssvid}', 'serial': serial, 'model': model, 'firmware': firmware,
-            'cntlid': cntlid, 'capacity': capacity, 'max_ns': max_namespaces,
-            'ces': int(ces), 'bes': int(bes), 'wzs': int(wzs), 'ns_mgmt': int(ns_mgmt),
-            'fmt': int(format_nvm), 'estimates': int(report_estimates),
-            'auto_rescan': int(auto_rescan), 'sanicap_extra': f'{sanicap_extra:#x}',
-            'sanitize_ms': int(sanitize_seconds * 1000), 'sysfs_rel': sysfs_rel})
+            'did': f'0x{product_id}', 'ssvid': f'0x{ssvid}', 'serial': serial,
+            'model': model, 'firmware': firmware, 'cntlid': cntlid, 'capacity': capacity,
+            'max_ns': max_namespaces, 'ces': int(ces), 'bes': int(bes), 'wzs': int(wzs),
+            'ns_mgmt': int(ns_mgmt), 'fmt': int(format_nvm),
+            'estimates': int(report_estimates), 'auto_rescan': int(auto_rescan),
+            'sanicap_extra': f'{sanicap_extra:#x}',
+            'sanitize_ms': int(sanitize_seconds * 1000),
+            'sysfs_rel': _sysfs_rel(address, name), 'remap_freed': int(bool(remap_freed)),
+            'lie_sanitize': int(bool(lie_sanitize)), 'lie_wz': int(bool(lie_write_zeroes)),
+            'lie_format': int(bool(lie_format))}
+        _write_kv(ctrl.dir / 'config', config)
         state = {'sstat': 0, 'sprog': SPROG_SCALE - 1, 'scdw10': '0x0', 'gde': 1, 'mode': '',
                  'failure': '', 'fail_next': 0, 'hang_next': -1, 'gen': 0, 'done': 0,
-                 'total': 0, 'start_ms': 0, 'eraser_pid': 0, 'critical_warning': 0}
+                 'total': 0, 'start_ms': 0, 'eraser_pid': 0, 'critical_warning': 0,
+                 'lie_next': 0, 'presence': ''}
         for nsid, size in enumerate(namespaces, 1):
             with open(ctrl.dir / f'ns{nsid}.img', 'wb') as f:
                 f.truncate(size)
             state[f'ns.{nsid}'] = f'{size // block_size} {LBA_FORMATS[block_size]} 1'
+        with open(ctrl.free_media_path(), 'wb') as f:   # sparse: never written yet
+            f.truncate(capacity - sum(namespaces))
         _write_kv(ctrl.dir / 'state', state)
-        self._add_char_node(ctrl.char_path)
+        config = {k: str(v) for k, v in config.items()}
+        ctrl._render_pci(config)
+        ctrl._render_nvme(config)
         self.controllers.append(ctrl)
         ctrl._tool('rescan')       # the kernel's first scan: namespace nodes appear
         return ctrl
@@ -488,41 +803,3 @@ class Simulation:
                     raise
         Path(path).touch(mode=0o600)
         self.node_kind = 'file'
-
-    def _add_sysfs(self, name, index, address, vendor_id, product_id, ssvid, serial,
-                   model, firmware, cntlid):
-        sys = Path(self.sysfs_root)
-        pci = sysfs_tree.make_pci(sys, address, f'0x{vendor_id}', f'0x{product_id}',
-                                  cls='0x010802', driver='nvme')
-        for attr, value in (('subsystem_vendor', f'0x{ssvid}'),
-                            ('subsystem_device', f'0x{product_id}'), ('revision', '0x00'),
-                            ('numa_node', '-1')):
-            _attr(pci, attr, value)
-        drv = sys / 'bus' / 'pci' / 'drivers' / 'nvme'
-        _relink(os.path.relpath(pci, drv), drv / address)
-        ctrl = pci / 'nvme' / name
-        ctrl.mkdir(parents=True)
-        nqn = f'nqn.2024-01.org.steward.nvme-sim:{serial}'
-        for attr, value in (('address', address), ('serial', serial.ljust(20)),
-                            ('model', model.ljust(40)), ('firmware_rev', firmware.ljust(8)),
-                            ('state', 'live'), ('transport', 'pcie'),
-                            ('dev', f'{CTRL_MAJOR}:{index}'), ('cntlid', cntlid),
-                            ('cntrltype', 'io'), ('subsysnqn', nqn), ('queue_count', 9),
-                            ('sqsize', 1023), ('kato', 0), ('numa_node', -1)):
-            _attr(ctrl, attr, value)
-        classes = sys / 'class' / 'nvme'
-        classes.mkdir(parents=True, exist_ok=True)
-        _relink(os.path.join('..', '..', '..', address), ctrl / 'device')   # as the kernel
-        _relink(os.path.relpath(classes, ctrl), ctrl / 'subsystem')
-        _relink(os.path.relpath(ctrl, classes), classes / name)
-        subsys = sys / 'devices' / 'virtual' / 'nvme-subsystem' / f'nvme-subsys{index}'
-        subsys.mkdir(parents=True)
-        for attr, value in (('subsysnqn', nqn), ('model', model.ljust(40)),
-                            ('serial', serial.ljust(20)), ('firmware_rev', firmware.ljust(8)),
-                            ('subsystype', 'nvm'), ('iopolicy', 'numa')):
-            _attr(subsys, attr, value)
-        _relink(os.path.relpath(ctrl, subsys), subsys / name)
-        sub_class = sys / 'class' / 'nvme-subsystem'
-        sub_class.mkdir(parents=True, exist_ok=True)
-        _relink(os.path.relpath(subsys, sub_class), sub_class / subsys.name)
-        return str(ctrl.relative_to(sys))

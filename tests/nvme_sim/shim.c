@@ -17,7 +17,11 @@
  * a detached eraser process forked from the nvme-cli process that started it; it holds
  * flock on eraser.lock for its lifetime, so any later command that finds a sanitize in
  * progress with nobody holding that lock resumes it, as a drive resumes after a power
- * loss. README.md describes the formats.
+ * loss. Capacity no namespace holds is <state>/nvmeN/free.img: deleted namespaces'
+ * bytes go to its front, new namespaces are cut from its front (old contents included),
+ * and a sanitize erases it with the namespaces. A controller that is not bound to the
+ * nvme driver (state presence=unbound|unplugged) answers nothing: ENODEV, and no nodes
+ * are rendered for it. README.md describes the formats.
  *
  * Built with -DNVME_SIM_TOOL the same source is the nvme-sim command that controller.py
  * runs to render namespace nodes and to resume erasers, so no logic is duplicated.
@@ -118,6 +122,8 @@ struct conf {
 	char serial[21], model[41], firmware[9], sysfs_rel[PATH_MAX];
 	uint64_t capacity;
 	int ces, bes, wzs, ns_mgmt, fmt, estimates, auto_rescan;
+	int remap_freed;        /* a new namespace maps the freed blocks it takes */
+	int lie_sanitize, lie_wz, lie_format;   /* report success, erase nothing */
 	uint32_t sanicap_extra;
 	long sanitize_ms;
 };
@@ -138,10 +144,11 @@ struct inj {
 struct state {
 	struct ns ns[MAX_NS + 1];
 	unsigned sstat, sprog, critical_warning, gen;
-	int gde, fail_next, hang_next;
+	int gde, fail_next, hang_next, lie_next;
 	uint32_t scdw10;
-	char mode[8];           /* "", run, fail, hang */
+	char mode[8];           /* "", run, fail, hang, lie */
 	char failure[16];       /* "", restricted, unrestricted */
+	char presence[16];      /* "" (bound to nvme), unbound, unplugged */
 	uint64_t done, total;
 	long long start_ms;
 	long eraser_pid;
@@ -253,7 +260,8 @@ static void conf_kv(void *obj, const char *k, const char *v, const char *line)
 	STR(name); STR(serial); STR(model); STR(firmware); STR(sysfs_rel);
 	NUM(index); NUM(vid); NUM(ssvid); NUM(cntlid); NUM(max_ns); NUM(capacity);
 	NUM(ces); NUM(bes); NUM(wzs); NUM(ns_mgmt); NUM(fmt); NUM(estimates);
-	NUM(auto_rescan); NUM(sanicap_extra); NUM(sanitize_ms);
+	NUM(auto_rescan); NUM(sanicap_extra); NUM(sanitize_ms); NUM(remap_freed);
+	NUM(lie_sanitize); NUM(lie_wz); NUM(lie_format);
 #undef STR
 #undef NUM
 }
@@ -286,7 +294,8 @@ static void state_kv(void *obj, const char *k, const char *v, const char *line)
 #define STR(field) \
 	if (!strcmp(k, #field)) { snprintf(s->field, sizeof(s->field), "%s", v); return; }
 #define NUM(field) if (!strcmp(k, #field)) { s->field = strtoll(v, NULL, 0); return; }
-	STR(mode); STR(failure);
+	STR(mode); STR(failure); STR(presence);
+	NUM(lie_next);
 	NUM(sstat); NUM(sprog); NUM(critical_warning); NUM(gen); NUM(gde); NUM(fail_next);
 	NUM(hang_next); NUM(scdw10); NUM(done); NUM(total); NUM(start_ms); NUM(eraser_pid);
 #undef STR
@@ -309,10 +318,10 @@ static int state_save(struct ctx *c)
 		return -1;
 	fprintf(f, "sstat=%u\nsprog=%u\nscdw10=0x%x\ngde=%d\nmode=%s\nfailure=%s\n"
 		"fail_next=%d\nhang_next=%d\ngen=%u\ndone=%llu\ntotal=%llu\nstart_ms=%lld\n"
-		"eraser_pid=%ld\ncritical_warning=%u\n",
+		"eraser_pid=%ld\ncritical_warning=%u\nlie_next=%d\npresence=%s\n",
 		s->sstat, s->sprog, s->scdw10, s->gde, s->mode, s->failure, s->fail_next,
 		s->hang_next, s->gen, (unsigned long long)s->done, (unsigned long long)s->total,
-		s->start_ms, s->eraser_pid, s->critical_warning);
+		s->start_ms, s->eraser_pid, s->critical_warning, s->lie_next, s->presence);
 	for (i = 1; i <= MAX_NS; i++)
 		if (s->ns[i].nsze)
 			fprintf(f, "ns.%d=%llu %u %d\n", i, (unsigned long long)s->ns[i].nsze,
@@ -344,6 +353,7 @@ static int ctx_open(struct ctx *c, const char *name)
 		if (errno != EINTR)
 			goto fail;
 	snprintf(path, sizeof(path), "%s/config", c->dir);
+	c->cf.remap_freed = 1;
 	if (kv_load(path, conf_kv, &c->cf) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/state", c->dir);
@@ -407,6 +417,12 @@ static void backing_path(const struct ctx *c, unsigned nsid, char *out, size_t s
 static int sanitizing(const struct state *s)
 {
 	return s->mode[0] != 0;
+}
+
+/* Bound to the nvme driver: the host has nodes and can send commands. */
+static int bound(const struct state *s)
+{
+	return s->presence[0] == 0;
 }
 
 /* ---------------------------------------------------- sysfs and /dev nodes */
@@ -532,7 +548,8 @@ static void node_remove(const struct ctx *c, unsigned nsid)
 	nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
-/* What the kernel does on a namespace rescan: one node per attached namespace. */
+/* What the kernel does on a namespace rescan: one node per attached namespace (none
+ * while the controller is not bound to the nvme driver). */
 static void rescan(const struct ctx *c)
 {
 	char disk[48], path[PATH_MAX + 64];
@@ -544,7 +561,7 @@ static void rescan(const struct ctx *c)
 
 		disk_name(c, nsid, disk, sizeof(disk));
 		snprintf(path, sizeof(path), "%s/%s", sim.dev_root, disk);
-		if (n->nsze && n->attached)
+		if (n->nsze && n->attached && bound(&c->st))
 			node_add(c, nsid);
 		else if (lstat(path, &sb) == 0)
 			node_remove(c, nsid);
@@ -629,26 +646,258 @@ static int fill_ns(const struct ctx *c, unsigned nsid, enum fill how)
 	return fill_range(path, 0, ns_bytes(&c->st.ns[nsid]), how);
 }
 
+
+/* ------------------------------------------------------------ free media */
+
+/*
+ * Capacity not allocated to a namespace lives in <state>/nvmeN/free.img, always
+ * capacity - allocated bytes. Deleting a namespace puts its blocks at the front of it
+ * (most recently freed first); creating one takes the first bytes of it, with their
+ * old contents unless remap_freed is off. Zeroes are holes: nothing here writes them.
+ */
+static void free_path(const struct ctx *c, char *out, size_t size)
+{
+	snprintf(out, size, "%s/free.img", c->dir);
+}
+
+static int64_t fd_size(int fd)
+{
+	return lseek(fd, 0, SEEK_END);
+}
+
+/* The free media, opened read-write; created as zeroes if it is missing. */
+static int free_open(const struct ctx *c)
+{
+	char path[PATH_MAX];
+	uint64_t used = allocated(&c->st);
+	int fd;
+
+	free_path(c, path, sizeof(path));
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (fd >= 0 && ftruncate(fd, c->cf.capacity > used ? c->cf.capacity - used : 0) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	return fd;
+}
+
+static uint64_t free_size(const struct ctx *c)
+{
+	int fd = free_open(c);
+	int64_t size;
+
+	if (fd < 0)
+		return 0;
+	size = fd_size(fd);
+	close(fd);
+	return size > 0 ? (uint64_t)size : 0;
+}
+
+/* Copy bytes; a source shorter than len leaves the rest of the destination as it is. */
+static int copy_bytes(int src, uint64_t soff, int dst, uint64_t doff, uint64_t len)
+{
+	const size_t size = 1 << 20;
+	char *buf = NULL;
+	int rc = 0;
+
+	while (len) {
+		loff_t in = soff, out = doff;
+		ssize_t n = copy_file_range(src, &in, dst, &out, len < (1u << 30) ? len : (1u << 30), 0);
+
+		if (n <= 0)
+			break;
+		soff += n;
+		doff += n;
+		len -= n;
+	}
+	if (len && !(buf = malloc(size)))
+		return -1;
+	while (len) {
+		ssize_t n = pread(src, buf, len < size ? len : size, soff);
+
+		if (n < 0) {
+			rc = -1;
+			break;
+		}
+		if (n == 0)
+			break;
+		if (pwrite(dst, buf, n, doff) != n) {
+			rc = -1;
+			break;
+		}
+		soff += n;
+		doff += n;
+		len -= n;
+	}
+	free(buf);
+	return rc;
+}
+
+/* Copy [soff, soff+len) of src to dst at doff, skipping src's holes: the destination
+ * range must already read as zeroes (a hole, or a fresh extension of the file). */
+static int copy_data(int src, uint64_t soff, int dst, uint64_t doff, uint64_t len)
+{
+	uint64_t end = soff + len, pos = soff;
+
+	while (pos < end) {
+		off_t d = lseek(src, pos, SEEK_DATA), h;
+
+		if (d < 0) {
+			if (errno == ENXIO)
+				break;          /* only a hole up to EOF */
+			d = pos;                /* no SEEK_DATA here: copy everything */
+			h = end;
+		} else {
+			if ((uint64_t)d >= end)
+				break;
+			h = lseek(src, d, SEEK_HOLE);
+			if (h < 0 || (uint64_t)h > end)
+				h = end;
+		}
+		if (copy_bytes(src, d, dst, doff + (d - soff), h - d) < 0)
+			return -1;
+		pos = h;
+	}
+	return 0;
+}
+
+static int tmp_open(const struct ctx *c, char *path, size_t size, uint64_t length)
+{
+	int fd;
+
+	snprintf(path, size, "%s/free.img.tmp.%d", c->dir, getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0 && ftruncate(fd, length) < 0) {
+		close(fd);
+		unlink(path);
+		return -1;
+	}
+	return fd;
+}
+
+/* Put [off, off+len) of src at the front of the free media. */
+static int free_prepend(const struct ctx *c, int src, uint64_t off, uint64_t len)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 32];
+	int fd = free_open(c), t, rc;
+	int64_t fsize;
+
+	if (fd < 0)
+		return -1;
+	fsize = fd_size(fd);
+	if (!len || fsize < 0) {
+		close(fd);
+		return fsize < 0 ? -1 : 0;
+	}
+	/* ext4 and xfs shift the extents: only the freed bytes are copied */
+	if (fsize > 0 && fallocate(fd, FALLOC_FL_INSERT_RANGE, 0, len) == 0) {
+		rc = copy_data(src, off, fd, 0, len);
+		close(fd);
+		return rc;
+	}
+	t = tmp_open(c, tmp, sizeof(tmp), len + fsize);
+	if (t < 0) {
+		close(fd);
+		return -1;
+	}
+	rc = copy_data(src, off, t, 0, len) | copy_data(fd, 0, t, len, fsize);
+	close(fd);
+	close(t);
+	free_path(c, path, sizeof(path));
+	if (rc == 0 && rename(tmp, path) == 0)
+		return 0;
+	unlink(tmp);
+	return -1;
+}
+
+/* Take the first len bytes of the free media for a new namespace file at dst_path:
+ * their old contents when remap, zeroes otherwise. */
+static int free_take(const struct ctx *c, const char *dst_path, uint64_t len, int remap)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 32];
+	int fd = free_open(c), dst, t, rc = 0;
+	int64_t fsize;
+	uint64_t take;
+
+	if (fd < 0)
+		return -1;
+	fsize = fd_size(fd);
+	take = fsize < 0 ? 0 : (uint64_t)fsize < len ? (uint64_t)fsize : len;
+	dst = open(dst_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (dst < 0 || ftruncate(dst, len) < 0 || (remap && copy_data(fd, 0, dst, 0, take) < 0)) {
+		if (dst >= 0)
+			close(dst);
+		unlink(dst_path);
+		close(fd);
+		return -1;
+	}
+	close(dst);
+	if (take == (uint64_t)fsize) {
+		rc = ftruncate(fd, 0);
+	} else if (take && fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 0, take) != 0) {
+		t = tmp_open(c, tmp, sizeof(tmp), fsize - take);
+		rc = t < 0 ? -1 : copy_data(fd, take, t, 0, fsize - take);
+		if (t >= 0)
+			close(t);
+		free_path(c, path, sizeof(path));
+		if (rc == 0)
+			rc = rename(tmp, path);
+		if (rc)
+			unlink(tmp);
+	}
+	close(fd);
+	return rc;
+}
+
+/* Free a namespace: its blocks go to the front of the free media. */
+static int free_namespace(const struct ctx *c, unsigned nsid)
+{
+	char path[PATH_MAX];
+	int fd, rc;
+
+	backing_path(c, nsid, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	rc = free_prepend(c, fd, 0, ns_bytes(&c->st.ns[nsid]));
+	close(fd);
+	if (rc == 0)
+		unlink(path);
+	return rc;
+}
+
 /* ------------------------------------------------------------ sanitize */
 
 #define SANACT(cdw10) ((cdw10) & 7)
 #define AUSE(cdw10) (((cdw10) >> 3) & 1)
+
+/* The subsystem's media in erase order: namespaces by nsid, then the free media. */
+static uint64_t media_total(const struct ctx *c)
+{
+	return allocated(&c->st) + free_size(c);
+}
 
 static void erase_upto(const struct ctx *c, uint64_t from, uint64_t to, enum fill how)
 {
 	uint64_t base = 0;
 	unsigned nsid;
 
-	for (nsid = 1; nsid <= MAX_NS && from < to; nsid++) {
-		uint64_t size = ns_bytes(&c->st.ns[nsid]), lo, hi;
+	for (nsid = 1; nsid <= MAX_NS + 1 && from < to; nsid++) {
+		uint64_t size = nsid <= MAX_NS ? ns_bytes(&c->st.ns[nsid]) : free_size(c), lo, hi;
 		char path[PATH_MAX];
 
 		if (!size)
 			continue;
 		lo = from > base ? from - base : 0;
 		hi = to - base < size ? to - base : size;
-		if (from < base + size && lo < hi) {
-			backing_path(c, nsid, path, sizeof(path));
+		if (from < base + size && to > base && lo < hi) {
+			if (nsid <= MAX_NS)
+				backing_path(c, nsid, path, sizeof(path));
+			else
+				free_path(c, path, sizeof(path));
 			fill_range(path, lo, hi - lo, how);
 		}
 		base += size;
@@ -663,9 +912,15 @@ static void sleep_ms(long ms)
 		;
 }
 
+static int eraser_mode(const char *mode)
+{
+	return !strcmp(mode, "run") || !strcmp(mode, "fail") || !strcmp(mode, "lie");
+}
+
 /*
- * The body of a detached eraser: erase (or, for an injected failure, only pretend to)
- * at the pace sanitize_ms allows, publishing SPROG every tick, then record the outcome.
+ * The body of a detached eraser: erase (or, for an injected failure or a lying drive,
+ * only pretend to) at the pace sanitize_ms allows, publishing SPROG every tick, then
+ * record the outcome.
  * It exits as soon as the state says the sanitize it serves is no longer running.
  */
 static void eraser(const char *name, unsigned gen)
@@ -679,11 +934,11 @@ static void eraser(const char *name, unsigned gen)
 		uint64_t target;
 		long long elapsed;
 		enum fill how;
-		int erase;
+		int erase, ok;
 
 		if (ctx_open(&c, name) < 0)
 			_exit(1);
-		if (c.st.gen != gen || (strcmp(c.st.mode, "run") && strcmp(c.st.mode, "fail"))) {
+		if (c.st.gen != gen || !eraser_mode(c.st.mode)) {
 			ctx_close(&c);
 			_exit(0);
 		}
@@ -691,6 +946,7 @@ static void eraser(const char *name, unsigned gen)
 			c.st.eraser_pid = getpid();
 		first = 0;
 		erase = !strcmp(c.st.mode, "run");
+		ok = erase || !strcmp(c.st.mode, "lie");     /* a lie ends in success too */
 		how = SANACT(c.st.scdw10) == 4 ? FILL_RANDOM : FILL_ZERO;
 		elapsed = now_ms() - c.st.start_ms;
 		ft = c.cf.sanitize_ms > 0 ? (double)elapsed / c.cf.sanitize_ms : 1.0;
@@ -698,12 +954,12 @@ static void eraser(const char *name, unsigned gen)
 		fw = !erase || !c.st.total ? 1.0 : (double)c.st.done / c.st.total;
 		f = ft < fw ? ft : fw;
 		if (f >= 1.0) {
-			c.st.sstat = erase ? 1 : 3;
-			c.st.gde = erase;
+			c.st.sstat = ok ? 1 : 3;
+			c.st.gde = ok;
 			c.st.sprog = 0xffff;
 			c.st.mode[0] = 0;
 			snprintf(c.st.failure, sizeof(c.st.failure), "%s",
-				 erase ? "" : AUSE(c.st.scdw10) ? "unrestricted" : "restricted");
+				 ok ? "" : AUSE(c.st.scdw10) ? "unrestricted" : "restricted");
 			c.st.eraser_pid = 0;
 			state_save(&c);
 			ctx_close(&c);
@@ -761,7 +1017,7 @@ static void ensure_eraser(struct ctx *c)
 	pid_t pid;
 	int fd;
 
-	if (strcmp(c->st.mode, "run") && strcmp(c->st.mode, "fail"))
+	if (!eraser_mode(c->st.mode))
 		return;
 	snprintf(path, sizeof(path), "%s/eraser.lock", c->dir);
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -798,7 +1054,6 @@ static int cmd_sanitize(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 {
 	struct state *s = &c->st;
 	unsigned act = SANACT(cmd->cdw10);
-	unsigned nsid;
 
 	if (sanitizing(s))
 		return SC_SANITIZE_IN_PROGRESS;
@@ -815,16 +1070,23 @@ static int cmd_sanitize(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 	s->failure[0] = 0;
 	s->start_ms = now_ms();
 	s->done = 0;
-	s->total = 0;
-	for (nsid = 1; nsid <= MAX_NS; nsid++)
-		s->total += ns_bytes(&s->ns[nsid]);
+	s->total = media_total(c);      /* every namespace and the unallocated capacity */
 	if (s->hang_next >= 0) {
 		snprintf(s->mode, sizeof(s->mode), "hang");
 		s->sprog = s->hang_next;
 		s->hang_next = -1;
 	} else {
-		snprintf(s->mode, sizeof(s->mode), "%s", s->fail_next ? "fail" : "run");
-		s->fail_next = 0;
+		const char *mode = "run";
+
+		if (s->fail_next) {
+			mode = "fail";
+			s->fail_next = 0;
+		} else if (s->lie_next > 0 || c->cf.lie_sanitize) {
+			mode = "lie";
+			if (s->lie_next > 0)
+				s->lie_next--;
+		}
+		snprintf(s->mode, sizeof(s->mode), "%s", mode);
 		s->sprog = 0;
 		ensure_eraser(c);
 	}
@@ -1039,7 +1301,6 @@ static int cmd_ns_mgmt(struct ctx *c, const struct nvme_passthru_cmd64 *cmd,
 	if (sel == 0) {
 		const struct nvme_id_ns *req = (const void *)buf;
 		struct ns n;
-		int fd;
 
 		if (!buf || cmd->data_len < sizeof(*req))
 			return SC_INVALID_FIELD;
@@ -1057,14 +1318,10 @@ static int cmd_ns_mgmt(struct ctx *c, const struct nvme_passthru_cmd64 *cmd,
 			;
 		if (nsid > c->cf.max_ns)
 			return SC_NS_ID_UNAVAILABLE;
+		/* on flash a new namespace maps blocks someone freed before */
 		backing_path(c, nsid, path, sizeof(path));
-		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0 || ftruncate(fd, ns_bytes(&n)) < 0) {
-			if (fd >= 0)
-				close(fd);
+		if (free_take(c, path, ns_bytes(&n), c->cf.remap_freed) < 0)
 			return -EIO;
-		}
-		close(fd);
 		s->ns[nsid] = n;
 		*result = nsid;
 		namespaces_changed(c);
@@ -1079,11 +1336,14 @@ static int cmd_ns_mgmt(struct ctx *c, const struct nvme_passthru_cmd64 *cmd,
 		} else if (!ns_valid(c, cmd->nsid) || !s->ns[cmd->nsid].nsze) {
 			return SC_INVALID_NS;
 		}
-		for (nsid = lo; nsid <= hi; nsid++) {
+		/* highest nsid first: the free media then starts nsid 1, 2, ... */
+		for (nsid = hi; nsid >= lo && nsid; nsid--) {
 			if (!s->ns[nsid].nsze)
 				continue;
-			backing_path(c, nsid, path, sizeof(path));
-			unlink(path);
+			if (free_namespace(c, nsid) < 0) {
+				namespaces_changed(c);
+				return -EIO;
+			}
 			memset(&s->ns[nsid], 0, sizeof(s->ns[nsid]));
 		}
 		namespaces_changed(c);
@@ -1141,16 +1401,33 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 	} else if (!ns_valid(c, cmd->nsid) || !s->ns[cmd->nsid].nsze || !s->ns[cmd->nsid].attached) {
 		return SC_INVALID_NS;
 	}
+	for (nsid = lo; nsid <= hi; nsid++)
+		if (s->ns[nsid].nsze && ns_bytes(&s->ns[nsid]) < (1ull << LBADS[lbaf]))
+			return SC_INVALID_FORMAT;       /* not one block of the new size */
 	for (nsid = lo; nsid <= hi; nsid++) {
 		struct ns *n = &s->ns[nsid];
-		uint64_t bytes = ns_bytes(n);
+		uint64_t bytes = ns_bytes(n), kept;
 
 		if (!n->nsze)
 			continue;
-		if (ses)
+		if (ses && !c->cf.lie_format)
 			fill_ns(c, nsid, ses == 2 ? FILL_RANDOM : FILL_ZERO);
 		n->flbas = lbaf;
 		n->nsze = bytes / ns_bs(n);
+		kept = ns_bytes(n);
+		if (kept < bytes) {
+			/* what no longer fills a block of the new size returns to the free media */
+			char path[PATH_MAX];
+			int fd;
+
+			backing_path(c, nsid, path, sizeof(path));
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			if (fd >= 0) {
+				if (free_prepend(c, fd, kept, bytes - kept) < 0 || ftruncate(fd, kept) < 0)
+					fprintf(stderr, "nvme-sim: format: cannot free the tail of %s\n", path);
+				close(fd);
+			}
+		}
 	}
 	namespaces_changed(c);
 	return 0;
@@ -1183,6 +1460,8 @@ static int cmd_io(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uint8_t 
 	backing_path(c, cmd->nsid, path, sizeof(path));
 	if (cmd->opcode == nvme_cmd_write_zeroes) {
 		c->st.gde = 0;
+		if (c->cf.lie_wz)
+			return 0;       /* a lying drive: success, nothing written */
 		return fill_range(path, off, len, FILL_ZERO) < 0 ? -EIO : 0;
 	}
 	if (!buf || cmd->data_len < len)
@@ -1419,6 +1698,12 @@ static int passthru(const struct target *t, unsigned long req, void *arg)
 		errno = ENODEV;
 		return -1;
 	}
+	if (!bound(&c.st)) {
+		/* a descriptor opened before the nvme driver let go of the device */
+		ctx_close(&c);
+		errno = ENODEV;
+		return -1;
+	}
 	ensure_eraser(&c);     /* a sanitize whose eraser died resumes, as after power loss */
 	if (!admin && !t->nsid && attached_count(&c.st) != 1) {
 		/* the kernel refuses I/O on the controller node unless there is one namespace */
@@ -1457,6 +1742,11 @@ static int other_ioctl(const struct target *t, unsigned long req, void *arg)
 	struct ns *n;
 
 	if (ctx_open(&c, t->name) < 0) {
+		errno = ENODEV;
+		return -1;
+	}
+	if (!bound(&c.st)) {
+		ctx_close(&c);
 		errno = ENODEV;
 		return -1;
 	}
@@ -1502,6 +1792,10 @@ static int other_ioctl(const struct target *t, unsigned long req, void *arg)
 				err = EINVAL;
 				break;
 			}
+			/* the kernel turns BLKZEROOUT into Write Zeroes when the controller has
+			 * them (ONCS), and writes zero pages itself when it has not */
+			if (req == BLKZEROOUT && c.cf.lie_wz && c.cf.wzs)
+				break;
 			backing_path(&c, t->nsid, path, sizeof(path));
 			if (fill_range(path, range[0], range[1], FILL_ZERO) < 0)
 				err = EIO;
