@@ -203,15 +203,9 @@ def nvme(db, conf, tmp_path, monkeypatch):
 
 
 def tenant_bytes_anywhere(ctrl, needle=TENANT[:64]):
-    """Offsets (per backing file) where the tenant's pattern can still be read."""
-    hits = []
-    for path in ctrl.backing_files():
-        with open(path, 'rb') as f:
-            data = f.read()
-        at = data.find(needle)
-        if at >= 0:
-            hits.append((path, at))
-    return hits
+    """Where the tenant's pattern can still be read: every namespace (attached or
+    not) and the unallocated capacity."""
+    return ctrl.find_on_media(needle)
 
 
 def blocks_anywhere(ctrl, blocks, size=4096):
@@ -219,7 +213,7 @@ def blocks_anywhere(ctrl, blocks, size=4096):
     backing file."""
     wanted = set(blocks)
     hits = []
-    for path in ctrl.backing_files():
+    for path in ctrl.media_files():
         with open(path, 'rb') as f:
             off = 0
             while True:
