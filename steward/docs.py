@@ -40,7 +40,10 @@ def states_markdown():
 Generated from `steward/common/states.py` by `python -m steward.docs`; a test fails
 when this file and the code disagree. Every change of an ARQ `state` or a device
 `device_state` goes through `states.advance()`, which checks the edge exists,
-writes it with a compare-and-swap UPDATE and logs one line:
+writes it with a compare-and-swap UPDATE, records a device's change in its history
+(`GET /v2/devices/{{uuid}}/history`, microversion 2.6) and its `last_error` (set
+entering `error`, cleared at `available`) in the same transaction, and logs one
+line once the transaction commits:
 `<kind> <uuid>: <old> -> <new> (<event>) reason=… request_id=…`.
 
 ## Accelerator requests

@@ -163,32 +163,6 @@ def rpc_version_cap(service):
     return f'{want_major}.{want_minor}'
 
 
-class Periodic:
-    """Runs ``func`` every ``interval`` seconds in a daemon thread until stopped.
-    A failing run is logged and the next one happens on time."""
-
-    def __init__(self, name, interval, func):
-        self.name, self.interval, self.func = name, interval, func
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-
-    def start(self):
-        self._thread.start()
-        return self
-
-    def _loop(self):
-        while not self._stop.wait(self.interval):
-            try:
-                self.func()
-            except Exception:  # noqa: BLE001 - a periodic task must keep running
-                LOG.exception('Periodic task %s failed; next run in %ss', self.name,
-                              self.interval)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
 def wait_for_shutdown():
     """Block until SIGTERM or SIGINT. A second signal exits at once, for a stop
     that hangs on work in progress (a call stuck on an unreachable database)."""

@@ -203,7 +203,9 @@ class CleanupExecutor:
 
 
 def recover(conductor, drivers, host, executor, agent_version):
-    """Crash recovery at agent start (spec 1, "Timeout and Crash Recovery")."""
+    """Crash recovery at agent start (spec 1, "Timeout and Crash Recovery"): a
+    cleanup that was running -> error; one that was asked for but never started,
+    and a release whose cleanup was missed -> cleaned now."""
     ctx = context.get_admin_context()
     info = conductor.device_recovery_info(ctx, host, agent_version)
     by_name = {d.name: d for d in drivers}
@@ -215,6 +217,12 @@ def recover(conductor, drivers, host, executor, agent_version):
                   '(re-clean with POST /v2/devices/%s/clean)', device['uuid'],
                   device['device_state'], what, device['uuid'])
         conductor.device_fail_interrupted(ctx, device['uuid'], what)
+    for device in info.get('lost', ()):
+        # Asked for, never started (the request was lost): nothing was erased or
+        # interrupted, so clean it now rather than send it to error.
+        LOG.warning('device %s has been pending_cleaning without its cleanup starting: '
+                    'the request to clean it was lost; cleaning it now', device['uuid'])
+        executor.submit(device, trigger='recovery', ctx=ctx)
     for device in info['missed']:
         LOG.warning('device %s is allocated with no active ARQ: a cleanup was missed; '
                     'cleaning it now', device['uuid'])

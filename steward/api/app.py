@@ -38,6 +38,7 @@ ROUTES = {
     '/v2/devices/{uuid}/clean': {'POST': devices.clean},
     '/v2/devices/{uuid}/clean_plan': {'GET': devices.clean_plan},
     '/v2/devices/{uuid}/erase_records': {'GET': devices.erase_records},
+    '/v2/devices/{uuid}/history': {'GET': devices.history},
     '/v2/deployables': {'GET': deployables.list_deployables},
     '/v2/deployables/{uuid}': {'GET': deployables.get_deployable},
     '/v2/deployables/{uuid}/program': {'PATCH': deployables.program},

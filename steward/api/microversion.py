@@ -51,6 +51,8 @@ DEVICE_STATUS = _add('2.3', 'Devices show status (enabled|maintaining).')
 PCI_MANAGED = _add('2.4', 'Bound PCI ARQs show attach_handle_info.managed (spec 4).')
 DEVICE_STATE = _add('2.5', 'Devices show device_state; POST /v2/devices/{uuid}/clean, '
                            'GET .../clean_plan and .../erase_records (spec 1).')
+DEVICE_HISTORY = _add('2.6', 'Devices show last_error, missing and missing_since; '
+                             'GET /v2/devices/{uuid}/history.')
 # --- add new microversions above this line ----------------------------------------
 
 MIN_VERSION = VERSIONS[0][0]

@@ -35,6 +35,10 @@ def device(req, row):
         out['status'] = row.status
     if req.version >= microversion.DEVICE_STATE:
         out['device_state'] = row.device_state
+    if req.version >= microversion.DEVICE_HISTORY:
+        out['last_error'] = row.last_error
+        out['missing'] = row.missing_since is not None
+        out['missing_since'] = db.timestamp(row.missing_since)
     out['created_at'] = db.timestamp(row.created_at)
     out['updated_at'] = db.timestamp(row.updated_at)
     out['links'] = [_link(req, 'devices', row.uuid)]
@@ -103,6 +107,15 @@ def _attach_handle_info(req, record):
         # discovered before it existed have none and mean libvirt-managed.
         info['managed'] = True if managed is None else managed is True
     return info
+
+
+def device_history(req, record):
+    """``record``: ``db.device_history_record()`` output (2.6)."""
+    return {k: record[k] for k in HISTORY_FIELDS}
+
+
+HISTORY_FIELDS = ('uuid', 'created_at', 'event', 'source_state', 'target_state',
+                  'reason', 'request_id', 'actor')
 
 
 def erase_record(req, record):

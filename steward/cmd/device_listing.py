@@ -3,6 +3,10 @@
 ``main(argv)`` takes the action first (``['list', '-f', 'json']``);
 steward/cmd/device.py hands these four actions over to it. Exit codes:
 steward/client/__init__.py (doc/cli.md).
+
+From microversion 2.6 ``list`` has a ``missing`` column and ``show`` (as a table)
+is followed by the device's history, oldest first; ``-f json|yaml|value`` print
+the API's device object only, as for every other resource.
 """
 import argparse
 
@@ -10,9 +14,14 @@ from steward import client as cli
 from steward.client import output
 
 ACTIONS = ('list', 'show', 'enable', 'disable')
-LIST_COLUMNS = ('uuid', 'type', 'vendor', 'model', 'hostname', 'status')
+LIST_COLUMNS = ('uuid', 'type', 'vendor', 'model', 'hostname', 'status', 'device_state',
+                'missing')
 FIELDS = ('uuid', 'type', 'vendor', 'model', 'std_board_info', 'vendor_board_info',
-          'hostname', 'status', 'created_at', 'updated_at', 'links')
+          'hostname', 'status', 'device_state', 'last_error', 'missing', 'missing_since',
+          'created_at', 'updated_at', 'links')
+HISTORY = '2.6'
+HISTORY_COLUMNS = ('created_at', 'event', 'source_state', 'target_state', 'actor',
+                   'reason', 'request_id')
 # --option: the API's exact-match filter of the same name.
 FILTERS = ('type', 'vendor', 'model', 'hostname', 'status')
 STATUSES = ('enabled', 'maintaining')
@@ -27,6 +36,10 @@ def cmd_list(client, args):
 
 def cmd_show(client, args):
     output.print_object(args, client.get(f'/devices/{args.uuid}'))
+    if args.format == 'table' and not args.columns and client.at_least(HISTORY):
+        history = client.get(f'/devices/{args.uuid}/history')['history']
+        print(f'\nhistory of device {args.uuid} (oldest first):')
+        output.print_list(args, history, HISTORY_COLUMNS)
 
 
 def _set_status(client, args, action, status):

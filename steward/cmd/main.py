@@ -63,6 +63,7 @@ def cmd_serve(argv):
                                                 [agent]))
         agent.init_host()
         agent.start()
+        conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor))
         service.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
@@ -95,32 +96,6 @@ def cmd_api(argv):
     return 0
 
 
-# A delete commits Deleting, then removes the row in a second transaction; a crash
-# in between leaves the row for reconciliation. Only rows older than the grace are
-# touched, so the periodic run never races a delete that is still in progress.
-RECONCILE_INTERVAL = 60
-RECONCILE_GRACE = 120
-
-
-def _finish_stale_deletes(grace=RECONCILE_GRACE):
-    import datetime
-    from oslo_utils import timeutils
-    from steward.common import context
-    from steward.common import states
-    from steward.conductor import arq_ops
-    from steward.db import api as db
-    from steward.db import session as db_session
-    cutoff = timeutils.utcnow() - datetime.timedelta(seconds=grace)
-    with db_session.reader() as s:
-        stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])
-                 if a.updated_at is None or a.updated_at < cutoff]
-    if stale:
-        LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
-                 len(stale), grace)
-        arq_ops.finish_deleting(context.get_admin_context(), stale)
-    return len(stale)
-
-
 def cmd_conductor(argv):
     from steward.conductor import manager as conductor_manager
     service.prepare(argv)
@@ -134,13 +109,11 @@ def cmd_conductor(argv):
     conductor = conductor_manager.ConductorManager(service.placement_client(), **extra)
     conductor.init_host()
     srv = service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
-    reconcile = service.Periodic('steward-reconcile', RECONCILE_INTERVAL,
-                                 _finish_stale_deletes).start()
+    conductor.start()
     LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
     try:
         service.wait_for_shutdown()
     finally:
-        reconcile.stop()
         service.stop_rpc_server(srv)     # in-flight calls finish first
         conductor.stop()
         service.release_shared_resources()

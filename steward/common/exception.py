@@ -224,6 +224,12 @@ class DeviceCleaningConflict(Conflict):
     message = 'Device %(uuid)s is %(state)s; cleaning can only be requested in error.'
 
 
+class DeviceMissing(Conflict):
+    code = 'cyb.device.missing'
+    message = ('Device %(uuid)s has not been discovered on %(host)s since %(since)s; '
+               'it cannot be %(action)s until its agent reports it again.')
+
+
 class ARQUnresolved(StewardError):
     status = 423
     code = 'cyb.arq.unresolved'
@@ -363,6 +369,13 @@ class DeadlineExceeded(CleanupFailed):
 class Interrupted(CleanupFailed):
     code = 'cyb.cleanup.interrupted'
     message = 'Cleanup of %(device)s was interrupted: %(reason)s'
+
+
+class CleanupStuck(CleanupFailed):
+    """Raised by the conductor's periodic task, not an agent: the cleanup made no
+    progress for [nvme] cleanup_timeout + [conductor] cleanup_grace."""
+    code = 'cyb.cleanup.stuck'
+    message = 'cleanup stuck: no progress since %(since)s (last step %(step)s)'
 
 
 # NVMe (steward/drivers/nvme_cli.py) -----------------------------------------------

@@ -107,6 +107,9 @@ api_rules = [
     _rule('cyborg:device:erase_records', PROJECT_MANAGER_OR_ADMIN,
           'List the cleanup attempts (erase records) of a device.',
           ('GET', '/v2/devices/{uuid}/erase_records')),
+    _rule('cyborg:device:history', PROJECT_MANAGER_OR_ADMIN,
+          'List the state changes of a device, oldest first.',
+          ('GET', '/v2/devices/{uuid}/history')),
     # Deployables.
     _rule('cyborg:deployable:get_all', PROJECT_MANAGER_OR_ADMIN,
           'List deployables.', ('GET', '/v2/deployables')),

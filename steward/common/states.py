@@ -5,16 +5,21 @@ Shape borrowed from Ironic: states are named constants, the transitions are one
 declared table (read it top to bottom to know everything that can happen), and
 ``advance()`` is the choke point that checks an edge exists, persists the change
 with a conditional UPDATE (so two processes racing on one row cannot both win, with
-no in-process lock) and logs one line per transition.
+no in-process lock), records a device's history and last error in the same
+transaction, and logs one line per transition once it is committed.
 """
 import collections
 import logging
 
 from oslo_utils import timeutils
+from oslo_utils import uuidutils
 import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy import orm
 from sqlalchemy.orm.attributes import set_committed_value
 
 from steward.common import exception
+from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
@@ -46,7 +51,10 @@ ARQ_HOLDS_HANDLE = (ARQ_BIND_STARTED, ARQ_BOUND, ARQ_UNBIND_FAILED)
 DEV_AVAILABLE = 'available'
 """Clean and schedulable: Placement reserved = 0."""
 DEV_ALLOCATED = 'allocated'
-"""At least one accelerator of the device is bound to an instance."""
+"""At least one accelerator of the device is bound to an instance; or, for a device
+that needs cleaning, released while its agent could not be asked to clean it (it
+stays reserved until the agent's start-up recovery or the conductor's periodic task
+sends it to pending_cleaning)."""
 DEV_PENDING_CLEANING = 'pending_cleaning'
 """Released by its tenant; the cleanup has been asked of the agent."""
 DEV_CLEANING = 'cleaning'
@@ -96,13 +104,17 @@ DEVICE_TRANSITIONS = (
     # Devices that need no cleaning go straight back when their last handle is freed.
     Transition(DEV_ALLOCATED, 'release', DEV_AVAILABLE),
     Transition(DEV_ALLOCATED, 'release_for_cleaning', DEV_PENDING_CLEANING),
-    # init_host found an allocated device with no active ARQ: a missed cleanup.
+    # An allocated device with no active ARQ (its agent was unreachable at the
+    # release), found by the agent's start-up recovery or the conductor's periodic task.
     Transition(DEV_ALLOCATED, 'recover_missed_cleanup', DEV_PENDING_CLEANING),
-    # The agent cannot be asked to clean (too old, unreachable): keep it out of use.
+    # The device must not be used again and cannot be cleaned (e.g. its agent is too
+    # old): keep it out of use. An unreachable agent leaves it allocated instead.
     Transition(DEV_ALLOCATED, 'fail', DEV_ERROR),
     Transition(DEV_PENDING_CLEANING, 'start_cleaning', DEV_CLEANING),
     Transition(DEV_CLEANING, 'cleaned', DEV_AVAILABLE),
     Transition(DEV_CLEANING, 'fail', DEV_ERROR),
+    # The agent was restarted after it took the request, or nothing progressed for
+    # cleanup_timeout + cleanup_grace (the conductor's periodic task).
     Transition(DEV_PENDING_CLEANING, 'fail', DEV_ERROR),
     # Discovery found the hardware cannot meet the configured cleanup policy.
     Transition(DEV_AVAILABLE, 'fail', DEV_ERROR),
@@ -122,14 +134,30 @@ def can_transition(kind, current, target, event=None):
     return current in sources(kind, target, event)
 
 
+def default_actor():
+    """Who a transition is recorded as made by when the caller names nobody: this
+    conductor."""
+    return f'conductor {CONF.host}'
+
+
+def actor_of(ctx):
+    """The API user behind ``ctx`` when there is one, else this conductor."""
+    user = getattr(ctx, 'user_id', None)
+    return f'user {user}' if user else default_actor()
+
+
 def advance(session, model, row, target, *, event=None, reason='', values=None,
-            kind=None, request_id=None):
+            kind=None, request_id=None, actor=None):
     """Move ``row`` (an ORM object of ``model``) to ``target``: the only way any
     ARQ ``state`` or device ``device_state`` changes.
 
     The UPDATE is conditional on the current state being a declared source, so a
     concurrent change in another process or thread makes this raise instead of
     silently overwriting. ``values`` are extra columns written in the same UPDATE.
+    A model with ``__history__`` (devices) gets a history row in the same
+    transaction, naming ``actor`` (default: this conductor), and its
+    ``last_error``: the reason when it enters error, cleared when it is available.
+    The transition is logged once the transaction commits (never for a rollback).
     Raises InvalidStateTransition (or ConcurrentUpdate when the row moved under us).
     """
     kind = kind or model.__state_kind__
@@ -139,9 +167,16 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     if current not in allowed:
         raise exception.InvalidStateTransition(kind=kind, uuid=row.uuid,
                                                current=current, target=target)
+    now = timeutils.utcnow()
     changes = dict(values or {})
     changes[model.__state_column__] = target
-    changes['updated_at'] = timeutils.utcnow()
+    changes['updated_at'] = now
+    history = getattr(model, '__history__', None)
+    if history is not None:
+        if target == DEV_ERROR:
+            changes.setdefault('last_error', reason or event or 'error')
+        elif target == DEV_AVAILABLE:
+            changes['last_error'] = None
     # Compare-and-swap on the state we read: whoever changed the row in between
     # wins and we report the conflict rather than overwrite it.
     same = column.is_(None) if current is None else column == current
@@ -152,7 +187,33 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
         raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
     for key, value in changes.items():
         set_committed_value(row, key, value)
-    LOG.info('%s %s: %s -> %s (%s)%s%s', kind, row.uuid, current, target,
-             event or 'transition', f' reason={reason}' if reason else '',
-             f' request_id={request_id}' if request_id else '')
+    if history is not None:
+        session.add(history(uuid=uuidutils.generate_uuid(), device_uuid=row.uuid,
+                            created_at=now, event=event or 'transition',
+                            source_state=current, target_state=target,
+                            reason=reason or None, request_id=request_id,
+                            actor=(actor or default_actor())[:255]))
+    _log_after_commit(session, '%s %s: %s -> %s (%s)%s%s', kind, row.uuid, current,
+                      target, event or 'transition', f' reason={reason}' if reason else '',
+                      f' request_id={request_id}' if request_id else '')
     return row
+
+
+# A transition that is rolled back did not happen: its line is held until the
+# transaction commits, and dropped with it otherwise.
+_PENDING_LOGS = 'steward.transition_logs'
+
+
+def _log_after_commit(session, *args):
+    session.info.setdefault(_PENDING_LOGS, []).append(args)
+
+
+@event.listens_for(orm.Session, 'after_commit')
+def _flush_logs(session):
+    for args in session.info.pop(_PENDING_LOGS, ()):
+        LOG.info(*args)
+
+
+@event.listens_for(orm.Session, 'after_rollback')
+def _drop_logs(session):
+    session.info.pop(_PENDING_LOGS, None)

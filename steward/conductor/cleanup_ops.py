@@ -1,7 +1,8 @@
-"""Device cleanup on the conductor side (spec 1): dispatching cleanup_device to the
-device's agent, the operator's re-clean, the transitions agents ask for while they
-clean (agents reach the database only through here), erase records, the start-up
-recovery queries, and the plan ("what would a clean do, and why").
+"""Device cleanup on the conductor side (spec 1): asking a released device's agent
+to clean it (once it answers ping), the operator's re-clean, the transitions agents
+ask for while they clean (agents reach the database only through here), erase
+records, and the plan ("what would a clean do, and why"). Cleanups that went wrong
+are healed by cleanup_recovery.py.
 
 States move only through ``states.advance`` and each transition checks the state it
 expects, so a late answer (a cleanup that finishes after its timeout moved the device
@@ -20,6 +21,7 @@ from steward.common import states
 from steward.conductor import device_ops
 from steward.db import api as db
 from steward.db import models as m
+from steward.conf import CONF
 from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ def board_of(device):
     return board if isinstance(board, dict) else {}
 
 
-def _payload(s, device):
+def payload(s, device):
     from steward.agent import rpcapi as agent_rpcapi
     return agent_rpcapi.device_payload(device, db.device_driver_name(s, device.id))
 
@@ -53,7 +55,7 @@ def _single_deployables(s, device):
     return deps
 
 
-def _reserve(deps, reserve):
+def reserve_whole(deps, reserve):
     """Returns False when Placement could not be brought in line (the next report
     of the host retries: see the caller)."""
     ok = True
@@ -67,10 +69,67 @@ def _reserve(deps, reserve):
     return ok
 
 
-def _fail(s, device, reason, ctx=None):
+def fail_device(s, device, reason, ctx=None, actor=None):
     states.advance(s, m.Device, device, states.DEV_ERROR, event='fail', reason=reason,
-                   request_id=getattr(ctx, 'request_id', None))
+                   request_id=getattr(ctx, 'request_id', None), actor=actor)
     return _single_deployables(s, device)
+
+
+def agent_actor(host):
+    return f'agent {host}'
+
+
+def agent_answers(ctx, host):
+    """Does ``host``'s agent answer ping within [conductor] agent_ping_timeout?
+    What it answers also tells its RPC version."""
+    api = device_ops.agent_api()
+    try:
+        answer = api.ping(ctx, host, timeout=CONF.conductor.agent_ping_timeout)
+    except messaging.MessagingException as err:
+        return False, err
+    api.record_host_version(host, (answer or {}).get('version') or '1.0')
+    return True, None
+
+
+def release_for_cleaning(ctx, device_uuid, event='release_for_cleaning',
+                         trigger='unbind'):
+    """A device that needs cleaning lost its last accelerator request (an unbind
+    committed, or a periodic task found one): if its agent answers, allocated ->
+    pending_cleaning and cleanup_device is cast; if not, it stays allocated and
+    reserved (its agent's start-up recovery, or the next periodic run, cleans it).
+    Returns True when the cleanup was asked for."""
+    with db_session.reader() as s:
+        device = db.device_get(s, device_uuid)
+        if not _released(s, device):
+            return False
+        host, missing = device.hostname, device.missing_since
+    if missing is not None:
+        LOG.warning('device %s is missing from discovery on %s since %s; it stays '
+                    'allocated and reserved and is cleaned once it is back',
+                    device_uuid, host, missing.isoformat())
+        return False
+    alive, err = agent_answers(ctx, host)
+    if not alive:
+        LOG.warning('device %s needs cleaning but the agent of %s is unreachable (%s); '
+                    'it stays allocated and reserved and will be cleaned when its agent '
+                    'starts', device_uuid, host, type(err).__name__)
+        return False
+    with db_session.writer() as s:
+        device = db.device_get(s, device_uuid)
+        if not _released(s, device):
+            return False
+        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING, event=event,
+                       reason='no accelerator request holds it',
+                       request_id=ctx.request_id)
+    return dispatch(ctx, device_uuid, trigger=trigger)
+
+
+def _released(s, device):
+    """Allocated, cleanable, and no handle or active request holds it."""
+    return (device.device_state == states.DEV_ALLOCATED
+            and device_ops.supports_cleaning(device)
+            and not db.device_handles_in_use(s, device.id)
+            and not db.device_has_active_arq(s, device.id))
 
 
 # --- from the conductor itself (unbind) and the API (operator) -----------------------
@@ -79,7 +138,7 @@ def dispatch(ctx, device_uuid, trigger='unbind'):
     old for cleanup_device leaves the device in error: never handed out uncleaned."""
     with db_session.reader() as s:
         device = db.device_get(s, device_uuid)
-        host, payload = device.hostname, _payload(s, device)
+        host, device_dict = device.hostname, payload(s, device)
     api = device_ops.agent_api()
     if not api.can_send_version(CLEANUP_RPC, host=host):
         err = exception.AgentTooOld(host=host, feature='cleanup_device',
@@ -87,16 +146,16 @@ def dispatch(ctx, device_uuid, trigger='unbind'):
         LOG.error('device %s needs cleaning but %s; moving it to error', device_uuid, err)
         with db_session.writer() as s:
             device = db.device_get(s, device_uuid)
-            deps = _fail(s, device, err.code, ctx)
+            deps = fail_device(s, device, f'{err.code}: {err}', ctx)
             db.erase_record_create(s, device_uuid, hostname=host, trigger=trigger,
                                    status='failed', started_at=timeutils.utcnow(),
                                    finished_at=timeutils.utcnow(),
                                    action=board_of(device).get('cleanup_action'),
                                    error_code=err.code, error_message=str(err))
-        _reserve(deps, True)
+        reserve_whole(deps, True)
         metrics.cleanup_ended(board_of(device).get('cleanup_action'), 'not_dispatched')
         return False
-    api.cleanup_device(ctx, host, payload, trigger=trigger)
+    api.cleanup_device(ctx, host, device_dict, trigger=trigger)
     LOG.info('device %s: cleanup_device cast to the agent of %s (%s)', device_uuid, host,
              trigger)
     return True
@@ -117,7 +176,7 @@ def operator_clean(ctx, device_uuid):
         _check_cleanable(device)
         states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
                        event='operator_clean', reason='POST /clean',
-                       request_id=ctx.request_id)
+                       request_id=ctx.request_id, actor=states.actor_of(ctx))
     try:
         dispatch(ctx, device_uuid, trigger='operator')
     except messaging.MessagingException as err:
@@ -125,7 +184,7 @@ def operator_clean(ctx, device_uuid):
         with db_session.writer() as s:
             device = db.device_get(s, device_uuid)
             if device.device_state == states.DEV_PENDING_CLEANING:
-                _fail(s, device, 'cleanup_device could not be sent', ctx)
+                fail_device(s, device, f'cleanup_device could not be sent: {err}', ctx)
         raise exception.ServiceUnavailable(service=f'the agent of {host}',
                                            reason=str(err))
 
@@ -136,6 +195,10 @@ def _check_cleanable(device):
         raise exception.DeviceCannotClean(
             uuid=device.uuid, reason=f'devices of type {device.type} are not cleaned '
                                      f'(only {cleanable})')
+    if device.missing_since is not None:
+        raise exception.DeviceMissing(uuid=device.uuid, host=device.hostname,
+                                      since=db.timestamp(device.missing_since),
+                                      action='cleaned')
     if device.device_state != states.DEV_ERROR:
         raise exception.DeviceCleaningConflict(uuid=device.uuid,
                                                state=device.device_state or 'not backfilled')
@@ -186,13 +249,13 @@ def start(ctx, device_uuid, host, trigger):
             raise exception.Invalid(reason=f'device {device_uuid} belongs to '
                                            f'{device.hostname}, not {host}')
         states.advance(s, m.Device, device, states.DEV_CLEANING, event='start_cleaning',
-                       request_id=ctx.request_id)
+                       request_id=ctx.request_id, actor=agent_actor(host))
         board = board_of(device)
         rec = db.erase_record_create(
             s, device_uuid, hostname=host, trigger=trigger, status='running',
             action=board.get('cleanup_action'), pci_address=board.get('pci_address'),
             started_at=timeutils.utcnow(), phase='starting')
-        return {'device': _payload(s, device), 'erase_record': rec.uuid}
+        return {'device': payload(s, device), 'erase_record': rec.uuid}
 
 
 def progress(ctx, record_uuid, phase, percent, detail):
@@ -243,91 +306,14 @@ def finish(ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
         if succeeded:
             states.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
                            reason=f'{values.get("action")} verified',
-                           request_id=ctx.request_id)
+                           request_id=ctx.request_id, actor=agent_actor(device.hostname))
             deps = _single_deployables(s, device)
         else:
-            deps = _fail(s, device, error_code or 'cleanup failed', ctx)
+            reason = ': '.join(p for p in (error_code or 'cleanup failed', error_message)
+                               if p)
+            deps = fail_device(s, device, reason, ctx, actor=agent_actor(device.hostname))
         state = device.device_state
-    ok = _reserve(deps, not succeeded)
+    ok = reserve_whole(deps, not succeeded)
     metrics.cleanup_ended(values.get('action') or rec.action,
                           'succeeded' if succeeded else 'failed', rec.started_at, now)
     return {'device_state': state, 'applied': True, 'placement_ok': ok}
-
-
-# --- agent start: crash recovery ----------------------------------------------------
-def recovery_info(ctx, host, placement=None):
-    """What an agent starting on ``host`` must reconcile: devices left in
-    pending_cleaning/cleaning (interrupted), cleanable devices allocated without an
-    active ARQ (a missed cleanup), and Placement reservations that disagree with
-    device_state."""
-    interrupted, missed, checks = [], [], []
-    with db_session.reader() as s:
-        for device in db.devices_in_states(s, host, (states.DEV_PENDING_CLEANING,
-                                                     states.DEV_CLEANING)):
-            interrupted.append(_payload(s, device))
-        for device in db.devices_in_states(s, host, (states.DEV_ALLOCATED,)):
-            if device_ops.supports_cleaning(device) and \
-                    not db.device_has_active_arq(s, device.id):
-                missed.append(_payload(s, device))
-        for device in db.device_list(s, {'hostname': host}):
-            deps = db.deployable_list(s, {'device_id': device.id})
-            single = sum(d.num_accelerators for d in deps) == 1
-            attrs = db.attributes_by_deployable(s, [d.id for d in deps])
-            for dep in deps:
-                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
-                want = device_ops.desired_reserved(device, single, dep.num_accelerators)
-                if dep.rp_uuid and rc and want is not None:
-                    checks.append((device.uuid, device.device_state, dep.rp_uuid, rc, want))
-    mismatches = []
-    if placement is not None:
-        for device_uuid, state, rp, rc, want in checks:
-            try:
-                inv = placement.get_inventory(rp).get(rc)
-            except exception.StewardError as err:
-                LOG.warning('Reservation check of %s skipped: %s', rp, err)
-                continue
-            if inv is not None and inv.get('reserved') != want:
-                mismatches.append({'device_uuid': device_uuid, 'device_state': state,
-                                   'rp_uuid': rp, 'resource_class': rc,
-                                   'reserved': inv.get('reserved'), 'expected': want})
-    return {'interrupted': interrupted, 'missed': missed, 'mismatches': mismatches}
-
-
-def fail_interrupted(ctx, device_uuid, reason):
-    """A cleanup the agent did not see finish (it was restarted): -> error, with
-    what the hardware says recorded in the erase record."""
-    code = 'cyb.cleanup.interrupted'
-    with db_session.writer() as s:
-        device = db.device_get(s, device_uuid)
-        if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
-            return {'device_state': device.device_state, 'applied': False}
-        deps = _fail(s, device, f'{code}: {reason}', ctx)
-        now = timeutils.utcnow()
-        running = db.erase_record_list(s, device_uuid, status='running')
-        message = f'agent restarted during cleanup; {reason}'
-        for rec in running:
-            db.erase_record_update(s, rec.uuid, status='interrupted', finished_at=now,
-                                   error_code=code, error_message=message,
-                                   assurance_level='none')
-            metrics.cleanup_ended(rec.action, 'interrupted')
-        if not running:
-            db.erase_record_create(s, device_uuid, hostname=device.hostname,
-                                   trigger='recovery', status='interrupted',
-                                   action=board_of(device).get('cleanup_action'),
-                                   started_at=now, finished_at=now, error_code=code,
-                                   error_message=message, assurance_level='none')
-            metrics.cleanup_ended(board_of(device).get('cleanup_action'), 'interrupted')
-    _reserve(deps, True)
-    return {'device_state': states.DEV_ERROR, 'applied': True}
-
-
-def recover_missed(ctx, device_uuid):
-    """allocated with no active ARQ -> pending_cleaning; the agent then cleans it."""
-    with db_session.writer() as s:
-        device = db.device_get(s, device_uuid)
-        if db.device_has_active_arq(s, device.id):
-            raise exception.Conflict(reason=f'device {device_uuid} has an active ARQ')
-        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
-                       event='recover_missed_cleanup', reason='allocated without an ARQ',
-                       request_id=ctx.request_id)
-        return _payload(s, device)

@@ -36,8 +36,9 @@ _agent_api = None
 
 @dataclasses.dataclass(frozen=True)
 class CleanupRequest:
-    """Returned by release_after_unbind for a device that went to pending_cleaning:
-    once the transaction is committed, lift_reservations asks its agent to clean it."""
+    """Returned by release_after_unbind for a device that must be cleaned before it
+    is used again: once the transaction is committed, lift_reservations moves it to
+    pending_cleaning and asks its agent to clean it, if the agent answers."""
     device_uuid: str
 
 
@@ -103,6 +104,10 @@ def check_bindable(deployable, session=None):
     device = deployable.device
     if device.status == states.DEVICE_STATUS_MAINTAINING:
         raise exception.DeviceMaintaining(uuid=device.uuid)
+    if device.missing_since is not None:
+        raise exception.DeviceMissing(uuid=device.uuid, host=device.hostname,
+                                      since=db.timestamp(device.missing_since),
+                                      action='bound')
     # Same notion of "one accelerator" as the reservation rule: the whole device's,
     # not the deployable's (an mdev parent with a 1-instance type beside others
     # is shared, and the other types may be in use).
@@ -127,10 +132,10 @@ def mark_allocated(session, deployable, ctx):
 
 def release_after_unbind(session, deployable_id, ctx):
     """A handle of ``deployable_id`` was freed. When the device has none left in
-    use it leaves ``allocated``: to ``available``, or to ``pending_cleaning`` for a
-    device whose driver must clean it first. Returns what lift_reservations must do
-    after the commit: deployables whose Placement reservation is lifted, and a
-    CleanupRequest for a device to clean (it stays reserved)."""
+    use it leaves ``allocated`` for ``available``; a device whose driver must clean
+    it first stays ``allocated`` (reserved) in this transaction. Returns what
+    lift_reservations must do after the commit: deployables whose Placement
+    reservation is lifted, and a CleanupRequest for a device to clean."""
     if deployable_id is None:
         return []
     dep = session.get(m.Deployable, deployable_id)
@@ -141,8 +146,8 @@ def release_after_unbind(session, deployable_id, ctx):
             db.device_handles_in_use(session, device.id):
         return []
     if supports_cleaning(device):
-        states.advance(session, m.Device, device, states.DEV_PENDING_CLEANING,
-                       event='release_for_cleaning', request_id=ctx.request_id)
+        # Whether its agent can be asked is known only by asking (a ping after
+        # the commit): holding this transaction open for it would hold the row.
         return [CleanupRequest(device.uuid)]
     states.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
                    request_id=ctx.request_id)
@@ -210,10 +215,10 @@ def _dispatch_cleanup(ctx, device_uuid):
     from steward.common import context
     from steward.conductor import cleanup_ops
     try:
-        cleanup_ops.dispatch(ctx or context.get_admin_context(), device_uuid)
+        cleanup_ops.release_for_cleaning(ctx or context.get_admin_context(), device_uuid)
     except (exception.StewardError, messaging_exc.MessagingException) as err:
-        # The release stands (it is committed); the device stays pending_cleaning and
-        # reserved, and the agent's next start moves it to error for an operator.
+        # The release stands (it is committed); the device stays reserved, and the
+        # conductor's periodic tasks or the agent's next start finish its cleanup.
         LOG.error('device %s: cleanup could not be dispatched: %s', device_uuid, err)
 
 

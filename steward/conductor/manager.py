@@ -3,12 +3,15 @@ import logging
 
 import oslo_messaging as messaging
 
+from steward.common import context
 from steward.common import exception
 from steward.common import states
 from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
+from steward.conductor import cleanup_recovery
 from steward.conductor import device_ops
 from steward.conductor import nova
+from steward.conductor import periodic
 from steward.conductor import report
 from steward.conductor import rpcapi
 from steward.db import api as db
@@ -30,24 +33,22 @@ class ConductorManager:
         self.reporter = report.Reporter(placement_client,
                                         CONF.placement.create_compute_node)
         self.notifier = notifier or nova.NovaNotifier()
+        self.periodic = periodic.PeriodicTasks()
 
     def init_host(self):
-        """Backfill device_state and finish deletes a crash interrupted."""
+        """Backfill device_state and finish deletes a crash interrupted (all of
+        them: this conductor has none in progress yet)."""
         done = data_migrations.run_all()
         if any(done.values()):
             LOG.info('Online data migrations at start: %s', done)
-        self.reconcile_deleting()
+        periodic.finish_stale_deletes(context.get_admin_context(), grace=0)
 
-    def reconcile_deleting(self, ctx=None):
-        from steward.common import context
-        ctx = ctx or context.get_admin_context()
-        with db_session.reader() as s:
-            uuids = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])]
-        if uuids:
-            LOG.info('Finishing %d ARQ delete(s) left in Deleting', len(uuids))
-            arq_ops.finish_deleting(ctx, uuids)
+    def start(self):
+        """Start the periodic tasks (steward/conductor/periodic.py)."""
+        self.periodic.start()
 
     def stop(self):
+        self.periodic.stop()
         self.notifier.stop()
 
     # -- agents --------------------------------------------------------------------
@@ -122,10 +123,10 @@ class ConductorManager:
         done = data_migrations.run_all()
         if any(done.values()):
             LOG.info('Online data migrations at agent %s start: %s', host, done)
-        return cleanup_ops.recovery_info(ctx, host, self.placement)
+        return cleanup_recovery.recovery_info(ctx, host, self.placement)
 
     def device_fail_interrupted(self, ctx, device_uuid, reason):
-        return cleanup_ops.fail_interrupted(ctx, device_uuid, reason)
+        return cleanup_recovery.fail_interrupted(ctx, device_uuid, reason)
 
     def device_recover_missed_cleanup(self, ctx, device_uuid):
-        return cleanup_ops.recover_missed(ctx, device_uuid)
+        return cleanup_recovery.recover_missed(ctx, device_uuid)

@@ -1,28 +1,36 @@
 """Persist what an agent discovered and mirror it in Placement, as a diff.
 
-Devices are matched by control-path id, deployables by name, attributes by key,
-attach handles by their attach_info text (upstream's report_data rules). An agent
-whose report is byte-for-byte what it sent last time costs one digest comparison:
-no database query and no Placement request. Devices or deployables that vanished
-while a handle is in use are kept (and logged) until released: deleting them would
-orphan the tenant's allocation (an upstream defect).
+Devices are matched by identity (an NVMe drive's serial and subsystem NQN, which
+survive a new PCI address), else by control-path id; deployables by name,
+attributes by key, attach handles by their attach_info text (upstream's
+report_data rules). An agent whose report is byte-for-byte what it sent last time
+costs one digest comparison: no database query and no Placement request.
+
+A device that vanishes while it is not ``available`` (in use, awaiting or under
+cleanup, in error) is never forgotten: its row, state, deployables and Placement
+reservation stay, ``missing_since`` says since when, and it comes back in the
+state it left. Deleting it would forget that it may hold a tenant's data, or
+orphan the tenant's allocation (an upstream defect). Deployables that vanish
+while a handle is in use are kept (and logged) until released.
 """
 import collections
 import functools
 import hashlib
 import json
-import re
 import logging
+import re
 import threading
 import uuid as uuidlib
 
 import os_traits
+from oslo_utils import timeutils
 from oslo_utils import uuidutils
 import sqlalchemy as sa
 
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor.device_match import canonical, match_devices
 from steward.db import api as db
 from steward.db import models as m
 from steward.db import session as db_session
@@ -115,13 +123,6 @@ def device_addresses(dev):
     if isinstance(physfn, str) and pci_address_like(physfn.lower()):
         found.append(physfn.lower())
     return [a.lower() for a in found]
-
-
-def canonical(info):
-    try:
-        return json.dumps(json.loads(info), sort_keys=True)
-    except (TypeError, ValueError):
-        return info
 
 
 class Reporter:
@@ -222,44 +223,83 @@ class Reporter:
                     handles.setdefault(h.deployable_id, []).append(h)
 
             cpid_by_device = {c.device_id: c for c in cpids}
-            by_cpid = {canonical(cpid_by_device[d.id].cpid_info): d for d in existing
-                       if d.id in cpid_by_device}
             deps_by_device = {}
             for dep in deps:
                 deps_by_device.setdefault(dep.device_id, []).append(dep)
+            self._tls.deps_by_device = deps_by_device
 
             seen = set()
-            for rep in reported:
-                key = canonical(rep.controlpath_id.cpid_info)
-                device = by_cpid.get(key)
+            for rep, device, ident in match_devices(existing, cpid_by_device, reported):
                 if device is None:
-                    device, cpid = self._add_device(s, host, rep)
+                    device, cpid = self._add_device(s, host, rep, ident)
                     deps_by_device[device.id] = []
                     cpid_by_device[device.id] = cpid
                 else:
+                    self._returned(device, cpid_by_device[device.id], rep, ident)
                     self._update_device(device, rep)
-                    self._exclude_if_needed(s, ctx, device)
+                    self._exclude_if_needed(s, ctx, device, host)
                 seen.add(device.id)
                 removed_rps += self._diff_deployables(
                     s, device, cpid_by_device[device.id], rep.deployable_list,
                     deps_by_device.get(device.id, []), attrs, handles)
             for device in existing:
-                if device.id not in seen:
+                if device.id in seen:
+                    continue
+                if device.device_state == states.DEV_AVAILABLE:
                     removed_rps += self._remove_device(
                         s, device, cpid_by_device.get(device.id),
                         deps_by_device.get(device.id, []), attrs, handles)
-        return removed_rps
+                else:
+                    self._keep_missing(device, host)
+            s.flush()
+            # A provider that changed hands (another device took the address) is
+            # synced for its new owner, not deleted.
+            kept = set(s.execute(sa.select(m.Deployable.rp_uuid)
+                                 .join(m.Device, m.Deployable.device_id == m.Device.id)
+                                 .where(m.Device.hostname == host)).scalars())
+        return [rp for rp in dict.fromkeys(removed_rps) if rp not in kept]
 
-    def _add_device(self, s, host, rep):
+    @staticmethod
+    def _returned(device, cpid, rep, ident):
+        """A stored device matched a reported one: note where it is now, who it is,
+        and that it is back."""
+        info = canonical(rep.controlpath_id.cpid_info)
+        if cpid.cpid_info != info:
+            LOG.info('device %s (%s): now at %s, was at %s', device.uuid,
+                     device.identity or ident, info, cpid.cpid_info)
+            cpid.cpid_info, cpid.cpid_type = info, rep.controlpath_id.cpid_type
+        if ident and device.identity != ident:
+            device.identity = ident
+        if device.missing_since is not None:
+            LOG.info('device %s: reported again by %s after missing since %s; it is '
+                     'still %s', device.uuid, device.hostname,
+                     device.missing_since.isoformat(), device.device_state)
+            device.missing_since = None
+
+    def _keep_missing(self, device, host):
+        """Not reported, not available: kept with its deployables and reservation."""
+        if device.missing_since is None:
+            device.missing_since = timeutils.utcnow()
+            LOG.warning('device %s (%s) is no longer discovered on %s but is %s: kept, '
+                        'reserved in Placement and never handed out until it is '
+                        'reported again', device.uuid, device.type, host,
+                        device.device_state)
+        if device.device_state != states.DEV_ERROR:
+            # It may still change without a report (a release, a cleanup's end):
+            # look again next cycle even if the report stays the same.
+            self._tls.deferred = True
+
+    def _add_device(self, s, host, rep, ident=None):
         excluded = excluded_reason(rep.std_board_info)
         device = m.Device(uuid=uuidutils.generate_uuid(), type=rep.type,
                           vendor=rep.vendor, model=rep.model,
                           std_board_info=rep.std_board_info,
                           vendor_board_info=rep.vendor_board_info, hostname=host,
-                          status=states.DEVICE_STATUS_ENABLED,
+                          identity=ident, status=states.DEVICE_STATUS_ENABLED,
                           device_state=states.DEV_ERROR if excluded
                           else states.DEV_AVAILABLE)
         if excluded:
+            device.last_error = f'excluded: {excluded}'
             LOG.error('device %s on %s: kept in error: %s',
                       device.uuid, host, excluded)
         s.add(device)
@@ -283,22 +323,34 @@ class Reporter:
                 setattr(device, field, value)
 
     @staticmethod
-    def _exclude_if_needed(s, ctx, device):
+    def _exclude_if_needed(s, ctx, device, host):
         """An available device whose cleanup policy can no longer be met goes to
         error: it must not be handed out when it could not be cleaned after."""
         reason = excluded_reason(device.std_board_info)
         if reason and device.device_state == states.DEV_AVAILABLE:
             s.flush()
             states.advance(s, m.Device, device, states.DEV_ERROR, event='fail',
-                           reason=f'excluded: {reason}', request_id=ctx.request_id)
+                           reason=f'excluded: {reason}', request_id=ctx.request_id,
+                           actor=f'agent {host}')
 
     def _diff_deployables(self, s, device, cpid, reported, existing, attrs, handles):
         removed = []
         by_name = {d.name: d for d in existing}
         names = set()
+        held = self._held_single(existing, {r.name for r in reported}, handles)
         for rep in reported:
             names.add(rep.name)
             dep = by_name.get(rep.name)
+            if dep is None and held is not None:
+                # Two deployables would make it a two-accelerator device, whose
+                # reservation rule leaves the new one offered while it is in use.
+                self._tls.deferred = True
+                LOG.warning('device %s is now reported as %s but %s is in use; the new '
+                            'name applies once it is released', device.uuid, rep.name,
+                            held.name)
+                continue
+            if dep is None and not self._free_name(s, device, rep.name, attrs, handles):
+                continue
             if dep is None:
                 dep = m.Deployable(uuid=uuidutils.generate_uuid(), name=rep.name,
                                    num_accelerators=rep.num_accelerators,
@@ -318,6 +370,39 @@ class Reporter:
             if dep.name not in names:
                 removed += self._remove_deployable(s, dep, attrs, handles)
         return removed
+
+    @staticmethod
+    def _held_single(existing, names, handles):
+        """The in-use deployable of a single-accelerator device that is reported
+        under another name (it moved while bound), or None."""
+        if sum(d.num_accelerators for d in existing) != 1:
+            return None
+        return next((d for d in existing if d.name not in names and
+                     any(h.in_use for h in handles.get(d.id, []))), None)
+
+    def _free_name(self, s, device, name, attrs, handles):
+        """Make ``name`` (and so its provider) free for ``device``: another device of
+        the host holding it (a missing one whose slot now holds another drive) gives
+        it up and keeps its state without it. False while it is in use there."""
+        others = s.execute(
+            sa.select(m.Deployable).join(m.Device, m.Deployable.device_id == m.Device.id)
+            .where(m.Deployable.name == name, m.Device.hostname == device.hostname,
+                   m.Deployable.device_id != device.id)).scalars().all()
+        for dep in others:
+            owner = s.get(m.Device, dep.device_id)
+            if any(h.in_use for h in handles.get(dep.id, [])):
+                self._tls.deferred = True
+                LOG.warning('deployable %s is in use by device %s; device %s gets it '
+                            'once it is released', name, owner.uuid, device.uuid)
+                return False
+            self._remove_deployable(s, dep, attrs, handles)
+            held = self._tls.deps_by_device.get(dep.device_id, [])
+            if dep in held:
+                held.remove(dep)
+            LOG.warning('deployable %s now stands for device %s; device %s (%s), last '
+                        'seen there, keeps its state without it until it is reported '
+                        'again', name, device.uuid, owner.uuid, owner.device_state)
+        return True
 
     @staticmethod
     def _diff_attributes(s, dep, reported, existing):

@@ -364,3 +364,34 @@ def device_driver_name(session, device_id):
     return session.execute(
         sa.select(m.Deployable.driver_name).where(m.Deployable.device_id == device_id)
         .order_by(m.Deployable.id).limit(1)).scalar()
+
+
+# --- device history (one row per state change, written by states.advance) -----------
+def device_history_list(session, device_uuid):
+    """Oldest first."""
+    stmt = (sa.select(m.DeviceHistory).where(m.DeviceHistory.device_uuid == device_uuid)
+            .order_by(m.DeviceHistory.id))
+    return session.execute(stmt).scalars().all()
+
+
+def device_history_record(row):
+    """Storage-neutral view of a history row."""
+    return {'uuid': row.uuid, 'created_at': timestamp(row.created_at),
+            'event': row.event, 'source_state': row.source_state,
+            'target_state': row.target_state, 'reason': row.reason,
+            'request_id': row.request_id, 'actor': row.actor}
+
+
+def device_entered(session, device_uuid, state):
+    """The newest history row that moved the device into ``state``, or None."""
+    stmt = (sa.select(m.DeviceHistory)
+            .where(m.DeviceHistory.device_uuid == device_uuid,
+                   m.DeviceHistory.target_state == state)
+            .order_by(m.DeviceHistory.id.desc()).limit(1))
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def devices_in_states_anywhere(session, device_states):
+    """Devices of every host in ``device_states`` (the conductor's periodic tasks)."""
+    stmt = sa.select(m.Device).where(m.Device.device_state.in_(device_states))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()

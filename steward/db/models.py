@@ -39,6 +39,7 @@ class Device(TimestampMixin, Base):
         sa.Index('devices_hostname_idx', 'hostname'),
         sa.Index('devices_type_idx', 'type'),
         sa.Index('devices_device_state_idx', 'device_state'),
+        sa.Index('devices_identity_idx', 'identity'),
     )
 
     id = orm.mapped_column(sa.Integer, primary_key=True)
@@ -55,6 +56,14 @@ class Device(TimestampMixin, Base):
     # online data migration decides between available and allocated.
     device_state = orm.mapped_column(_enum('device_state', states.DEVICE_STATES),
                                      nullable=True)
+    # Why the device last entered error; cleared when it is available again.
+    last_error = orm.mapped_column(sa.Text)
+    # Set while a device that is not available is absent from discovery: it is
+    # kept, reserved, and comes back in the state it left.
+    missing_since = orm.mapped_column(sa.DateTime)
+    # What survives a new PCI address (NVMe: serial + subsystem NQN); NULL when the
+    # driver cannot tell, and then the control-path id is the identity.
+    identity = orm.mapped_column(sa.String(255))
 
     deployables = orm.relationship('Deployable', back_populates='device',
                                    lazy='raise')
@@ -217,3 +226,30 @@ class EraseRecord(TimestampMixin, Base):
     error_code = orm.mapped_column(sa.String(64))
     error_message = orm.mapped_column(sa.Text)
     details = orm.mapped_column(sa.Text)                # JSON: namespaces, watermarks...
+
+
+class DeviceHistory(Base):
+    """One row per device state change, written by ``states.advance`` in the
+    transaction of the change (Ironic's node history). Keyed by the device uuid
+    without a foreign key, like erase records: it outlives the device row."""
+    __tablename__ = 'device_history'
+    __table_args__ = (
+        sa.Index('device_history_device_uuid_idx', 'device_uuid'),
+    )
+
+    id = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
+    device_uuid = orm.mapped_column(sa.String(36), nullable=False)
+    created_at = orm.mapped_column(sa.DateTime, default=timeutils.utcnow,
+                                   nullable=False)
+    event = orm.mapped_column(sa.String(64), nullable=False)
+    source_state = orm.mapped_column(sa.String(32))
+    target_state = orm.mapped_column(sa.String(32), nullable=False)
+    reason = orm.mapped_column(sa.Text)
+    request_id = orm.mapped_column(sa.String(255))
+    # Who made the change: "conductor <host>", "agent <host>", "user <id>".
+    actor = orm.mapped_column(sa.String(255))
+
+
+# states.advance() records every device transition here.
+Device.__history__ = DeviceHistory

@@ -201,8 +201,11 @@ def test_not_found_is_exit_3_with_the_api_error(stack):
 # --- devices -------------------------------------------------------------------------------
 def test_device_list_and_show(stack, api, device):
     rows = table_rows(steward(stack, 'device', 'list').stdout)
-    assert rows == [['uuid', 'type', 'vendor', 'model', 'hostname', 'status'],
-                    [device['uuid'], 'FPGA', '0xABCD', device['model'], HOST, 'enabled']]
+    state = api.get(f"/devices/{device['uuid']}").json()['device_state']
+    assert rows == [['uuid', 'type', 'vendor', 'model', 'hostname', 'status',
+                     'device_state', 'missing'],
+                    [device['uuid'], 'FPGA', '0xABCD', device['model'], HOST, 'enabled',
+                     state, 'False']]
     assert as_json(stack, 'device', 'list', '--type', 'FPGA', '--hostname', HOST) == [device]
     assert as_json(stack, 'device', 'list', '--type', 'GPU') == []
     assert as_json(stack, 'device', 'list', '--status', 'maintaining') == []
@@ -216,6 +219,25 @@ def test_device_list_and_show(stack, api, device):
     steward(stack, 'device', 'list', '--status', 'broken', expect=cli.EXIT_USAGE)
     out = steward(stack, 'device', 'show', NO_SUCH, expect=cli.EXIT_NOT_FOUND)
     assert 'error_code=cyb.device.not_found' in out.stderr
+
+
+def test_device_show_has_state_last_error_missing_and_history(stack, api, device, arqs):
+    # The arqs fixture bound the device: its history has the bind.
+    out = steward(stack, 'device', 'show', device['uuid']).stdout
+    fields, history = out.split(f"history of device {device['uuid']} (oldest first):")
+    shown = dict(table_rows(fields))
+    assert (shown['device_state'], shown['last_error'], shown['missing'],
+            shown['missing_since']) == ('allocated', 'None', 'False', 'None')
+    rows = table_rows(history)
+    assert rows[0] == ['created_at', 'event', 'source_state', 'target_state', 'actor',
+                       'reason', 'request_id']
+    assert [r[1:4] for r in rows[1:]][:1] == [['bind', 'available', 'allocated']]
+    assert rows[1][4] == 'conductor bench-host' and rows[1][6].startswith('req-')
+    # Scripts get the API's object, nothing added.
+    assert 'history' not in as_json(stack, 'device', 'show', device['uuid'])
+    old = steward(stack, 'device', 'show', device['uuid'],
+                  '--os-accelerator-api-version', '2.5').stdout
+    assert 'history of device' not in old and 'missing' not in old
 
 
 def test_device_disable_enable(stack, api, device):

@@ -15,6 +15,7 @@ import uvicorn
 from steward.common import states
 from steward.db import models as m
 from steward.db import session
+from tests.functional import agent_doubles
 from tests.functional.nvme_stack import LATEST, nvme  # noqa: F401 (fixture)
 
 STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
@@ -119,8 +120,11 @@ def test_clean_refused_while_pending_cleaning(nvme):
     st = nvme.start()
     dev = st.device()
     inst, _, _, bind = st.bind(dev)
-    st.kill_agent()                      # the cast waits in the queue: no agent
-    st.release(inst)
+    st.kill_agent()
+    # An agent that answers ping but loses the cleanup request: pending_cleaning stays.
+    with agent_doubles.Served(agent_doubles.DeafAgent(nvme.host)) as deaf:
+        st.release(inst)
+        assert deaf.asked.wait(10)
     assert st.device()['device_state'] == 'pending_cleaning'
     r = st.clean(dev['uuid'])
     assert r.status_code == 409 and 'pending_cleaning' in r.json()['error_message']

@@ -14,7 +14,7 @@ import pytest
 
 from steward.common import states
 from tests.functional import nvme_stack
-from tests.functional.nvme_stack import LATEST, TENANT, nvme  # noqa: F401 (fixture)
+from tests.functional.nvme_stack import TENANT, nvme  # noqa: F401 (fixture)
 
 MiB = 2 ** 20
 CAPACITY = 48 * MiB
@@ -218,3 +218,112 @@ def test_media_that_cannot_be_addressed_is_never_reported_clean(nvme):
     assert bind.status_code == 202, bind.text
     rec = _released_quarantined(st, ctrl, dev, inst, 'cyb.cleanup.namespace_failed')
     assert 'neither addressed nor laid out' in rec['error_message']
+
+
+# --- the host: devices that vanish, agents that are down -------------------------------
+V26 = {'OpenStack-API-Version': 'accelerator 2.6'}
+
+
+def _offered(st):
+    """This host's providers Placement would give Nova for one NVMe device now (the
+    Placement server is shared with other tests' hosts)."""
+    from tests import placement_fixture
+    with placement_fixture.admin_session(st.placement_url) as s:
+        ours = {rp['uuid'] for rp in s.get('/resource_providers').json()[
+            'resource_providers'] if rp['name'].startswith(f'{st.host}_')}
+        r = s.get(f'/allocation_candidates?resources={nvme_stack.RC}:1',
+                  headers={'OpenStack-API-Version': 'placement 1.39'})
+    assert r.status_code == 200, r.text
+    return sorted(rp for req in r.json()['allocation_requests']
+                  for rp in req['allocations'] if rp in ours)
+
+
+def _show(st, dev_uuid):
+    r = st.api.get(f'/v2/devices/{dev_uuid}', headers=V26)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _quarantined_by_a_lying_drive(nvme):
+    st, ctrl, dev, inst = _start(nvme, 'write_zeroes')
+    _spray(ctrl)
+    ctrl.update(lie_write_zeroes=True)
+    _released_quarantined(st, ctrl, dev, inst, 'cyb.cleanup.verify_failed')
+    ctrl.update(lie_write_zeroes=False)
+    assert _offered(st) == []
+    return st, ctrl, dev
+
+
+@pytest.mark.parametrize('how', ['unplug', 'device_spec'])
+def test_error_device_that_vanishes_and_returns_is_still_error(nvme, how):
+    st, ctrl, dev, = _quarantined_by_a_lying_drive(nvme)
+    history = st.records(dev['uuid'])
+    if how == 'unplug':
+        ctrl.unplug()
+    else:
+        nvme.conf.set_override('device_spec', ['{"vendor_id": "1234"}'], group='nvme')
+        st.kill_agent()
+        st.start_agent(discover=False)      # a device_spec edit takes a restart
+    st.discover()
+    gone = _show(st, dev['uuid'])
+    assert (gone['device_state'], gone['missing']) == ('error', True)
+    assert gone['missing_since'] and gone['last_error']
+    assert st.inventory(st.deployable(dev)['rp_uuid'])['reserved'] == 1
+    assert _offered(st) == []
+    if how == 'unplug':
+        ctrl.replug()
+    else:
+        nvme.conf.set_override('device_spec', ['{"vendor_id": "8086"}'], group='nvme')
+        st.kill_agent()
+        st.start_agent(discover=False)
+    st.discover()
+    back = _show(st, dev['uuid'])
+    assert (back['device_state'], back['missing'], back['uuid']) == \
+        ('error', False, dev['uuid'])
+    assert st.records(dev['uuid']) == history
+    assert [d['uuid'] for d in st.devices()] == [dev['uuid']]
+    assert _offered(st) == []
+
+
+def test_device_back_at_another_pci_address_keeps_its_identity(nvme):
+    st, ctrl, dev = _quarantined_by_a_lying_drive(nvme)
+    history = st.records(dev['uuid'])
+    ctrl.unplug()
+    st.discover()
+    assert _show(st, dev['uuid'])['missing'] is True
+    ctrl.replug(address='0000:0b:00.0')
+    st.discover()
+    [back] = st.devices()
+    assert back['uuid'] == dev['uuid'] and back['device_state'] == 'error'
+    assert json.loads(back['std_board_info'])['pci_address'] == '0000:0b:00.0'
+    assert st.records(dev['uuid']) == history
+    dep = st.deployable(back)
+    assert dep['name'].endswith('_0000:0b:00.0')
+    inv = st.inventory(dep['rp_uuid'])
+    assert inv['reserved'] == inv['total'] == 1
+    assert _offered(st) == []
+    # The operator re-cleans it where it is now; then, and only then, it is offered.
+    assert st.clean(dev['uuid']).status_code == 202
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
+    assert ctrl.find_on_media(NEEDLE) == []
+    assert len(_offered(st)) == 1
+
+
+def test_agent_down_when_the_instance_is_deleted(nvme):
+    """The spec's missed-cleanup path: the unbind finds no agent, the device stays
+    allocated (reserved); the agent's start cleans it without an operator."""
+    st, ctrl, dev, inst = _start(nvme, 'sanitize_crypto')
+    _spray(ctrl)
+    st.kill_agent()
+    st.release(inst)
+    held = _show(st, dev['uuid'])
+    assert held['device_state'] == 'allocated'
+    assert st.inventory(st.deployable(dev)['rp_uuid'])['reserved'] == 1
+    assert ctrl.find_on_media(NEEDLE)
+    st.start_agent()
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available', \
+        st.records(dev['uuid'])
+    assert ctrl.find_on_media(NEEDLE) == []
+    rec = st.records(dev['uuid'])[0]
+    assert (rec['trigger'], rec['status']) == ('recovery', 'succeeded')
+    assert st.inventory(st.deployable(dev)['rp_uuid'])['reserved'] == 0

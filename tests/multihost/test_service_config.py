@@ -10,11 +10,12 @@ import sqlalchemy as sa
 from oslo_utils import timeutils
 
 from steward import service
-from steward.cmd import main as steward_main
 from steward.common import context
 from steward.common import exception
 from steward.common import states
 from steward.conductor import arq_ops
+from steward.conductor import periodic
+from steward.conf import CONF
 from steward.db import api as db_api
 from steward.db import models as m
 from steward.db import session as db_session
@@ -103,9 +104,9 @@ def _arq_in_deleting(age_seconds):
 
 
 def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(db):
-    old = _arq_in_deleting(age_seconds=steward_main.RECONCILE_GRACE + 5)
+    old = _arq_in_deleting(age_seconds=CONF.conductor.stale_delete_grace + 5)
     recent = _arq_in_deleting(age_seconds=1)
-    assert steward_main._finish_stale_deletes() == 1
+    assert periodic.finish_stale_deletes(context.get_admin_context()) == 1
     with db_session.reader() as s:
         left = [a.uuid for a in db_api.arq_list(s)]
     assert left == [recent] and old not in left

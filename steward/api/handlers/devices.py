@@ -94,3 +94,20 @@ def erase_records(req):
             db.device_get(s, uuid)
         return handlers.json_response({'erase_records': [
             views.erase_record(req, db.erase_record_record(r)) for r in rows]})
+
+
+def history(req):
+    """200 {"history": [...]} oldest first: every device_state change with its
+    event, reason, request id and who made it. Like erase records it outlives the
+    device. 400; 403; 404 (no such device and no history); 406 below 2.6."""
+    policy.authorize(req.ctx, 'cyborg:device:history')
+    microversion.require(req.version, microversion.DEVICE_HISTORY,
+                         'GET /v2/devices/{uuid}/history')
+    req.query_args(())
+    uuid = handlers.check_uuid('device uuid', req.params['uuid'])
+    with session.reader() as s:
+        rows = db.device_history_list(s, uuid)
+        if not rows:
+            db.device_get(s, uuid)
+        return handlers.json_response({'history': [
+            views.device_history(req, db.device_history_record(r)) for r in rows]})

@@ -1,0 +1,205 @@
+"""The conductor's periodic tasks: nothing stays stuck (Ironic's periodic sweeps).
+
+Every ``[conductor] periodic_interval`` seconds, in one futurist PeriodicWorker
+thread per conductor (``steward conductor`` and ``steward serve`` alike):
+
+* stuck cleanups: pending_cleaning or cleaning with no progress for ``[nvme]
+  cleanup_timeout`` + ``[conductor] cleanup_grace`` -> error (cyb.cleanup.stuck);
+* lost cleanup requests: pending_cleaning whose cleanup has not started for
+  ``[conductor] cleanup_resend_interval`` -> cleanup_device is sent again;
+* missed releases: a device that needs cleaning, allocated with no accelerator
+  request for that long -> its agent is pinged and asked to clean it;
+* accelerator requests left in Deleting for ``[conductor] stale_delete_grace``
+  -> their delete is finished.
+
+Several conductors may run them at once: every state change is a compare-and-swap
+through ``states.advance`` and the agent's start of a cleanup is one too, so the
+loser of a race changes nothing. An expected condition (a device that moved on
+meanwhile, an unreachable agent or database) is one log line, never a traceback.
+"""
+import datetime
+import logging
+import threading
+
+from futurist import periodics
+import oslo_messaging as messaging
+from oslo_utils import timeutils
+import sqlalchemy as sa
+
+from steward.common import context
+from steward.common import exception
+from steward.common import states
+from steward.conductor import arq_ops
+from steward.conductor import cleanup_ops
+from steward.conductor import cleanup_recovery
+from steward.conductor import device_ops
+from steward.conf import CONF
+from steward.db import api as db
+from steward.db import session as db_session
+
+LOG = logging.getLogger(__name__)
+EXPECTED = (exception.StewardError, messaging.MessagingException, sa.exc.DBAPIError)
+
+
+def _age(now, then):
+    return (now - then).total_seconds()
+
+
+def fail_stuck_cleanups(ctx, now=None):
+    """Returns the uuids of the devices moved to error."""
+    now = now or timeutils.utcnow()
+    limit = CONF.nvme.cleanup_timeout + CONF.conductor.cleanup_grace
+    with db_session.reader() as s:
+        stuck = [d.uuid for d in db.devices_in_states_anywhere(
+            s, (states.DEV_PENDING_CLEANING, states.DEV_CLEANING))
+            if _age(now, cleanup_recovery.last_progress(s, d)[0]) > limit]
+    return [u for u in stuck if _one(cleanup_recovery.fail_stuck, ctx, u, limit, now)]
+
+
+def finish_stale_deletes(ctx, grace=None, now=None):
+    """A delete commits Deleting, then removes the row in a second transaction; a
+    crash in between leaves the row. Only rows older than ``grace`` are finished,
+    so this never races a delete that is still in progress. Returns their number."""
+    grace = CONF.conductor.stale_delete_grace if grace is None else grace
+    cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=grace)
+    with db_session.reader() as s:
+        stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])
+                 if a.updated_at is None or a.updated_at <= cutoff]
+    if stale:
+        LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
+                 len(stale), grace)
+        arq_ops.finish_deleting(ctx, stale)
+    return len(stale)
+
+
+def _one(task, ctx, device_uuid, *args):
+    """Run ``task`` for one device; a device another conductor (or the agent) moved
+    meanwhile, or an outage, is logged and skipped."""
+    try:
+        return task(ctx, device_uuid, *args)
+    except EXPECTED as err:
+        LOG.warning('device %s: %s skipped: %s', device_uuid, task.__name__, err)
+        return False
+
+
+class PeriodicTasks:
+    """The tasks that remember something between runs (when a device was last
+    asked, or first seen released) and the worker that runs them all."""
+
+    def __init__(self):
+        self._resent = {}       # device uuid -> when cleanup_device was last re-sent
+        self._released = {}     # device uuid -> when first seen allocated without ARQ
+        self._worker = None
+        self._thread = None
+
+    # -- tasks ---------------------------------------------------------------------
+    def resend_lost_cleanups(self, ctx, now=None):
+        """Returns the uuids cleanup_device was sent again for."""
+        now = now or timeutils.utcnow()
+        interval = CONF.conductor.cleanup_resend_interval
+        todo = []
+        with db_session.reader() as s:
+            pending = db.devices_in_states_anywhere(s, (states.DEV_PENDING_CLEANING,))
+            for device in pending:
+                if device.missing_since is not None or \
+                        cleanup_recovery.cleanup_started(s, device):
+                    continue
+                entered = db.device_entered(s, device.uuid, states.DEV_PENDING_CLEANING)
+                since = entered.created_at if entered else device.updated_at
+                last = self._resent.get(device.uuid, since)
+                if _age(now, since) >= interval and _age(now, last) >= interval:
+                    todo.append((device.uuid, device.hostname, since,
+                                 cleanup_recovery.TRIGGER_OF_EVENT.get(
+                                     getattr(entered, 'event', None), 'recovery')))
+        self._resent = {u: t for u, t in self._resent.items()
+                        if u in {d.uuid for d in pending}}
+        sent = []
+        for device_uuid, host, since, trigger in todo:
+            LOG.warning('device %s: pending_cleaning since %s and its cleanup never '
+                        'started; sending cleanup_device to the agent of %s again',
+                        device_uuid, db.timestamp(since), host)
+            self._resent[device_uuid] = now
+            if _one(cleanup_ops.dispatch, ctx, device_uuid, trigger):
+                sent.append(device_uuid)
+        return sent
+
+    def clean_missed_releases(self, ctx, now=None):
+        """Returns the uuids whose cleanup was asked for."""
+        now = now or timeutils.utcnow()
+        interval = CONF.conductor.cleanup_resend_interval
+        todo, released = [], {}
+        with db_session.reader() as s:
+            for device in db.devices_in_states_anywhere(s, (states.DEV_ALLOCATED,)):
+                if not device_ops.supports_cleaning(device) or \
+                        device.missing_since is not None or \
+                        db.device_has_active_arq(s, device.id) or \
+                        db.device_handles_in_use(s, device.id):
+                    continue
+                released[device.uuid] = first = self._released.get(device.uuid, now)
+                if _age(now, first) >= interval:
+                    todo.append((device.uuid, device.hostname, first))
+        self._released = released
+        asked = []
+        for device_uuid, host, first in todo:
+            LOG.warning('device %s: allocated with no accelerator request since %s; '
+                        'asking the agent of %s to clean it', device_uuid,
+                        db.timestamp(first), host)
+            # Not answered: asked again one interval later.
+            self._released[device_uuid] = now
+            if _one(cleanup_ops.release_for_cleaning, ctx, device_uuid,
+                    'recover_missed_cleanup', 'recovery'):
+                asked.append(device_uuid)
+        return asked
+
+    def run_once(self, now=None):
+        """Every task once, in order (the worker's runs, and tests)."""
+        ctx = context.get_admin_context()
+        ctx.update_store()          # this run's request id on its log lines
+        for task in self._tasks():
+            self._guarded(task, ctx, now)
+
+    def _tasks(self):
+        return (fail_stuck_cleanups, self.resend_lost_cleanups,
+                self.clean_missed_releases, finish_stale_deletes)
+
+    @staticmethod
+    def _guarded(task, ctx, now=None):
+        try:
+            kwargs = {'now': now} if now is not None else {}
+            return task(ctx, **kwargs)
+        except EXPECTED as err:
+            LOG.warning('Periodic task %s could not run: %s; next run in %ss',
+                        task.__name__, err, CONF.conductor.periodic_interval)
+            return None
+
+    # -- the worker ----------------------------------------------------------------
+    def start(self):
+        if self._worker is not None:
+            return
+        spacing = CONF.conductor.periodic_interval
+        callables = []
+        for task in self._tasks():
+            callables.append((periodics.periodic(spacing=spacing)(self._runner(task)),
+                              None, None))
+        self._worker = periodics.PeriodicWorker(callables)
+        self._thread = threading.Thread(target=self._worker.start,
+                                        name='steward-conductor-periodic', daemon=True)
+        self._thread.start()
+        LOG.info('Conductor periodic tasks every %ss: %s', spacing,
+                 ', '.join(t.__name__ for t in self._tasks()))
+
+    def _runner(self, task):
+        def run():
+            ctx = context.get_admin_context()
+            ctx.update_store()
+            self._guarded(task, ctx)
+        run.__name__ = run.__qualname__ = task.__name__
+        return run
+
+    def stop(self):
+        if self._worker is None:
+            return
+        self._worker.stop()
+        self._worker.wait(30)
+        self._thread.join(30)
+        self._worker = self._thread = None
