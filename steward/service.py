@@ -90,7 +90,11 @@ def run_http(app, host, port, workers=1):
     if workers > 1:
         uvicorn.run(app, factory=True, workers=workers, **kwargs)
         return
-    uvicorn.Server(uvicorn.Config(app, **kwargs)).run()
+    server = uvicorn.Server(uvicorn.Config(app, **kwargs))
+    _exit['server'] = server            # stop_process() ends it
+    if _stop_requested.is_set():
+        return
+    server.run()
 
 
 # -- separate services (steward api | conductor | agent) ---------------------------
@@ -163,23 +167,44 @@ def rpc_version_cap(service):
     return f'{want_major}.{want_minor}'
 
 
-def wait_for_shutdown():
-    """Block until SIGTERM or SIGINT. A second signal exits at once, for a stop
-    that hangs on work in progress (a call stuck on an unreachable database)."""
-    done = threading.Event()
+# How the process ends: the status its command returns, the HTTP server to stop, the
+# signal received. Plain values: a signal handler only assigns (taking a lock there
+# can deadlock when a second signal interrupts the first handler).
+_exit = {'status': 0, 'server': None, 'signal': None}
+_stop_requested = threading.Event()
 
+
+def stop_process(status):
+    """Stop this process's service from another thread (never a signal handler):
+    the main thread leaves wait_for_shutdown() or the HTTP server and shuts
+    everything down in order; the command then returns ``status``."""
+    _exit['status'] = status
+    _stop_requested.set()
+    server = _exit['server']
+    if server is not None:
+        server.should_exit = True
+
+
+def exit_status():
+    return _exit['status']
+
+
+def wait_for_shutdown():
+    """Block until SIGTERM or SIGINT, or stop_process(). A second signal exits at
+    once, for a stop that hangs on work in progress (a call stuck on an
+    unreachable database)."""
     def handler(signum, _frame):
-        if done.is_set():
-            LOG.warning('Second %s: exiting without waiting for work in progress',
-                        signal.Signals(signum).name)
+        if _exit['signal'] is not None:
             os._exit(1)
-        LOG.info('%s received: shutting down', signal.Signals(signum).name)
-        done.set()
+        _exit['signal'] = signum
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
-    while not done.wait(3600):
+    while _exit['signal'] is None and not _stop_requested.wait(0.2):
         pass
+    if _exit['signal'] is not None:
+        LOG.info('%s received: shutting down (a second one exits at once)',
+                 signal.Signals(_exit['signal']).name)
 
 
 def release_shared_resources():

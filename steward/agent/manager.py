@@ -18,8 +18,12 @@ LOG = logging.getLogger(__name__)
 class AgentManager:
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
-    def __init__(self, conf, conductor_api, host=None, drivers=None):
+    def __init__(self, conf, conductor_api, host=None, drivers=None, on_fatal=None):
         self.conf = conf
+        # Called (from the discovery thread) when the agent cannot do its job: the
+        # service stops the process with a failure status (steward/service.py).
+        self.on_fatal = on_fatal
+        self.fatal = None
         self.host = host or conf.host
         self.rp_name = (conf.agent.resource_provider_name
                         or conf.placement.compute_node_name or self.host)
@@ -126,9 +130,14 @@ class AgentManager:
                 if not self.recovered:
                     self.recover()
                 self.run_cycle()
-            except exception.InvalidConfiguration:
-                LOG.exception('Discovery stopped: invalid configuration')
-                raise
+            except exception.InvalidConfiguration as err:
+                # Retrying cannot help and an RPC server without discovery would
+                # look alive: stop the whole agent, with one line saying why.
+                LOG.error('Agent %s stopping: invalid configuration: %s', self.host, err)
+                self.fatal = err
+                if self.on_fatal is not None:
+                    self.on_fatal(err)
+                return
             except Exception:
                 LOG.exception('Discovery cycle failed; retrying in %ss', interval)
             self._stop.wait(interval)

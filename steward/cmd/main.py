@@ -56,7 +56,8 @@ def cmd_serve(argv):
         conductor.init_host()
         servers.append(service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host,
                                                  [conductor]))
-        agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI())
+        agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI(),
+                                           on_fatal=lambda _err: service.stop_process(1))
         from steward import metrics
         metrics.watch_agent(agent)          # discovery metrics on the API's /metrics
         servers.append(service.start_rpc_server(CONF.rpc_topic_agent, agent.host,
@@ -75,7 +76,7 @@ def cmd_serve(argv):
             conductor.stop()
         if placement_proc is not None:
             placement_proc.stop()
-    return 0
+    return service.exit_status()
 
 
 def cmd_api(argv):
@@ -127,7 +128,8 @@ def cmd_agent(argv):
     service.prepare(argv)
     service.check_service_config('agent')
     agent = agent_manager.AgentManager(
-        CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')))
+        CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')),
+        on_fatal=lambda _err: service.stop_process(1))
     # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.
     exporter = metrics.serve_agent(agent, CONF.agent.metrics_listen) \
         if CONF.agent.metrics_listen.strip() else None
@@ -144,7 +146,7 @@ def cmd_agent(argv):
         if exporter is not None:
             exporter.stop()
         service.release_shared_resources()
-    return 0
+    return service.exit_status()
 
 
 def cmd_db(argv):

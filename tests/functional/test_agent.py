@@ -62,3 +62,33 @@ def test_mdev_capable_drivers_share_a_parent_first_wins(db, conf, caplog):
     devices = agent.discover()
     assert [d.driver_name for d in devices] == ['fake']      # A's copy, the first
     assert 'keeps it' in caplog.text and 'mdev (listed first)' in caplog.text
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_agent_that_cannot_do_its_job_exits(tmp_path):
+    """Two drivers claiming one device is found by the first discovery, after the
+    RPC server is up: the process must stop with a failure status and one clear
+    line, not live on as an RPC server whose discovery thread died (here in
+    `steward serve`, whose agent shares the process with the API)."""
+    import os
+    import subprocess
+    import sys
+    conf = tmp_path / 'serve.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                    f'[api]\nport = {_free_port()}\n'
+                    f'[placement]\nembedded_port = {_free_port()}\n'
+                    f'[agent]\nenabled_drivers = fake, fake_driver\n')
+    steward = os.path.join(os.path.dirname(sys.executable), 'steward')
+    out = subprocess.run([steward, 'serve', '--config-file', str(conf)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    log = out.stdout + out.stderr
+    lines = [ln for ln in log.splitlines() if 'invalid configuration' in ln]
+    assert len(lines) == 1 and 'is reported by both fake and fake' in lines[0], log
+    assert 'Traceback' not in log
