@@ -86,11 +86,24 @@ def bench_zeroing(directory, size_mib, runs):
     return mbps
 
 
+def _nvme_driver(sim):
+    """The production nvme driver pointed at the simulation's sysfs, /dev and nvme-cli."""
+    from steward.conf import CONF
+    from steward.drivers import nvme
+    for name, value, group in (('sysfs_root', sim.sysfs_root, None),
+                               ('dev_root', sim.dev_root, None),
+                               ('nvme_cli', sim.nvme_cli, 'nvme'),
+                               ('device_spec', ['{"vendor_id": "8086"}'], 'nvme')):
+        CONF.set_override(name, value, group=group)
+    driver = nvme.NvmeDriver(CONF, 'bench-host')
+    driver.init_host()
+    return driver
+
+
 def bench_sanitizes(directory, count, seconds, namespace_mib):
     from oslo_config import cfg
     from steward.conf import CONF
     from steward.drivers import cleanup_job
-    from steward.drivers import nvme
     from tests.nvme_sim import Simulation
 
     CONF([], project='steward', default_config_files=[])
@@ -100,13 +113,7 @@ def bench_sanitizes(directory, count, seconds, namespace_mib):
         for i in range(count):
             sim.add_controller(address=f'0000:{0x10 + i:02x}:00.0',
                                namespaces=[namespace_mib * MiB], sanitize_seconds=seconds)
-        for name, value, group in (('sysfs_root', sim.sysfs_root, None),
-                                   ('dev_root', sim.dev_root, None),
-                                   ('nvme_cli', sim.nvme_cli, 'nvme'),
-                                   ('device_spec', ['{"vendor_id": "8086"}'], 'nvme')):
-            CONF.set_override(name, value, group=group)
-        driver = nvme.NvmeDriver(CONF, 'bench-host')
-        driver.init_host()
+        driver = _nvme_driver(sim)
         devices = [{'uuid': f'bench-{i}', 'std_board_info': d.std_board_info}
                    for i, d in enumerate(driver.discover())]
         assert len(devices) == count, devices
@@ -142,20 +149,12 @@ GiB = 2 ** 30
 
 def _sim_driver(directory, **controller):
     """A simulated controller, discovered by the nvme driver, as a device dict."""
-    from steward.conf import CONF
-    from steward.drivers import nvme
     from tests.nvme_sim import Simulation
 
     sim = Simulation(directory)
     os.environ.update(sim.env)
     ctrl = sim.add_controller(**controller)
-    for name, value, group in (('sysfs_root', sim.sysfs_root, None),
-                               ('dev_root', sim.dev_root, None),
-                               ('nvme_cli', sim.nvme_cli, 'nvme'),
-                               ('device_spec', ['{"vendor_id": "8086"}'], 'nvme')):
-        CONF.set_override(name, value, group=group)
-    driver = nvme.NvmeDriver(CONF, 'bench-host')
-    driver.init_host()
+    driver = _nvme_driver(sim)
     [dev] = driver.discover()
     return sim, ctrl, driver, {'uuid': 'bench', 'std_board_info': dev.std_board_info}
 
@@ -193,7 +192,7 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
         sim.close()
     per_piece = max(elapsed - fixed, 0.0) / pieces
     pieces_4tb = len(blockio.zeroout_chunks(TB4))
-    rows.append(('write_zeroes (BLKZEROOUT)', elapsed, (elapsed - fixed) / big_gib,
+    rows.append(('write_zeroes (BLKZEROOUT)', elapsed, max(elapsed - fixed, 0.0) / big_gib,
                  fixed + pieces_4tb * per_piece, "+ the drive's own Write Zeroes time"))
     # The old path: one nvme-cli process per 65536 blocks (512-byte LBAs: 32 MiB).
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'old'),
