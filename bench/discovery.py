@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from steward.agent.manager import AgentManager  # noqa: E402
 from steward.common import context  # noqa: E402
-from steward.conductor import device_ops  # noqa: E402
 from steward.conductor.manager import ConductorManager  # noqa: E402
 from steward.conductor.rpcapi import ConductorAPI  # noqa: E402
 from steward.conf import CONF  # noqa: E402
@@ -124,7 +123,6 @@ def run(tmp, args, tree, placement=None, label=''):
     if placement is not None:
         print(f'  placement client totals: {placement.stats}')
     conductor.stop()
-    device_ops.set_placement_client(None)
 
 
 def main():

@@ -59,7 +59,7 @@ line once the transaction commits:
 ## Devices (`device_state`, spec 1)
 
 Placement `reserved = total` for a single-accelerator device in every state but
-`available`; see `steward/conductor/device_ops.py` for the multi-accelerator rule.
+`available`; see `steward/conductor/reservation.py` for the multi-accelerator rule.
 
 ```mermaid
 {_mermaid(states.DEVICE_TRANSITIONS, [states.DEV_AVAILABLE])}

@@ -5,8 +5,9 @@ Two kinds:
 
 * read when scraped, by the collectors below, so they are right whichever process
   changed the state: devices by type/state/host and ARQs by state (one GROUP BY
-  query each), the request counters of this process's Placement client
-  (``PlacementClient.stats`` of the conductor), the discovery cycles of the agents
+  query each), the request counters of this process's conductor's Placement client
+  (what the conductor registers with ``register_placement_stats`` when it
+  starts; this module imports nothing of the conductor), the discovery cycles of the agents
   this process runs (``AgentManager.cycles`` / ``last_cycle_seconds``);
 * observed where the event happens: bind latency (the API's bind PATCH,
   ``bind_timer``) and cleanup durations and outcomes (the conductor, when a cleanup
@@ -148,7 +149,7 @@ class DatabaseCollector:
             return
         for dev_type, state, host, count in dev_rows:
             devices.add_metric([dev_type, state or 'unset', host], count)
-        by_state = dict.fromkeys(states.ARQ_STATES, 0)
+        by_state = dict.fromkeys(states.ARQ_STORED_STATES, 0)
         by_state.update({state: count for state, count in arq_rows})
         for state, count in by_state.items():
             arqs.add_metric([state], count)
@@ -159,11 +160,13 @@ class DatabaseCollector:
 
 
 class PlacementCollector:
-    """The conductor's Placement client in this process, if there is one (an
-    API-only process has none: no family)."""
+    """The Placement client of the conductor in this process, if there is one (an
+    API-only process has none: no family). ``stats_provider``: a callable returning
+    the client's counters (``PlacementClient.stats``) or None; by default, what the
+    conductor registered (``register_placement_stats``)."""
 
-    def __init__(self, client_getter=None):
-        self._getter = client_getter or _conductor_placement
+    def __init__(self, stats_provider=None):
+        self._provider = stats_provider
 
     def describe(self):
         return list(self._families())
@@ -180,10 +183,10 @@ class PlacementCollector:
                     'retried), or an unreadable body.'))
 
     def collect(self):
-        client = self._getter()
-        if client is None:
+        provider = self._provider or _registered_placement_stats()
+        stats = provider() if provider is not None else None
+        if stats is None:
             return
-        stats = dict(client.stats)
         requests, errors = self._families()
         requests.add_metric(['read'], stats.get('reads', 0))
         requests.add_metric(['write'], stats.get('writes', 0))
@@ -192,12 +195,40 @@ class PlacementCollector:
         yield errors
 
 
-def _conductor_placement():
-    from steward.conductor import device_ops
-    try:
-        return device_ops.placement()
-    except exception.ServiceUnavailable:
-        return None
+# One conductor per process serves /metrics (tests start several: the last one
+# started reports until it stops). Held weakly: a conductor dropped without stop()
+# leaves the scrape instead of staying alive for it.
+_placement_stats = []
+_placement_stats_lock = threading.Lock()
+
+
+def _ref(provider):
+    if hasattr(provider, '__self__'):
+        return weakref.WeakMethod(provider)
+    return lambda: provider
+
+
+def register_placement_stats(provider):
+    """``provider()`` -> the counters of this process's conductor's Placement
+    client (a dict with reads, writes, errors) or None. Called by the conductor
+    when it starts."""
+    with _placement_stats_lock:
+        _placement_stats.append(_ref(provider))
+
+
+def unregister_placement_stats(provider):
+    with _placement_stats_lock:
+        _placement_stats[:] = [r for r in _placement_stats
+                               if r() is not None and r() != provider]
+
+
+def _registered_placement_stats():
+    with _placement_stats_lock:
+        for ref in reversed(_placement_stats):
+            provider = ref()
+            if provider is not None:
+                return provider
+    return None
 
 
 class AgentCollector:

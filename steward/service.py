@@ -59,7 +59,8 @@ def start_embedded_placement():
     proc = embedded.start_subprocess(CONF.placement.embedded_connection,
                                      CONF.placement.embedded_host,
                                      CONF.placement.embedded_port, log_file=log_file)
-    LOG.info('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
+    # One start-up line per component: embedded.start_subprocess() logs the URL.
+    LOG.debug('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
     return proc
 
 
@@ -78,6 +79,21 @@ def stop_rpc_server(srv):
         LOG.exception('Stopping an RPC server failed')
 
 
+def _quiet_exit_server(config):
+    """A uvicorn.Server that does not re-raise SIGTERM/SIGINT once it has shut down
+    (uvicorn >= 0.29 does): the default handler would kill the process before the
+    caller's orderly stop (agent, RPC servers, conductor, Placement) ran, and it
+    would exit -15 instead of its status."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            super().handle_exit(sig, frame)
+            getattr(self, '_captured_signals', []).clear()
+
+    return Server(config)
+
+
 def run_http(app, host, port, workers=1):
     """Serve ``app`` until SIGTERM/SIGINT. With ``workers`` > 1, ``app`` is an
     import string of an app factory (uvicorn starts that many worker processes,
@@ -90,7 +106,7 @@ def run_http(app, host, port, workers=1):
     if workers > 1:
         uvicorn.run(app, factory=True, workers=workers, **kwargs)
         return
-    server = uvicorn.Server(uvicorn.Config(app, **kwargs))
+    server = _quiet_exit_server(uvicorn.Config(app, **kwargs))
     _exit['server'] = server            # stop_process() ends it
     if _stop_requested.is_set():
         return

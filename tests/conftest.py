@@ -1,5 +1,9 @@
 """Shared fixtures: configuration reset and a real, migrated SQLite database per test.
 
+A test that needs something from the machine says so with tests/requirements.py's
+``need()``: it skips, unless STEWARD_REQUIRE names that dependency (``.ci/run``
+sets it), then it fails.
+
 The schema is built once per session with the real Alembic migrations, then copied
 for each test (a copy is ~100x faster than replaying migrations).
 """
@@ -13,8 +17,20 @@ from oslo_config import cfg
 warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
 
 from steward.conf import CONF  # noqa: E402
+from tests import requirements  # noqa: E402
 
 CONF([], project='steward', default_config_files=[])
+
+
+def pytest_configure(config):
+    # STEWARD_REQUIRE (tests/requirements.py): a typo is a usage error up front,
+    # not a switch silently off.
+    requirements.required()
+
+
+def pytest_report_header(config):
+    names = ','.join(sorted(requirements.required())) or 'none (missing dependencies skip)'
+    return [f'{requirements.ENV}: {names}']
 
 
 @pytest.fixture(scope='session')
@@ -76,7 +92,7 @@ def db(request, _template_db, tmp_path, conf):
     if request.param == 'postgresql':
         server = request.getfixturevalue('_pg_template')
         if server is None:
-            pytest.skip('PostgreSQL server binaries not installed')
+            requirements.need('postgres', 'PostgreSQL server binaries not installed')
         name = 'steward_' + uuid.uuid4().hex[:12]
         server.psql(f'CREATE DATABASE {name} TEMPLATE steward_template')
         url = server.url(name)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Debian packages the test suite exercises for real: nvme-cli (the NVMe driver calls
 # the real binary over a simulated controller, built with gcc against libnvme-dev's
-# headers), libvirt's schemas plus xmllint (domain XML validation) and a
-# PostgreSQL server (the tests start a throw-away cluster of their own).
+# headers), libvirt's schemas plus xmllint (domain XML validation), libvirt-dev and
+# pkg-config (pip builds libvirt-python, the test extra, against them), a
+# PostgreSQL server and RabbitMQ (the tests start throw-away ones of their own),
+# and iproute2 (`ip netns`: multi-host agents in network namespaces).
 # Needs root (CI runs as root); skipped when everything is already there.
 set -euo pipefail
-pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libxml2-utils postgresql rabbitmq-server prometheus systemd)
+pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libvirt-dev pkg-config libxml2-utils postgresql rabbitmq-server prometheus systemd iproute2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -62,6 +62,17 @@ ROUTES = {
                                         'DELETE': arqs.delete_arq},
 }
 
+# URLs that exist from a microversion on. Below it they answer 404
+# (``cyb.request.path_not_found``) as if absent, whatever the method, before any
+# policy check: a client cannot tell them from an unknown URL, as in Placement
+# and Nova. 406 is kept for a version the API does not serve at all.
+SINCE = {
+    '/v2/devices/{uuid}/clean': microversion.DEVICE_STATE,
+    '/v2/devices/{uuid}/clean_plan': microversion.DEVICE_STATE,
+    '/v2/devices/{uuid}/erase_records': microversion.DEVICE_STATE,
+    '/v2/devices/{uuid}/history': microversion.DEVICE_HISTORY,
+}
+
 PUBLIC_PATHS = frozenset(['/', '/v2', '/metrics'])
 # Outside /v2: no microversion, not rewritten to /v2/...
 UNVERSIONED_PATHS = frozenset(['/', '/metrics'])
@@ -78,7 +89,8 @@ class ApiMiddleware:
     * gives the request its id (``x-openstack-request-id`` on every answer);
     * normalises the path: ``/devices`` is served as ``/v2/devices``, and a
       trailing slash is dropped (``/v2/`` is ``/v2``);
-    * parses the microversion of every /v2 request (406 when unacceptable) and
+    * parses the microversion of every /v2 request (406 when unacceptable; a URL
+      below the version it appeared in answers 404, see ``SINCE``) and
       puts the version headers on every /v2 answer, errors included;
     * turns anything raised below into a JSON error; an unexpected exception is
       logged with its traceback and answered with a clean 500.
@@ -229,14 +241,18 @@ def _api_request(scope, app):
         root_path=scope.get('root_path', ''))
 
 
-def _endpoint(methods):
+def _endpoint(methods, since=None):
     """One endpoint per URL dispatching on the method, so that the router's 405
     carries every allowed method in ``Allow``. A plain ``def``: FastAPI runs it
     in its threadpool (the database layer is synchronous). Its only parameter
     is the Request (no dependencies to solve per request). The request's context
     is the worker thread's current one while the handler runs: every log line
-    names the request id."""
+    names the request id. ``since``: the microversion the URL appeared in
+    (``SINCE``); below it the URL answers 404."""
     def endpoint(request: fastapi.Request):
+        if since is not None and request.scope['steward.version'] < since:
+            raise exception.PathNotFound(
+                path=request.scope.get('steward.original_path', request.url.path))
         req = _api_request(request.scope, request.app)
         with auth.current_context(req.ctx):
             return methods[req.method](req)
@@ -250,7 +266,7 @@ def create_app(conductor_api):
                           docs_url=None, redoc_url=None, redirect_slashes=False)
     app.state.conductor = conductor_api
     for path, methods in ROUTES.items():
-        app.add_api_route(path, _endpoint(methods), methods=list(methods),
+        app.add_api_route(path, _endpoint(methods, SINCE.get(path)), methods=list(methods),
                           include_in_schema=False, response_model=None)
     errors.install(app)
     _build_pipeline(app)

@@ -29,14 +29,9 @@ A traceback is printed only with ``--debug``.
 import argparse
 import sys
 
-EXIT_OK = 0
-EXIT_API_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_NOT_ALLOWED = 4
-EXIT_UNREACHABLE = 5
-EXIT_TIMEOUT = 6
-EXIT_INTERRUPTED = 130
+from steward.client.errors import (  # noqa: F401 - the CLI's public names
+    EXIT_API_ERROR, EXIT_INTERRUPTED, EXIT_NOT_ALLOWED, EXIT_NOT_FOUND, EXIT_OK,
+    EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE, CliError, NotFound, UsageError)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -46,40 +41,6 @@ class HelpFormatter(argparse.HelpFormatter):
     def add_usage(self, usage, actions, groups, prefix=None):
         actions = [a for a in actions if not getattr(a, 'connection_option', False)]
         return super().add_usage(usage, actions, groups, prefix)
-
-
-class CliError(Exception):
-    """An error the CLI reports as one line on stderr and an exit code.
-
-    ``error_code``, ``status`` and ``request_id`` are set for errors the API
-    answered; they are printed after the message.
-    """
-
-    exit_code = EXIT_API_ERROR
-    label = 'error'       # steward: <label>: <message>
-
-    def __init__(self, message, exit_code=None, error_code=None, status=None,
-                 request_id=None):
-        super().__init__(message)
-        self.message = message
-        if exit_code is not None:
-            self.exit_code = exit_code
-        self.error_code, self.status, self.request_id = error_code, status, request_id
-
-    def __str__(self):
-        details = [f'error_code={self.error_code}' if self.error_code else None,
-                   f'HTTP {self.status}' if self.status else None,
-                   f'request_id={self.request_id}' if self.request_id else None]
-        details = ', '.join(d for d in details if d)
-        return f'{self.message} ({details})' if details else self.message
-
-
-class UsageError(CliError):
-    exit_code = EXIT_USAGE
-
-
-class NotFound(CliError):
-    exit_code = EXIT_NOT_FOUND
 
 
 def add_action(subparsers, name, parents, func, **kwargs):

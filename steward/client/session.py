@@ -27,7 +27,7 @@ import re
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 
-from steward import client as cli
+from steward.client import errors as cli
 
 DEFAULT_ENDPOINT = 'http://127.0.0.1:6666/v2'
 SERVICE_TYPE = 'accelerator'

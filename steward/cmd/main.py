@@ -38,14 +38,8 @@ def cmd_serve(argv):
     from steward.conductor import rpcapi
 
     service.prepare(argv)
-    if CONF.compute.events_listen and not (CONF.nova.auth_type
-                                           or CONF.nova.endpoint_override):
-        # One host needs no [nova]: bind events go to `steward compute boot`'s
-        # listener (steward/compute/events.py), which serves only while a boot waits.
-        from steward.compute import events
-        CONF.set_override('auth_type', 'none', group='nova')
-        CONF.set_override('endpoint_override',
-                          events.endpoint_for(CONF.compute.events_listen), group='nova')
+    # No [nova] on one host: events are off. `steward compute boot`, like Nova, finds
+    # its ARQs already resolved and waits for no event.
     service.sync_database()
     placement_proc = service.start_embedded_placement() \
         if service.placement_is_embedded() else None

@@ -34,17 +34,24 @@ ARQ_BIND_FAILED = 'BindFailed'
 """Bind could not complete; nothing is held. Unbind or delete it."""
 ARQ_UNBOUND = 'Unbound'
 """Released after a bind; can be bound again."""
-ARQ_UNBIND_FAILED = 'UnbindFailed'
-"""Release failed part-way (e.g. the agent could not tear down an mdev)."""
 ARQ_DELETING = 'Deleting'
 """Being released and removed; a row left here is finished by reconciliation."""
 
 ARQ_STATES = (ARQ_INITIAL, ARQ_BIND_STARTED, ARQ_BOUND, ARQ_BIND_FAILED, ARQ_UNBOUND,
-              ARQ_UNBIND_FAILED, ARQ_DELETING)
+              ARQ_DELETING)
+ARQ_UNBIND_FAILED = 'UnbindFailed'
+"""Retired: upstream's state for a release that failed part-way. No release of
+Steward's can fail that way (an unbind only frees rows), so nothing enters it and
+it is no state of the machine; the column still accepts it (migration 0001 and
+upstream databases know it) and metrics still count it, so a row holding it is
+seen rather than unreadable."""
+ARQ_RETIRED_STATES = (ARQ_UNBIND_FAILED,)
+ARQ_STORED_STATES = ARQ_STATES + ARQ_RETIRED_STATES
+"""Every value the ARQ state column may hold."""
 ARQ_RESOLVED = (ARQ_BOUND, ARQ_BIND_FAILED, ARQ_DELETING)
 """States in which Nova's wait for a bind is over (``bind_state=resolved``)."""
 ARQ_BINDABLE = (ARQ_INITIAL, ARQ_UNBOUND)
-ARQ_HOLDS_HANDLE = (ARQ_BIND_STARTED, ARQ_BOUND, ARQ_UNBIND_FAILED)
+ARQ_HOLDS_HANDLE = (ARQ_BIND_STARTED, ARQ_BOUND) + ARQ_RETIRED_STATES
 """States in which an ARQ may reference an in-use attach handle."""
 
 # --- Device lifecycle states (spec 1; shared by every driver) -----------------------
@@ -68,6 +75,11 @@ DEVICE_STATES = (DEV_AVAILABLE, DEV_ALLOCATED, DEV_PENDING_CLEANING, DEV_CLEANIN
 DEV_RESERVED_STATES = (DEV_ALLOCATED, DEV_PENDING_CLEANING, DEV_CLEANING, DEV_ERROR)
 """For single-accelerator devices Placement reserved = total in exactly these."""
 
+DEVICE_INITIAL_STATES = (None, DEV_AVAILABLE, DEV_ERROR)
+"""What a device row starts in: discovery creates it available, or in error when
+its cleanup policy cannot be met; None is a row from before device_state."""
+ARQ_INITIAL_STATES = (ARQ_INITIAL,)
+
 DEVICE_STATUS_ENABLED = 'enabled'
 DEVICE_STATUS_MAINTAINING = 'maintaining'
 DEVICE_STATUSES = (DEVICE_STATUS_ENABLED, DEVICE_STATUS_MAINTAINING)
@@ -87,14 +99,11 @@ ARQ_TRANSITIONS = (
     Transition(ARQ_BIND_STARTED, 'unbind', ARQ_UNBOUND),
     Transition(ARQ_BOUND, 'unbind', ARQ_UNBOUND),
     Transition(ARQ_BIND_FAILED, 'unbind', ARQ_UNBOUND),
-    Transition(ARQ_UNBIND_FAILED, 'unbind', ARQ_UNBOUND),
-    Transition(ARQ_BOUND, 'unbind_fail', ARQ_UNBIND_FAILED),
     Transition(ARQ_INITIAL, 'delete', ARQ_DELETING),
     Transition(ARQ_BIND_STARTED, 'delete', ARQ_DELETING),
     Transition(ARQ_BOUND, 'delete', ARQ_DELETING),
     Transition(ARQ_UNBOUND, 'delete', ARQ_DELETING),
     Transition(ARQ_BIND_FAILED, 'delete', ARQ_DELETING),
-    Transition(ARQ_UNBIND_FAILED, 'delete', ARQ_DELETING),
 )
 
 DEVICE_TRANSITIONS = (
@@ -107,14 +116,12 @@ DEVICE_TRANSITIONS = (
     # An allocated device with no active ARQ (its agent was unreachable at the
     # release), found by the agent's start-up recovery or the conductor's periodic task.
     Transition(DEV_ALLOCATED, 'recover_missed_cleanup', DEV_PENDING_CLEANING),
-    # The device must not be used again and cannot be cleaned (e.g. its agent is too
-    # old): keep it out of use. An unreachable agent leaves it allocated instead.
-    Transition(DEV_ALLOCATED, 'fail', DEV_ERROR),
     Transition(DEV_PENDING_CLEANING, 'start_cleaning', DEV_CLEANING),
     Transition(DEV_CLEANING, 'cleaned', DEV_AVAILABLE),
     Transition(DEV_CLEANING, 'fail', DEV_ERROR),
-    # The agent was restarted after it took the request, or nothing progressed for
-    # cleanup_timeout + cleanup_grace (the conductor's periodic task).
+    # The agent was restarted after it took the request, nothing progressed for
+    # cleanup_timeout + cleanup_grace (the conductor's periodic task), or the agent
+    # is too old to be asked to clean (a device is never handed out uncleaned).
     Transition(DEV_PENDING_CLEANING, 'fail', DEV_ERROR),
     # Discovery found the hardware cannot meet the configured cleanup policy.
     Transition(DEV_AVAILABLE, 'fail', DEV_ERROR),
@@ -122,6 +129,7 @@ DEVICE_TRANSITIONS = (
 )
 
 _TABLES = {'arq': ARQ_TRANSITIONS, 'device': DEVICE_TRANSITIONS}
+INITIAL_STATES = {'arq': ARQ_INITIAL_STATES, 'device': DEVICE_INITIAL_STATES}
 
 
 def sources(kind, target, event=None):

@@ -5,7 +5,9 @@
    group ``device_profile_<N>`` -> the provider the chosen candidate's
    ``mappings`` give for that group's suffix;
 3. bind all ARQs in one collection PATCH (hostname = the compute node's name);
-4. wait for one ``accelerator-request-bound`` event per ARQ, at most
+4. as Nova does: ask which ARQs are already resolved (an event for them may have
+   come before the wait, or been lost: either way it is not waited for), then wait
+   for one ``accelerator-request-bound`` event per ARQ still unresolved, at most
    ``arq_binding_timeout`` seconds (a timeout or a ``failed`` event aborts);
 5. ``GET ?instance=&bind_state=resolved`` (2.4) and check every ARQ is Bound.
 
@@ -54,7 +56,15 @@ def bind(api, arqs, matches, hostname, instance_uuid):
         raise exception.BindFailed(instance=instance_uuid, reason=err.msg) from None
 
 
-def wait_bound(listener, instance_uuid, timeout):
+def wait_bound(api, listener, instance_uuid, expected, timeout):
+    """Nova's _get_bound_arq_resources: the wait is armed before the bind
+    (listener.expect); ARQs Steward already resolved leave it early."""
+    arqs = api.resolved_arqs(instance_uuid)            # None while some are binding
+    early = [a['uuid'] for a in arqs or () if a['uuid'] in expected]
+    listener.exit_early(instance_uuid, early)
+    if early:
+        LOG.debug('Instance %s: ARQs %s already resolved; no event awaited', instance_uuid,
+                  ', '.join(early))
     statuses = listener.wait(instance_uuid, timeout)
     failed = sorted(t for t, s in statuses.items() if s != 'completed')
     if failed:

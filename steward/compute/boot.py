@@ -104,7 +104,7 @@ class Compute:
             deadline = time.monotonic() + timeout
             listener.expect(inst, record['arqs'])
             arq_flow.bind(self.api, arqs, matches, record['host'], inst)
-            arq_flow.wait_bound(listener, inst, timeout)
+            arq_flow.wait_bound(self.api, listener, inst, record['arqs'], timeout)
             arqs = arq_flow.resolved(self.api, inst, record['arqs'], deadline)
         record['bound_arqs'] = arqs
         # The document first: it refuses unusable attach handles before any mdev

@@ -136,6 +136,14 @@ class EventListener:
         with self._cond:
             self._waiting[instance_uuid] = {t: None for t in tags}
 
+    def exit_early(self, instance_uuid, tags):
+        """Stop waiting for ``tags`` (ARQs found resolved: Nova's exit_wait_early)."""
+        with self._cond:
+            waiting = self._waiting.get(instance_uuid, {})
+            for tag in tags:
+                waiting.pop(tag, None)
+            self._cond.notify_all()
+
     def forget(self, instance_uuid):
         with self._cond:
             self._waiting.pop(instance_uuid, None)

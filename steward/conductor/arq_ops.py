@@ -9,12 +9,15 @@ the ARQs in BindFailed with their handles freed.
 """
 import logging
 
+from oslo_messaging import exceptions as messaging_exc
 from oslo_utils import uuidutils
 from sqlalchemy import orm
 
 from steward.common import exception
 from steward.common import states
+from steward.conductor import cleanup_ops
 from steward.conductor import device_ops
+from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
 from steward.db import session as db_session
@@ -52,7 +55,7 @@ def validate_binding(b):
                                          reason='a non-empty host name is required')
 
 
-def bind(ctx, bindings):
+def bind(clients, ctx, bindings):
     """Bind ARQs: ``bindings`` is a list of dicts with uuid, hostname,
     device_rp_uuid, instance_uuid and optionally project_id. Returns the bound
     records. All or nothing."""
@@ -78,6 +81,8 @@ def bind(ctx, bindings):
             rp = b['device_rp_uuid']
             if rp not in deployables:
                 deployables[rp] = db.deployable_get_by_rp_uuid(s, rp)
+        # Every device of the bind locked up front, in id order (see lock_devices).
+        device_ops.lock_devices(s, [d.device_id for d in deployables.values()])
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]
             values = {'hostname': b['hostname'], 'device_rp_uuid': b['device_rp_uuid'],
@@ -86,28 +91,28 @@ def bind(ctx, bindings):
                 values['project_id'] = b['project_id']
             states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
                            values=values, request_id=ctx.request_id)
-            device_ops.check_bindable(dep, s)
+            device = device_ops.check_bindable(s, dep)
             handle = db.attach_handle_allocate(s, dep)
             states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
                            values={'attach_handle_id': handle.id},
                            request_id=ctx.request_id)
             orm.attributes.set_committed_value(arq, 'attach_handle', handle)
-            if device_ops.mark_allocated(s, dep, ctx) and \
-                    device_ops.accelerators_of(s, dep.device_id) == 1:
+            if device_ops.mark_allocated(s, device, ctx) and \
+                    reservation.policy(s, device).single:
                 reserve.append(dep)
         records = [db.arq_record(a) for a in arqs]
     try:
         for dep in reserve:
-            device_ops.reserve(dep, reserve=True)
+            device_ops.reserve(clients, dep, reserve=True)
     except exception.StewardError as err:
         LOG.error('Bind of %s failed after commit (%s); rolling back', uuids, err)
-        _fail_bound(ctx, uuids, reason=str(err))
+        _fail_bound(clients, ctx, uuids, reason=str(err))
         err.failed_arqs = [(r['uuid'], r['instance_uuid']) for r in records]
         raise
     return records
 
 
-def _fail_bound(ctx, uuids, reason):
+def _fail_bound(clients, ctx, uuids, reason):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
     released = []
     with db_session.writer() as s:
@@ -122,38 +127,35 @@ def _fail_bound(ctx, uuids, reason):
                 db.attach_handle_release(s, handle_id)
                 released += device_ops.release_after_unbind(s, arq.deployable_id, ctx)
     # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
-    device_ops.lift_reservations(
-        [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
+    after_release(clients,
+                  [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
 
 
-def _release(s, ctx, arq, target, event, values=None):
-    """Move ``arq`` to ``target`` freeing what it holds; returns deployables whose
-    device went back to available (their Placement reservation must be lifted)."""
+def _unbind_one(s, ctx, arq):
+    """Move ``arq`` to Unbound freeing what it holds; returns what after_release
+    must do once committed."""
     handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
-    changes = {'attach_handle_id': None}
-    changes.update(values or {})
-    states.advance(s, m.ExtARQ, arq, target, event=event, values=changes,
-                   request_id=ctx.request_id)
+    states.advance(s, m.ExtARQ, arq, states.ARQ_UNBOUND, event='unbind', values={
+        'attach_handle_id': None, 'hostname': None, 'device_rp_uuid': None,
+        'instance_uuid': None, 'deployable_id': None}, request_id=ctx.request_id)
     if handle_id is None:
         return []
     db.attach_handle_release(s, handle_id)
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
-def unbind(ctx, arq_uuids):
+def unbind(clients, ctx, arq_uuids):
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
     released = []
     with db_session.writer() as s:
         for arq in db.arq_get_many(s, arq_uuids, project_scope):
             if arq.state == states.ARQ_UNBOUND:
                 continue
-            released += _release(s, ctx, arq, states.ARQ_UNBOUND, 'unbind', values={
-                'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
-                'deployable_id': None})
-    device_ops.lift_reservations(released, ctx)
+            released += _unbind_one(s, ctx, arq)
+    after_release(clients, released, ctx)
 
 
-def delete(ctx, arq_uuids=None, instance_uuid=None, project_id=None):
+def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
     """Delete ARQs by uuid list (all must exist: 404 otherwise, nothing deleted) or
     by instance (idempotent). Each goes to Deleting first, so a crash mid-way leaves
     a row reconciliation recognises and finishes."""
@@ -171,10 +173,10 @@ def delete(ctx, arq_uuids=None, instance_uuid=None, project_id=None):
                 states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
                                request_id=ctx.request_id)
             uuids.append(arq.uuid)
-    return finish_deleting(ctx, uuids)
+    return finish_deleting(clients, ctx, uuids)
 
 
-def finish_deleting(ctx, uuids):
+def finish_deleting(clients, ctx, uuids):
     released = []
     with db_session.writer() as s:
         for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
@@ -184,5 +186,30 @@ def finish_deleting(ctx, uuids):
             if handle_id is not None:
                 db.attach_handle_release(s, handle_id)
                 released += device_ops.release_after_unbind(s, deployable_id, ctx)
-    device_ops.lift_reservations(released, ctx)
+    after_release(clients, released, ctx)
     return len(uuids)
+
+
+def after_release(clients, released, ctx):
+    """After a release is committed: lift the reservations of the deployables in
+    ``released`` and dispatch the cleanups (its CleanupRequests)."""
+    for dep in released:
+        if isinstance(dep, device_ops.CleanupRequest):
+            _dispatch_cleanup(clients, ctx, dep.device_uuid)
+            continue
+        try:
+            device_ops.reserve(clients, dep, reserve=False)
+        except exception.StewardError as err:
+            # Safe direction: the device stays unschedulable until the next sync
+            # puts reserved back in line with device_state.
+            LOG.error('Could not lift the Placement reservation of %s: %s',
+                      dep.rp_uuid, err)
+
+
+def _dispatch_cleanup(clients, ctx, device_uuid):
+    try:
+        cleanup_ops.release_for_cleaning(clients, ctx, device_uuid)
+    except (exception.StewardError, messaging_exc.MessagingException) as err:
+        # The release stands (it is committed); the device stays reserved, and the
+        # conductor's periodic tasks or the agent's next start finish its cleanup.
+        LOG.error('device %s: cleanup could not be dispatched: %s', device_uuid, err)

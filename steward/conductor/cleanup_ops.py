@@ -19,6 +19,7 @@ from steward import metrics
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
 from steward.conf import CONF
@@ -48,20 +49,20 @@ def payload(s, device):
 
 def _single_deployables(s, device):
     deps = db.deployable_list(s, {'device_id': device.id})
-    if sum(d.num_accelerators for d in deps) != 1:
+    if not reservation.policy(s, device, deps).single:
         return []
     for d in deps:
         s.expunge(d)
     return deps
 
 
-def reserve_whole(deps, reserve):
+def reserve_whole(clients, deps, reserve):
     """Returns False when Placement could not be brought in line (the next report
     of the host retries: see the caller)."""
     ok = True
     for dep in deps:
         try:
-            device_ops.reserve(dep, reserve=reserve)
+            device_ops.reserve(clients, dep, reserve=reserve)
         except exception.StewardError as err:
             LOG.error('Placement reservation of %s (reserve=%s) failed: %s',
                       dep.rp_uuid, reserve, err)
@@ -79,10 +80,10 @@ def agent_actor(host):
     return f'agent {host}'
 
 
-def agent_answers(ctx, host):
+def agent_answers(clients, ctx, host):
     """Does ``host``'s agent answer ping within [conductor] agent_ping_timeout?
     What it answers also tells its RPC version."""
-    api = device_ops.agent_api()
+    api = clients.agent_api
     try:
         answer = api.ping(ctx, host, timeout=CONF.conductor.agent_ping_timeout)
     except messaging.MessagingException as err:
@@ -91,13 +92,13 @@ def agent_answers(ctx, host):
     return True, None
 
 
-def release_for_cleaning(ctx, device_uuid, event='release_for_cleaning',
-                         trigger='unbind'):
+def release_for_cleaning(clients, ctx, device_uuid, recovery=False):
     """A device that needs cleaning lost its last accelerator request (an unbind
     committed, or a periodic task found one): if its agent answers, allocated ->
     pending_cleaning and cleanup_device is cast; if not, it stays allocated and
     reserved (its agent's start-up recovery, or the next periodic run, cleans it).
-    Returns True when the cleanup was asked for."""
+    ``recovery``: the periodic task found the release, not an unbind. Returns True
+    when the cleanup was asked for."""
     with db_session.reader() as s:
         device = db.device_get(s, device_uuid)
         if not _released(s, device):
@@ -108,7 +109,7 @@ def release_for_cleaning(ctx, device_uuid, event='release_for_cleaning',
                     'allocated and reserved and is cleaned once it is back',
                     device_uuid, host, missing.isoformat())
         return False
-    alive, err = agent_answers(ctx, host)
+    alive, err = agent_answers(clients, ctx, host)
     if not alive:
         LOG.warning('device %s needs cleaning but the agent of %s is unreachable (%s); '
                     'it stays allocated and reserved and will be cleaned when its agent '
@@ -118,10 +119,17 @@ def release_for_cleaning(ctx, device_uuid, event='release_for_cleaning',
         device = db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
-        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING, event=event,
-                       reason='no accelerator request holds it',
-                       request_id=ctx.request_id)
-    return dispatch(ctx, device_uuid, trigger=trigger)
+        reason = 'no accelerator request holds it'
+        if recovery:
+            states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                           event='recover_missed_cleanup', reason=reason,
+                           request_id=ctx.request_id)
+        else:
+            states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                           event='release_for_cleaning', reason=reason,
+                           request_id=ctx.request_id)
+    return dispatch(clients, ctx, device_uuid,
+                    trigger='recovery' if recovery else 'unbind')
 
 
 def _released(s, device):
@@ -133,13 +141,13 @@ def _released(s, device):
 
 
 # --- from the conductor itself (unbind) and the API (operator) -----------------------
-def dispatch(ctx, device_uuid, trigger='unbind'):
+def dispatch(clients, ctx, device_uuid, trigger='unbind'):
     """Ask the device's agent to clean it (device in pending_cleaning). An agent too
     old for cleanup_device leaves the device in error: never handed out uncleaned."""
     with db_session.reader() as s:
         device = db.device_get(s, device_uuid)
         host, device_dict = device.hostname, payload(s, device)
-    api = device_ops.agent_api()
+    api = clients.agent_api
     if not api.can_send_version(CLEANUP_RPC, host=host):
         err = exception.AgentTooOld(host=host, feature='cleanup_device',
                                     version=CLEANUP_RPC)
@@ -152,7 +160,7 @@ def dispatch(ctx, device_uuid, trigger='unbind'):
                                    finished_at=timeutils.utcnow(),
                                    action=board_of(device).get('cleanup_action'),
                                    error_code=err.code, error_message=str(err))
-        reserve_whole(deps, True)
+        reserve_whole(clients, deps, True)
         metrics.cleanup_ended(board_of(device).get('cleanup_action'), 'not_dispatched')
         return False
     api.cleanup_device(ctx, host, device_dict, trigger=trigger)
@@ -161,14 +169,14 @@ def dispatch(ctx, device_uuid, trigger='unbind'):
     return True
 
 
-def operator_clean(ctx, device_uuid):
+def operator_clean(clients, ctx, device_uuid):
     """POST /v2/devices/{uuid}/clean: error -> pending_cleaning, then dispatch.
     400 cannot clean / agent too old, 404, 409 any state but error."""
     with db_session.reader() as s:
         device = db.device_get(s, device_uuid)
         _check_cleanable(device)
         host = device.hostname
-    if not device_ops.agent_api().can_send_version(CLEANUP_RPC, host=host):
+    if not clients.agent_api.can_send_version(CLEANUP_RPC, host=host):
         raise exception.AgentTooOld(host=host, feature='cleanup_device (device clean)',
                                     version=CLEANUP_RPC)
     with db_session.writer() as s:
@@ -178,7 +186,7 @@ def operator_clean(ctx, device_uuid):
                        event='operator_clean', reason='POST /clean',
                        request_id=ctx.request_id, actor=states.actor_of(ctx))
     try:
-        dispatch(ctx, device_uuid, trigger='operator')
+        dispatch(clients, ctx, device_uuid, trigger='operator')
     except messaging.MessagingException as err:
         # Nobody was asked: put the device back where the operator found it.
         with db_session.writer() as s:
@@ -275,7 +283,7 @@ def _result_values(record):
     return values
 
 
-def finish(ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
+def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
            error_message=None):
     """cleaning -> available (reserved 0) or error (reserved total). Returns
     {'device_state', 'applied', 'placement_ok'}; ``applied`` is False when the device
@@ -313,7 +321,7 @@ def finish(ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
                                if p)
             deps = fail_device(s, device, reason, ctx, actor=agent_actor(device.hostname))
         state = device.device_state
-    ok = reserve_whole(deps, not succeeded)
+    ok = reserve_whole(clients, deps, not succeeded)
     metrics.cleanup_ended(values.get('action') or rec.action,
                           'succeeded' if succeeded else 'failed', rec.started_at, now)
     return {'device_state': state, 'applied': True, 'placement_ok': ok}

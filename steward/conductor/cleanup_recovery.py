@@ -20,6 +20,7 @@ from steward.common import exception
 from steward.common import states
 from steward.conductor import cleanup_ops
 from steward.conductor import device_ops
+from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
 from steward.db import session as db_session
@@ -62,11 +63,11 @@ def recovery_info(ctx, host, placement=None):
                 missed.append(cleanup_ops.payload(s, device))
         for device in db.device_list(s, {'hostname': host}):
             deps = db.deployable_list(s, {'device_id': device.id})
-            single = sum(d.num_accelerators for d in deps) == 1
+            rule = reservation.policy(s, device, deps)
             attrs = db.attributes_by_deployable(s, [d.id for d in deps])
             for dep in deps:
                 rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
-                want = device_ops.desired_reserved(device, single, dep.num_accelerators)
+                want = rule.reserved_for(dep)
                 if dep.rp_uuid and rc and want is not None:
                     checks.append((device.uuid, device.device_state, dep.rp_uuid, rc, want))
     mismatches = []
@@ -85,7 +86,7 @@ def recovery_info(ctx, host, placement=None):
             'mismatches': mismatches}
 
 
-def fail_interrupted(ctx, device_uuid, reason):
+def fail_interrupted(clients, ctx, device_uuid, reason):
     """A cleanup the agent did not see finish (it was restarted): -> error, with
     what the hardware says recorded in the erase record."""
     code = 'cyb.cleanup.interrupted'
@@ -111,7 +112,7 @@ def fail_interrupted(ctx, device_uuid, reason):
                                    error_code=code, error_message=message,
                                    assurance_level='none')
             metrics.cleanup_ended(action, 'interrupted')
-    cleanup_ops.reserve_whole(deps, True)
+    cleanup_ops.reserve_whole(clients, deps, True)
     return {'device_state': states.DEV_ERROR, 'applied': True}
 
 
@@ -153,7 +154,7 @@ def _step(rec):
                                 else f'{rec.progress:g} %') if p)
 
 
-def fail_stuck(ctx, device_uuid, limit, now=None):
+def fail_stuck(clients, ctx, device_uuid, limit, now=None):
     """pending_cleaning or cleaning with no progress for ``limit`` seconds -> error,
     its running erase record failed with cyb.cleanup.stuck, reserved = total.
     Returns True when this call moved it."""
@@ -181,6 +182,6 @@ def fail_stuck(ctx, device_uuid, limit, now=None):
                                    **values)
     LOG.error('device %s: %s; moved to error (re-clean with POST /v2/devices/%s/clean)',
               device_uuid, err, device_uuid)
-    cleanup_ops.reserve_whole(deps, True)
+    cleanup_ops.reserve_whole(clients, deps, True)
     metrics.cleanup_ended(action, 'failed', rec.started_at if rec else None, now)
     return True

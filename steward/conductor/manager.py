@@ -1,14 +1,20 @@
-"""The conductor: the RPC endpoint behind ConductorAPI."""
+"""The conductor: the RPC endpoint behind ConductorAPI, and the one object that owns
+what its operations use (Placement client, agent API, reporter, Nova notifier,
+periodic worker). The operation modules hold no client of their own: each call
+hands them this conductor's ``clients``."""
 import logging
 
 import oslo_messaging as messaging
 
+from steward import metrics
+from steward.agent import rpcapi as agent_rpcapi
 from steward.common import context
 from steward.common import exception
 from steward.common import states
 from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
+from steward.conductor import clients as conductor_clients
 from steward.conductor import device_ops
 from steward.conductor import nova
 from steward.conductor import periodic
@@ -26,22 +32,38 @@ class ConductorManager:
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
     def __init__(self, placement_client=None, notifier=None, agent_api=None):
-        self.placement = placement_client
-        device_ops.set_placement_client(placement_client)
-        # None: the default AgentAPI, which learns each host's agent version.
-        device_ops.set_agent_api(agent_api)
+        # agent_api None: the default AgentAPI, which learns each host's version.
+        self.clients = conductor_clients.Clients(
+            placement_client=placement_client,
+            agent_api=agent_api or agent_rpcapi.AgentAPI())
         self.reporter = report.Reporter(placement_client,
                                         CONF.placement.create_compute_node)
         self.notifier = notifier or nova.NovaNotifier()
-        self.periodic = periodic.PeriodicTasks()
+        self.periodic = periodic.PeriodicTasks(self.clients)
+
+    @property
+    def placement(self):
+        return self.clients.placement_client
+
+    @property
+    def agent_api(self):
+        return self.clients.agent_api
+
+    def placement_stats(self):
+        """What metrics report about this conductor's Placement client (None:
+        it has none)."""
+        client = self.clients.placement_client
+        return None if client is None else dict(client.stats)
 
     def init_host(self):
-        """Backfill device_state and finish deletes a crash interrupted (all of
-        them: this conductor has none in progress yet)."""
+        """Backfill device_state, finish deletes a crash interrupted (all of them:
+        this conductor has none in progress yet) and report to metrics."""
         done = data_migrations.run_all()
         if any(done.values()):
             LOG.info('Online data migrations at start: %s', done)
-        periodic.finish_stale_deletes(context.get_admin_context(), grace=0)
+        periodic.finish_stale_deletes(self.clients, context.get_admin_context(),
+                                      grace=0)
+        metrics.register_placement_stats(self.placement_stats)
 
     def start(self):
         """Start the periodic tasks (steward/conductor/periodic.py)."""
@@ -50,6 +72,7 @@ class ConductorManager:
     def stop(self):
         self.periodic.stop()
         self.notifier.stop()
+        metrics.unregister_placement_stats(self.placement_stats)
 
     # -- agents --------------------------------------------------------------------
     def report_data(self, ctx, host, rp_name, devices):
@@ -61,7 +84,7 @@ class ConductorManager:
 
     def arq_bind(self, ctx, bindings):
         try:
-            records = arq_ops.bind(ctx, bindings)
+            records = arq_ops.bind(self.clients, ctx, bindings)
         except exception.StewardError as err:
             failed = getattr(err, 'failed_arqs', None)
             if failed:
@@ -72,17 +95,17 @@ class ConductorManager:
         return records
 
     def arq_unbind(self, ctx, arq_uuids):
-        return arq_ops.unbind(ctx, arq_uuids)
+        return arq_ops.unbind(self.clients, ctx, arq_uuids)
 
     def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
-        return arq_ops.delete(ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
+        return arq_ops.delete(self.clients, ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
                               project_id=project_id)
 
     def device_set_status(self, ctx, device_uuid, status):
         if status not in states.DEVICE_STATUSES:
             raise exception.InvalidParameter(name='status', value=status,
                                              reason='expected enabled or maintaining')
-        return device_ops.set_status(ctx, device_uuid, status)
+        return device_ops.set_status(self.clients, ctx, device_uuid, status)
 
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
         with db_session.reader() as s:
@@ -94,7 +117,7 @@ class ConductorManager:
 
     # -- device cleanup (1.1) --------------------------------------------------------
     def device_clean(self, ctx, device_uuid):
-        return cleanup_ops.operator_clean(ctx, device_uuid)
+        return cleanup_ops.operator_clean(self.clients, ctx, device_uuid)
 
     def device_clean_plan(self, ctx, device_uuid):
         return cleanup_ops.plan(ctx, device_uuid)
@@ -107,8 +130,8 @@ class ConductorManager:
 
     def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
                               error_code=None, error_message=None):
-        result = cleanup_ops.finish(ctx, device_uuid, record_uuid, succeeded, record,
-                                    error_code, error_message)
+        result = cleanup_ops.finish(self.clients, ctx, device_uuid, record_uuid,
+                                    succeeded, record, error_code, error_message)
         if not result['placement_ok']:
             # Make the host's next report re-sync Placement even if unchanged.
             with db_session.reader() as s:
@@ -119,14 +142,14 @@ class ConductorManager:
         """An agent is starting: remember its RPC version, run the online data
         migrations (spec 1 lists agent start among their entry points) and tell it
         what to reconcile."""
-        device_ops.agent_api().record_host_version(host, agent_version)
+        self.clients.agent_api.record_host_version(host, agent_version)
         done = data_migrations.run_all()
         if any(done.values()):
             LOG.info('Online data migrations at agent %s start: %s', host, done)
-        return cleanup_recovery.recovery_info(ctx, host, self.placement)
+        return cleanup_recovery.recovery_info(ctx, host, self.clients.placement_client)
 
     def device_fail_interrupted(self, ctx, device_uuid, reason):
-        return cleanup_recovery.fail_interrupted(ctx, device_uuid, reason)
+        return cleanup_recovery.fail_interrupted(self.clients, ctx, device_uuid, reason)
 
     def device_recover_missed_cleanup(self, ctx, device_uuid):
         return cleanup_recovery.recover_missed(ctx, device_uuid)

@@ -1,7 +1,10 @@
 """accelerator-request-bound events to Nova (POST /os-server-external-events).
 
-Sent off the request path from a small pool: a synchronous bind finishes before
-Nova's instance is on a host, Nova answers 207 with per-event 422 and drops the
+Nothing configured in ``[nova]``: no event is sent and nothing is logged per bind
+(one INFO line at start). Otherwise sent off the request path from a small pool,
+retrying a failure to connect a few times with a doubling delay, then giving up with
+one WARNING line. A synchronous bind finishes before Nova's instance is on a
+host, Nova answers 207 with per-event 422 and drops the
 event, so such an event is sent once more after ``[nova] event_retry_delay``
 (harmless when Nova already proceeded; it makes late binds reliable). One keystone
 session for the process: upstream built a new SDK connection (plus version
@@ -25,12 +28,21 @@ def configured(conf=CONF):
     return bool(conf.nova.auth_type or conf.nova.endpoint_override)
 
 
+CONNECT_BACKOFF_FIRST = 0.5
+
+
 class NovaNotifier:
     def __init__(self, conf=CONF, adapter=None):
         self.conf = conf
         self._adapter = adapter
         self._pool = futurist.ThreadPoolExecutor(max_workers=4)
         self.sent = 0
+        self.connect_failures = 0
+        self.enabled = adapter is not None or configured(conf)
+        if not self.enabled:
+            # Said once here: a bind must not pay for (or log) events nobody receives.
+            LOG.info('Nova events are off: [nova] names no endpoint, so '
+                     '%s events are not sent', EVENT_NAME)
 
     def _get_adapter(self):
         if self._adapter is None:
@@ -48,31 +60,45 @@ class NovaNotifier:
     def notify(self, events):
         """events: [(instance_uuid, arq_uuid, 'completed'|'failed')]. Never raises:
         a Nova problem must not fail a bind that succeeded."""
-        if not events:
-            return None
-        if not configured(self.conf):
-            LOG.info('No [nova] endpoint configured; not sending %d %s event(s)',
-                     len(events), EVENT_NAME)
+        if not events or not self.enabled:
             return None
         return self._pool.submit(self._send, events)
+
+    def _post(self, body):
+        """One POST, retrying only failures to connect, with a bounded backoff."""
+        attempts = self.conf.nova.event_connect_attempts
+        delay = CONNECT_BACKOFF_FIRST
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._get_adapter().post(
+                    '/os-server-external-events', json=body, raise_exc=False,
+                    microversion=MICROVERSION, timeout=self.conf.nova.event_timeout)
+            except ks_exc.ConnectFailure as err:
+                self.connect_failures += 1
+                if attempt == attempts:
+                    raise
+                LOG.debug('Nova events endpoint not reachable (%s); attempt %d of %d '
+                          'in %.1f s', type(err).__name__, attempt + 1, attempts, delay)
+                time.sleep(delay)
+                delay *= 2
 
     def _send(self, events):
         body = {'events': [{'name': EVENT_NAME, 'server_uuid': inst, 'tag': arq,
                             'status': status} for inst, arq, status in events]}
         for attempt in (1, 2):
             try:
-                resp = self._get_adapter().post(
-                    '/os-server-external-events', json=body, raise_exc=False,
-                    microversion=MICROVERSION, timeout=self.conf.nova.event_timeout)
+                resp = self._post(body)
             except ks_exc.ConnectFailure as err:
-                # Nothing listening (e.g. the single-host default, where a listener
-                # exists only while `steward compute boot` waits): the bind stands
-                # and Nova's own poll finds it; not an error of this service.
-                LOG.warning('No Nova events endpoint answered (%s); %d %s event(s) '
-                            'not delivered', err, len(events), EVENT_NAME)
+                # The bind stands and Nova's own check of resolved ARQs finds it; one
+                # line, no traceback: keystoneauth's text repeats urllib3's chain.
+                LOG.warning('Nova events endpoint unreachable after %d attempt(s) (%s); '
+                            '%d %s event(s) not delivered',
+                            self.conf.nova.event_connect_attempts, type(err).__name__,
+                            len(events), EVENT_NAME)
                 return False
             except ks_exc.ClientException as err:
-                LOG.error('Sending %s events to Nova failed: %s', EVENT_NAME, err)
+                LOG.warning('Sending %s events to Nova failed (%s: %s)', EVENT_NAME,
+                            type(err).__name__, str(err).splitlines()[0][:200])
                 return False
             self.sent += 1
             if resp.status_code == 200:

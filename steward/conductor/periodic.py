@@ -45,7 +45,7 @@ def _age(now, then):
     return (now - then).total_seconds()
 
 
-def fail_stuck_cleanups(ctx, now=None):
+def fail_stuck_cleanups(clients, ctx, now=None):
     """Returns the uuids of the devices moved to error."""
     now = now or timeutils.utcnow()
     limit = CONF.nvme.cleanup_timeout + CONF.conductor.cleanup_grace
@@ -53,10 +53,11 @@ def fail_stuck_cleanups(ctx, now=None):
         stuck = [d.uuid for d in db.devices_in_states_anywhere(
             s, (states.DEV_PENDING_CLEANING, states.DEV_CLEANING))
             if _age(now, cleanup_recovery.last_progress(s, d)[0]) > limit]
-    return [u for u in stuck if _one(cleanup_recovery.fail_stuck, ctx, u, limit, now)]
+    return [u for u in stuck
+            if _one(cleanup_recovery.fail_stuck, clients, ctx, u, limit, now)]
 
 
-def finish_stale_deletes(ctx, grace=None, now=None):
+def finish_stale_deletes(clients, ctx, grace=None, now=None):
     """A delete commits Deleting, then removes the row in a second transaction; a
     crash in between leaves the row. Only rows older than ``grace`` are finished,
     so this never races a delete that is still in progress. Returns their number."""
@@ -68,15 +69,15 @@ def finish_stale_deletes(ctx, grace=None, now=None):
     if stale:
         LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
                  len(stale), grace)
-        arq_ops.finish_deleting(ctx, stale)
+        arq_ops.finish_deleting(clients, ctx, stale)
     return len(stale)
 
 
-def _one(task, ctx, device_uuid, *args):
+def _one(task, clients, ctx, device_uuid, *args):
     """Run ``task`` for one device; a device another conductor (or the agent) moved
     meanwhile, or an outage, is logged and skipped."""
     try:
-        return task(ctx, device_uuid, *args)
+        return task(clients, ctx, device_uuid, *args)
     except EXPECTED as err:
         LOG.warning('device %s: %s skipped: %s', device_uuid, task.__name__, err)
         return False
@@ -86,13 +87,21 @@ class PeriodicTasks:
     """The tasks that remember something between runs (when a device was last
     asked, or first seen released) and the worker that runs them all."""
 
-    def __init__(self):
+    def __init__(self, clients):
+        self.clients = clients
         self._resent = {}       # device uuid -> when cleanup_device was last re-sent
         self._released = {}     # device uuid -> when first seen allocated without ARQ
         self._worker = None
         self._thread = None
 
     # -- tasks ---------------------------------------------------------------------
+    def fail_stuck_cleanups(self, ctx, now=None):
+        """Returns the uuids of the devices moved to error."""
+        return fail_stuck_cleanups(self.clients, ctx, now)
+
+    def finish_stale_deletes(self, ctx, grace=None, now=None):
+        return finish_stale_deletes(self.clients, ctx, grace, now)
+
     def resend_lost_cleanups(self, ctx, now=None):
         """Returns the uuids cleanup_device was sent again for."""
         now = now or timeutils.utcnow()
@@ -119,7 +128,7 @@ class PeriodicTasks:
                         'started; sending cleanup_device to the agent of %s again',
                         device_uuid, db.timestamp(since), host)
             self._resent[device_uuid] = now
-            if _one(cleanup_ops.dispatch, ctx, device_uuid, trigger):
+            if _one(cleanup_ops.dispatch, self.clients, ctx, device_uuid, trigger):
                 sent.append(device_uuid)
         return sent
 
@@ -146,8 +155,8 @@ class PeriodicTasks:
                         db.timestamp(first), host)
             # Not answered: asked again one interval later.
             self._released[device_uuid] = now
-            if _one(cleanup_ops.release_for_cleaning, ctx, device_uuid,
-                    'recover_missed_cleanup', 'recovery'):
+            if _one(cleanup_ops.release_for_cleaning, self.clients, ctx, device_uuid,
+                    True):
                 asked.append(device_uuid)
         return asked
 
@@ -159,8 +168,8 @@ class PeriodicTasks:
             self._guarded(task, ctx, now)
 
     def _tasks(self):
-        return (fail_stuck_cleanups, self.resend_lost_cleanups,
-                self.clean_missed_releases, finish_stale_deletes)
+        return (self.fail_stuck_cleanups, self.resend_lost_cleanups,
+                self.clean_missed_releases, self.finish_stale_deletes)
 
     @staticmethod
     def _guarded(task, ctx, now=None):

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import api as db
 from steward.db import models as m
@@ -207,8 +208,14 @@ class Reporter:
     def _persist(self, ctx, host, reported):
         removed_rps = []
         with db_session.writer() as s:
-            existing = s.execute(sa.select(m.Device).where(m.Device.hostname == host)
-                                 ).scalars().all()
+            # The host's devices stay locked until this report commits: a bind
+            # committing in between would otherwise find its device's locked-in
+            # cleanup keys rewritten from a state read before the bind (PostgreSQL
+            # runs at READ COMMITTED). In id order, as binds lock them.
+            existing = s.execute(
+                sa.select(m.Device).where(m.Device.hostname == host)
+                .order_by(m.Device.id).with_for_update()
+                .execution_options(populate_existing=True)).scalars().all()
             dev_ids = [d.id for d in existing]
             cpids = s.execute(sa.select(m.ControlpathID).where(
                 m.ControlpathID.device_id.in_(dev_ids))).scalars().all() if dev_ids else []
@@ -228,14 +235,17 @@ class Reporter:
                 deps_by_device.setdefault(dep.device_id, []).append(dep)
             self._tls.deps_by_device = deps_by_device
 
+            matches = match_devices(existing, cpid_by_device, reported)
+            was_at = self._release_addresses(s, matches, existing, cpid_by_device)
             seen = set()
-            for rep, device, ident in match_devices(existing, cpid_by_device, reported):
+            for rep, device, ident in matches:
                 if device is None:
                     device, cpid = self._add_device(s, host, rep, ident)
                     deps_by_device[device.id] = []
                     cpid_by_device[device.id] = cpid
                 else:
-                    self._returned(device, cpid_by_device[device.id], rep, ident)
+                    self._returned(device, cpid_by_device[device.id], rep, ident,
+                                   was_at.get(device.id))
                     self._update_device(device, rep)
                     self._exclude_if_needed(s, ctx, device, host)
                 seen.add(device.id)
@@ -260,13 +270,43 @@ class Reporter:
         return [rp for rp in dict.fromkeys(removed_rps) if rp not in kept]
 
     @staticmethod
-    def _returned(device, cpid, rep, ident):
+    def _release_addresses(s, matches, existing, cpid_by_device):
+        """Before any device takes a control-path id, whoever holds it gives it up:
+        a device that moved (matched elsewhere), and a device not reported whose
+        id a reported one claims (a missing drive whose slot holds another drive
+        now). At most one device of a host holds an id at any time (the unique
+        constraint), even while devices swap slots. Returns {device id: the id it
+        held} for what was released."""
+        claimed = {canonical(rep.controlpath_id.cpid_info) for rep, _, _ in matches}
+        wanted = {device.id: canonical(rep.controlpath_id.cpid_info)
+                  for rep, device, _ in matches if device is not None}
+        was_at = {}
+        for device in existing:
+            cpid = cpid_by_device.get(device.id)
+            if cpid is None:
+                continue
+            held = canonical(cpid.cpid_info)
+            if wanted.get(device.id) == held or \
+                    (device.id not in wanted and held not in claimed):
+                continue
+            was_at[device.id] = cpid.cpid_info
+            cpid.cpid_info = m.released_cpid(device.uuid)
+            if device.id not in wanted:
+                LOG.warning('device %s (%s, %s) gives up %s to the device reported '
+                            'there now', device.uuid, device.identity,
+                            device.device_state, held)
+        if was_at:
+            s.flush()
+        return was_at
+
+    @staticmethod
+    def _returned(device, cpid, rep, ident, was_at=None):
         """A stored device matched a reported one: note where it is now, who it is,
         and that it is back."""
         info = canonical(rep.controlpath_id.cpid_info)
         if cpid.cpid_info != info:
             LOG.info('device %s (%s): now at %s, was at %s', device.uuid,
-                     device.identity or ident, info, cpid.cpid_info)
+                     device.identity or ident, info, was_at or cpid.cpid_info)
             cpid.cpid_info, cpid.cpid_type = info, rep.controlpath_id.cpid_type
         if ident and device.identity != ident:
             device.identity = ident
@@ -305,7 +345,7 @@ class Reporter:
         s.add(device)
         s.flush()
         cpid = m.ControlpathID(uuid=uuidutils.generate_uuid(), device_id=device.id,
-                               cpid_type=rep.controlpath_id.cpid_type,
+                               hostname=host, cpid_type=rep.controlpath_id.cpid_type,
                                cpid_info=canonical(rep.controlpath_id.cpid_info))
         s.add(cpid)
         s.flush()
@@ -337,7 +377,8 @@ class Reporter:
         removed = []
         by_name = {d.name: d for d in existing}
         names = set()
-        held = self._held_single(existing, {r.name for r in reported}, handles)
+        held = self._held_single(s, device, existing, {r.name for r in reported},
+                                 handles)
         for rep in reported:
             names.add(rep.name)
             dep = by_name.get(rep.name)
@@ -372,10 +413,10 @@ class Reporter:
         return removed
 
     @staticmethod
-    def _held_single(existing, names, handles):
+    def _held_single(s, device, existing, names, handles):
         """The in-use deployable of a single-accelerator device that is reported
         under another name (it moved while bound), or None."""
-        if sum(d.num_accelerators for d in existing) != 1:
+        if not reservation.policy(s, device, existing).single:
             return None
         return next((d for d in existing if d.name not in names and
                      any(h.in_use for h in handles.get(d.id, []))), None)
@@ -468,6 +509,12 @@ class Reporter:
             s.delete(a)
         s.flush()
         s.delete(dep)
+        # Now, not at the next flush: a deployable taking over the name (and its
+        # provider) may be inserted next, and inserts are flushed before deletes.
+        # SQLite may give that one this row's id: forget what this one held.
+        s.flush()
+        attrs.pop(dep.id, None)
+        handles.pop(dep.id, None)
         LOG.info('deployable %s: removed (no longer discovered)', dep.name)
         return [dep.rp_uuid] if dep.rp_uuid else []
 
@@ -522,17 +569,13 @@ class Reporter:
                 .join(m.Device, m.Deployable.device_id == m.Device.id)
                 .where(m.Device.hostname == host)).all()
             attrs = db.attributes_by_deployable(s, [d.id for d, _ in rows])
-            per_device = {}
-            for dep, dev in rows:
-                per_device[dev.id] = per_device.get(dev.id, 0) + dep.num_accelerators
             specs = []
-            for dep, dev in rows:
+            for dep, _ in rows:
                 rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
                 if rc is None or not dep.rp_uuid:
                     continue
                 traits = {a.value for a in attrs[dep.id] if a.key.startswith('trait')}
                 traits.add(os_traits.OWNER_CYBORG)
-                single = per_device[dev.id] == 1
                 specs.append(ProviderSpec(
                     uuid=dep.rp_uuid, name=dep.name, parent_uuid=root,
                     resource_class=rc, total=dep.num_accelerators,

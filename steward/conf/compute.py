@@ -9,8 +9,8 @@ opts = [
     cfg.StrOpt('events_listen', default='127.0.0.1:8774',
                help='host:port where the compute side serves '
                     'POST /v2.1/os-server-external-events while a boot waits for its '
-                    'accelerator-request-bound events. `steward serve` sends its events '
-                    'there when [nova] is not configured; empty: no such default.'),
+                    'accelerator-request-bound events not yet resolved (for a [nova] '
+                    'endpoint_override pointed here).'),
     cfg.IntOpt('arq_binding_timeout', default=300, min=1,
                help='Seconds a boot waits for accelerator-request-bound events. '
                     'A timeout aborts the boot (everything it claimed is released).'),

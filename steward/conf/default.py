@@ -47,5 +47,14 @@ def register_opts(conf):
     conf.set_default('transport_url', DEFAULT_TRANSPORT_URL)
 
 
+def set_lib_defaults():
+    """oslo.config.opts.defaults hook (pyproject.toml): oslo-config-generator and
+    the generated docs show Steward's transport_url default, not oslo.messaging's
+    ``rabbit://``."""
+    from oslo_config import cfg as _cfg
+    from oslo_messaging import transport as _transport
+    _cfg.set_defaults(_transport._transport_opts, transport_url=DEFAULT_TRANSPORT_URL)
+
+
 def list_opts():
     return [(None, opts)]

@@ -12,6 +12,10 @@ opts = [
     cfg.FloatOpt('event_retry_delay', default=2.0, min=0,
                  help='Seconds before an event Nova answered 422 (instance not yet '
                       'on a host) is sent once more.'),
+    cfg.IntOpt('event_connect_attempts', default=4, min=1,
+               help='Attempts to reach Nova before events are given up (Nova being '
+                    'restarted, a load balancer failing over), 0.5 s apart and '
+                    'doubling; then one WARNING line.'),
 ]
 
 

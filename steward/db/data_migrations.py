@@ -22,10 +22,14 @@ def backfill_device_state(session, limit):
                            .order_by(m.Device.id).limit(limit)).scalars().all()
     ctx = context.get_admin_context()
     for device in rows:
-        target = (states.DEV_ALLOCATED if db.device_has_active_arq(session, device.id)
-                  else states.DEV_AVAILABLE)
-        states.advance(session, m.Device, device, target, event='backfill',
-                       reason='online data migration', request_id=ctx.request_id)
+        if db.device_has_active_arq(session, device.id):
+            states.advance(session, m.Device, device, states.DEV_ALLOCATED,
+                           event='backfill', reason='online data migration',
+                           request_id=ctx.request_id)
+        else:
+            states.advance(session, m.Device, device, states.DEV_AVAILABLE,
+                           event='backfill', reason='online data migration',
+                           request_id=ctx.request_id)
     return len(rows), len(rows)
 
 

@@ -6,11 +6,15 @@ from alembic import command
 from alembic import config as alembic_config
 from alembic import migration as alembic_migration
 from alembic import script as alembic_script
+import sqlalchemy as sa
 
 from steward.db import session
 
 LOG = logging.getLogger(__name__)
 _DIR = os.path.join(os.path.dirname(__file__), 'migrations')
+# The PostgreSQL advisory lock key migrations hold (b'stewardm' as a big-endian
+# int64): any value works, as long as every Steward process uses the same.
+MIGRATION_LOCK_KEY = 0x737465776172646d
 
 
 def _config(connection=None):
@@ -29,9 +33,16 @@ def _ensure_sqlite_dir():
 
 
 def upgrade(revision='head'):
+    """Migrate to ``revision``. On PostgreSQL the migration holds an advisory lock
+    for its transaction: two conductors starting together do not both migrate, the
+    second waits and then finds nothing left to do. SQLite admits one writer at a
+    time already."""
     _ensure_sqlite_dir()
     engine = session.get_engine()
     with engine.begin() as conn:
+        if conn.dialect.name == 'postgresql':
+            conn.execute(sa.text('SELECT pg_advisory_xact_lock(:key)'),
+                         {'key': MIGRATION_LOCK_KEY})
         command.upgrade(_config(conn), revision)
 
 

@@ -49,7 +49,7 @@ class Device(TimestampMixin, Base):
     model = orm.mapped_column(sa.String(255), nullable=False)
     std_board_info = orm.mapped_column(sa.Text)
     vendor_board_info = orm.mapped_column(sa.Text)
-    hostname = orm.mapped_column(sa.String(255), nullable=False)
+    hostname = orm.mapped_column(sa.String(255), nullable=False, server_default='')
     status = orm.mapped_column(_enum('device_status', states.DEVICE_STATUSES),
                                nullable=False, default=states.DEVICE_STATUS_ENABLED)
     # Nullable on purpose (spec 1): rows from before this column are NULL until the
@@ -71,21 +71,44 @@ class Device(TimestampMixin, Base):
                                        lazy='raise')
 
 
+# What a device that gave up its control-path id holds instead (a missing drive
+# whose slot now holds another drive, see conductor/report.py): unique, and never a
+# control-path id a driver reports.
+RELEASED_CPID_PREFIX = 'released:'
+
+
+def released_cpid(device_uuid):
+    return f'{RELEASED_CPID_PREFIX}{device_uuid}'
+
+
 class ControlpathID(TimestampMixin, Base):
+    """One device's control-path id (its PCI address). At most one device of a
+    host holds a given id: ``hostname`` is the device's, copied here so that the
+    database can say so."""
     __tablename__ = 'controlpath_ids'
     __table_args__ = (
         sa.Index('controlpath_ids_device_id_idx', 'device_id'),
         sa.Index('controlpath_ids_cpid_info_idx', 'cpid_info'),
+        sa.Index('uniq_controlpath_ids0hostname0cpid_info', 'hostname', 'cpid_info',
+                 unique=True),
     )
 
     id = orm.mapped_column(sa.Integer, primary_key=True)
     uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
     device_id = orm.mapped_column(sa.ForeignKey('devices.id', ondelete='RESTRICT'),
                                   nullable=False)
+    hostname = orm.mapped_column(sa.String(255), nullable=False)
     cpid_type = orm.mapped_column(_enum('cpid_type', CPID_TYPES), nullable=False)
     cpid_info = orm.mapped_column(sa.String(255), nullable=False)
 
     device = orm.relationship('Device', back_populates='controlpath_ids', lazy='raise')
+
+
+@sa.event.listens_for(ControlpathID, 'before_insert')
+def _hostname_of_device(_mapper, connection, target):
+    if target.hostname is None:
+        target.hostname = connection.execute(
+            sa.select(Device.hostname).where(Device.id == target.device_id)).scalar_one()
 
 
 class Deployable(TimestampMixin, Base):
@@ -93,7 +116,9 @@ class Deployable(TimestampMixin, Base):
     __table_args__ = (
         sa.Index('deployables_device_id_idx', 'device_id'),
         sa.Index('deployables_rp_uuid_idx', 'rp_uuid'),
-        sa.Index('deployables_name_idx', 'name'),
+        # The name makes the resource provider (rp_uuid is uuid3 of it): two
+        # deployables with one name would share a provider.
+        sa.Index('uniq_deployables0name', 'name', unique=True),
     )
 
     id = orm.mapped_column(sa.Integer, primary_key=True)
@@ -170,7 +195,7 @@ class ExtARQ(TimestampMixin, Base):
     id = orm.mapped_column(sa.Integer, primary_key=True)
     uuid = orm.mapped_column(sa.String(36), nullable=False, unique=True)
     project_id = orm.mapped_column(sa.String(255))
-    state = orm.mapped_column(_enum('arq_state', states.ARQ_STATES), nullable=False,
+    state = orm.mapped_column(_enum('arq_state', states.ARQ_STORED_STATES), nullable=False,
                               default=states.ARQ_INITIAL)
     device_profile_id = orm.mapped_column(
         sa.ForeignKey('device_profiles.id', ondelete='RESTRICT'), nullable=False)

@@ -21,7 +21,6 @@ from steward import service
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.api import policy as api_policy
-from steward.conductor import device_ops
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
@@ -131,7 +130,6 @@ class LifeStack:
         self.conductor.stop()
         self.kill_agent()
         self.api.close()
-        device_ops.set_agent_api(None)
 
     # -- reading ---------------------------------------------------------------------
     def devices(self, headers=V26):

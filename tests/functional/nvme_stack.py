@@ -19,7 +19,6 @@ from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.api import policy as api_policy
-from steward.conductor import device_ops
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
@@ -74,7 +73,7 @@ class Stack:
     def stop(self):
         self.kill_agent(wait=False)
         self.api.close()
-        device_ops.set_agent_api(None)
+        self.conductor.stop()
 
     def discover(self):
         self.conductor.reporter.forget(self.host)

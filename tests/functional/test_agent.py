@@ -1,4 +1,5 @@
 """The agent: driver loading, the discovery loop and its interval."""
+import threading
 import time
 
 import pytest
@@ -13,23 +14,36 @@ from tests.functional import conductor_fixtures as cf
 
 class CountingFake(FakeDriver):
     calls = 0
+    started = []                        # time.monotonic() of each discover()
+    changed = threading.Condition()
 
     def discover(self):
-        type(self).calls += 1
+        with self.changed:
+            type(self).calls += 1
+            self.started.append(time.monotonic())
+            self.changed.notify_all()
         return super().discover()
 
 
 def test_discovery_interval_is_honoured(db, conf):
     conf.set_override('discovery_interval', 1, group='agent')
     conductor, _ = cf.stack(conf)
-    CountingFake.calls = 0
+    CountingFake.calls, CountingFake.started = 0, []
     agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
                          drivers=[CountingFake(conf, 'host-a')])
     agent.start()
-    time.sleep(2.5)
-    agent.stop()
-    # cycles at ~0 s, 1 s and 2 s: the interval is the configured one, not 60 s
-    assert 2 <= CountingFake.calls <= 4
+    try:
+        # Three cycles come (with the 60 s default the second would be a minute
+        # away: the wait gives up long before) ...
+        with CountingFake.changed:
+            assert CountingFake.changed.wait_for(lambda: CountingFake.calls >= 3,
+                                                 timeout=30), CountingFake.calls
+            started = list(CountingFake.started)
+    finally:
+        agent.stop()
+    # ... and not back to back: the loop waited the interval between them.
+    assert all(b - a >= 0.95 for a, b in zip(started, started[1:])), started
+    assert agent.cycles >= 2
 
 
 def test_upstream_driver_names_are_accepted(conf):

@@ -261,9 +261,7 @@ def test_device_disable_enable(stack, api, device):
 def test_steward_device_dispatches_to_device_listing(stack, device):
     wired = subprocess.run([STEWARD, 'device', 'list', '--help'], capture_output=True,
                            text=True, env=base_env(stack))
-    if wired.returncode != 0:
-        pytest.xfail('steward/cmd/device.py does not hand list/show/enable/disable to '
-                     'steward.cmd.device_listing.main yet (the lead wires it)')
+    assert wired.returncode == 0, wired.stderr
     out = subprocess.run([STEWARD, 'device', 'list', '-f', 'value', '-c', 'uuid'],
                          capture_output=True, text=True, env=base_env(stack))
     assert (out.returncode, out.stdout) == (0, device['uuid'] + '\n'), out.stderr
@@ -699,12 +697,6 @@ def test_doc_documents_every_action_and_the_exit_codes():
 @pytest.mark.parametrize('section', sorted(doc_sections()))
 def test_doc_examples_work_as_written(stack, api, arqs, section):
     script = doc_sections()[section]
-    if re.search(r'^steward device (list|show|enable|disable)\b', script, re.MULTILINE):
-        wired = subprocess.run([STEWARD, 'device', 'list', '--help'], capture_output=True,
-                               env=base_env(stack))
-        if wired.returncode != 0:
-            pytest.xfail('`steward device list|show|enable|disable` is not dispatched to '
-                         'steward.cmd.device_listing yet (the lead wires it)')
     # The doc is written for the single-host default address; this stack has its own.
     script = script.replace('http://127.0.0.1:6666', stack.url)
     out = subprocess.run(['bash', '-euo', 'pipefail', '-c', script], capture_output=True,

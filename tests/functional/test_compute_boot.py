@@ -3,6 +3,7 @@ against a real `steward serve` (embedded Placement) running the fake, pci and md
 drivers on a fake sysfs tree. Every boot is followed by a delete (or fails), and
 ARQs, allocations, Placement inventories (reserved included), usages and device
 states must then be exactly as before."""
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import httpx
 from lxml import etree
 import pytest
 
+from tests import requirements
 from tests.mdev_tree import I915_TYPES, MTTY_TYPES, MdevTree
 from tests.stack import free_port, running_stack
 from tests.sysfs_tree import make_sriov
@@ -158,7 +160,12 @@ def assert_valid_domain(xml):
     if os.path.exists(DOMAIN_RNG):
         rng = etree.RelaxNG(etree.parse(DOMAIN_RNG))
         assert rng.validate(parse(xml)), rng.error_log
-    if shutil.which('virsh'):
+    else:
+        requirements.degraded('libvirt', f'{DOMAIN_RNG} not installed: domain XML '
+                                         'not validated against the schema')
+    if not shutil.which('virsh'):
+        requirements.degraded('libvirt', 'virsh not installed: domain XML not defined')
+    else:
         path = f'/tmp/steward-e2e-{os.getpid()}.xml'
         with open(path, 'w') as f:
             f.write(xml)
@@ -318,18 +325,18 @@ def test_device_disabled_after_scheduling_is_undone(env):
         assert env.api.post(f"/v2/devices/{device['uuid']}/enable").status_code == 200
 
 
-def test_event_that_never_comes_aborts_and_undoes(env):
-    """This boot listens elsewhere than where `steward serve` sends its events."""
-    before = env.snapshot()
+def test_a_lost_event_does_not_stall_a_bound_boot(env):
+    """This boot listens elsewhere than where `steward serve` sends its events, so
+    its event is lost. Like Nova, the boot asks first whether its ARQs are already
+    resolved: they are (Steward binds synchronously), so nothing is awaited."""
     extra = (f'[compute]\nevents_listen = 127.0.0.1:{free_port()}\n'
-             f'arq_binding_timeout = 2\n')
+             f'arq_binding_timeout = 30\n')
     start = time.monotonic()
     out = env.boot('vm-noevent', {'accel:device_profile': 'dp-fake'}, extra=extra)
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert time.monotonic() - start >= 2
-    assert 'cyb.compute.bind_timeout' in out.stderr
-    assert env.snapshot() == before
-    assert 'vm-noevent' not in env.compute('list').stdout
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.monotonic() - start < 30
+    assert 'vm-noevent' in env.compute('list').stdout
+    assert env.compute('delete', 'vm-noevent').returncode == 0
 
 
 # -- OWNER_NOVA: Cyborg's groups never use a Nova-owned device -----------------------------
@@ -387,32 +394,45 @@ def test_usage_errors(env, tmp_path):
 
 
 # -- a boot stopped while it waits --------------------------------------------------------
-def start_waiting_boot(env, name):
-    """A boot whose events go elsewhere: it waits (60 s) with its ARQ Bound."""
+@contextlib.contextmanager
+def waiting_boot(env, name):
+    """A boot held half-way, its claim made and its ARQ Bound: the mdev type's
+    ``create`` is a FIFO nobody reads, so the mdev step's write blocks (a slow
+    kernel driver)."""
+    if not any(p['name'] == 'dp-mtty-held' for p in
+               env.api.get('/v2/device_profiles').json()['device_profiles']):
+        env.profile('dp-mtty-held', [{f'resources:{MTTY_RC}': '1'}])
+    create = env.tree.type_dir('mtty', 'mtty-2') / 'create'
+    saved = create.read_bytes()
+    create.unlink()
+    os.mkfifo(create)
     flavor = os.path.join(env.tmp, f'{name}.json')
     with open(flavor, 'w') as f:
         json.dump({'name': 'f', 'vcpus': 1, 'ram': 512,
-                   'extra_specs': {'accel:device_profile': 'dp-fake'}}, f)
-    extra = os.path.join(env.tmp, f'{name}.conf')
-    with open(extra, 'w') as f:
-        f.write(f'[compute]\nevents_listen = 127.0.0.1:{free_port()}\n'
-                f'arq_binding_timeout = 60\n')
+                   'extra_specs': {'accel:device_profile': 'dp-mtty-held'}}, f)
     proc = subprocess.Popen([STEWARD, 'compute', 'boot', '--flavor', flavor, '--name',
-                             name, '--config-file', env.conf, '--config-file', extra],
+                             name, '--config-file', env.conf],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not any(a['state'] == 'Bound' for a in env.arqs()):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    return proc
+    try:
+        deadline = time.monotonic() + 30
+        while not any(a['state'] == 'Bound' for a in env.arqs()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+        create.unlink()
+        create.write_bytes(saved)
 
 
-def test_sigterm_during_the_wait_undoes_the_boot(env):
+def test_sigterm_during_the_boot_undoes_it(env):
     before = env.snapshot()
-    proc = start_waiting_boot(env, 'vm-term')
-    proc.terminate()
-    _, stderr = proc.communicate(timeout=60)
+    with waiting_boot(env, 'vm-term') as proc:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
     assert 'Traceback' not in stderr
     assert env.snapshot() == before
@@ -421,11 +441,9 @@ def test_sigterm_during_the_wait_undoes_the_boot(env):
 
 def test_killed_boot_is_cleaned_up_by_delete(env):
     before = env.snapshot()
-    proc = start_waiting_boot(env, 'vm-kill')
-    try:
+    with waiting_boot(env, 'vm-kill') as proc:
         busy = env.compute('delete', 'vm-kill')
         assert busy.returncode == 1 and 'cyb.compute.instance_busy' in busy.stderr
-    finally:
         proc.kill()
         proc.communicate(timeout=30)
     listed = env.compute('list')

@@ -131,3 +131,18 @@ def test_one_notifier_feeds_successive_listeners_on_one_port(conf):
                 assert lst.wait(instance, 5) == {'a1': 'completed'}
     finally:
         notifier.stop()
+
+
+def test_resolved_arqs_leave_the_wait_early(listener):
+    """Nova's exit_wait_early: an ARQ found resolved needs no event; one that is
+    not still does."""
+    listener.expect(INSTANCE, ['a1', 'a2'])
+    listener.exit_early(INSTANCE, ['a1'])
+    with pytest.raises(exception.BindTimeout, match='a2 of instance'):
+        listener.wait(INSTANCE, 0.2)
+    post(listener, {'events': [{'name': events.EVENT_NAME, 'server_uuid': INSTANCE,
+                                'tag': 'a2', 'status': 'completed'}]})
+    assert listener.wait(INSTANCE, 5) == {'a2': 'completed'}
+    listener.expect(INSTANCE, ['b1'])
+    listener.exit_early(INSTANCE, ['b1'])
+    assert listener.wait(INSTANCE, 0) == {}

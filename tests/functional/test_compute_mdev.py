@@ -7,6 +7,7 @@ import pytest
 from steward.common import exception
 from steward.compute import handles
 from steward.compute import mdev
+from tests import requirements
 from tests.mdev_tree import MTTY_TYPES, MdevTree
 
 UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'
@@ -80,11 +81,13 @@ def test_sysfs_write_error_is_reported(tree):
         backend.create(backend.plan(handles.mdev(arq(VIRTUAL, 'mtty-2'))))
 
 
-needs_virsh = pytest.mark.skipif(not shutil.which('virsh'),
-                                 reason='virsh not installed (libvirt-clients)')
+@pytest.fixture
+def needs_virsh():
+    if not shutil.which('virsh'):
+        requirements.need('libvirt', 'virsh not installed (libvirt-clients)')
 
 
-@needs_virsh
+@pytest.mark.usefixtures('needs_virsh')
 def test_libvirt_backend_reports_what_libvirt_says():
     """libvirt's test driver cannot define node devices: the error must be
     libvirt's own, cleanly wrapped."""
@@ -99,7 +102,7 @@ def test_libvirt_backend_reports_what_libvirt_says():
     assert mdev.LibvirtMdevs('test:///default').remove(record) is False
 
 
-@needs_virsh
+@pytest.mark.usefixtures('needs_virsh')
 def test_auto_backend_follows_libvirt_reachability(conf, tmp_path):
     conf.set_override('mdev_sysfs_root', str(tmp_path), group='compute')
     conf.set_override('libvirt_uri', 'test:///default', group='compute')

@@ -11,7 +11,6 @@ from oslo_utils import timeutils
 
 from steward.common import context
 from steward.common import states
-from steward.conductor import periodic
 from steward.conductor.manager import ConductorManager
 from steward.db import api as db_api
 from steward.db import models as m
@@ -196,7 +195,8 @@ def test_conductors_racing_on_a_stuck_cleanup_fail_it_once(life, conf):
 
     def sweep():
         barrier.wait()
-        results.append(periodic.fail_stuck_cleanups(context.get_admin_context(), now=later))
+        results.append(st.conductor.periodic.fail_stuck_cleanups(
+            context.get_admin_context(), now=later))
     threads = [threading.Thread(target=sweep) for _ in range(2)]
     for t in threads:
         t.start()

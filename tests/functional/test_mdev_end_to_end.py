@@ -14,7 +14,6 @@ from fastapi import testclient
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.api import policy as api_policy
-from steward.conductor import device_ops
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
@@ -144,7 +143,6 @@ def env(db, conf, tmp_path):
     yield e
     e.admin.close()
     e.conductor.stop()
-    device_ops.set_placement_client(None)
 
 
 def handles(deployable_uuid):

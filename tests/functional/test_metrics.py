@@ -34,6 +34,7 @@ from steward.common import context
 from steward.common import exception
 from steward.drivers.fake import FakeDriver
 from tests import placement_fixture
+from tests import requirements
 from tests.functional import conductor_fixtures as cf
 from tests.functional.nvme_stack import LATEST, RC, agent_version_api
 from tests.functional.nvme_stack import nvme  # noqa: F401 (fixture)
@@ -381,7 +382,7 @@ def test_metrics_listen_in_use_is_a_configuration_error(db, conf):
 def test_steward_agent_alone_serves_metrics(tmp_path):
     from tests.multihost import rabbit
     if not rabbit.installed():
-        pytest.skip('rabbitmq-server is not installed')
+        requirements.need('rabbitmq', 'rabbitmq-server is not installed')
     broker = rabbit.RabbitServer(base=str(tmp_path / 'rabbit'))
     broker.start()
     placement = placement_fixture.get_placement()

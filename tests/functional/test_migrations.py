@@ -1,6 +1,7 @@
 """Schema migrations on a database that holds data, on SQLite and PostgreSQL (batch
 mode): 0004 adds devices.last_error/missing_since/identity and device_history
 without touching the rows already there."""
+import threading
 import uuid
 
 import pytest
@@ -8,6 +9,7 @@ import sqlalchemy as sa
 
 from steward.db import migration
 from steward.db import session
+from tests import requirements
 
 
 @pytest.fixture(params=['sqlite', 'postgresql'])
@@ -17,7 +19,7 @@ def empty_db(request, tmp_path, conf):
         from tests import pg_fixture
         server = pg_fixture.get_postgres()
         if server is None:
-            pytest.skip('PostgreSQL server binaries not installed')
+            requirements.need('postgres', 'PostgreSQL server binaries not installed')
         name = 'steward_mig_' + uuid.uuid4().hex[:12]
         server.psql(f'CREATE DATABASE {name}')
         url = server.url(name)
@@ -38,7 +40,7 @@ def test_0004_keeps_devices_and_adds_history(empty_db):
             "device_state, created_at) VALUES ('d-1', 'NVME', '8086', '0a54', 'h', "
             "'enabled', 'error', '2026-01-01 00:00:00')"))
     migration.upgrade()
-    assert migration.current_revision() == migration.head_revision() == '0004'
+    assert migration.current_revision() == migration.head_revision() == '0005'
     inspector = sa.inspect(session.get_engine())
     columns = {c['name']: c for c in inspector.get_columns('devices')}
     for name in ('last_error', 'missing_since', 'identity'):
@@ -62,4 +64,88 @@ def test_0004_keeps_devices_and_adds_history(empty_db):
             "'error')"))
     # A second run is a no-op.
     migration.upgrade()
+    assert migration.current_revision() == '0005'
+
+
+def _insert_device(conn, dev_id, uuid_, host, cpid_info, missing=False):
+    conn.execute(sa.text(
+        "INSERT INTO devices (id, uuid, type, vendor, model, hostname, status, "
+        "device_state, missing_since, created_at) VALUES (:id, :uuid, 'NVME', '8086', "
+        "'0a54', :host, 'enabled', 'error', :missing, '2026-01-01 00:00:00')"),
+        {'id': dev_id, 'uuid': uuid_, 'host': host,
+         'missing': '2026-01-02 00:00:00' if missing else None})
+    conn.execute(sa.text(
+        "INSERT INTO controlpath_ids (id, uuid, device_id, cpid_type, cpid_info, "
+        "created_at) VALUES (:id, :uuid, :id, 'PCI', :info, '2026-01-01 00:00:00')"),
+        {'id': dev_id, 'uuid': f'c-{uuid_}', 'info': cpid_info})
+
+
+def test_0005_makes_names_and_control_paths_unique(empty_db):
+    migration.upgrade('0004')
+    slot = '{"bus": "0a", "device": "00", "domain": "0000", "function": "0"}'
+    with session.get_engine().begin() as conn:
+        # A missing drive, and the drive now in its slot (what report.py did
+        # before 0005); the same address on another host; another address.
+        _insert_device(conn, 1, 'd-missing', 'h1', slot, missing=True)
+        _insert_device(conn, 2, 'd-present', 'h1', slot)
+        _insert_device(conn, 3, 'd-other-host', 'h2', slot)
+        conn.execute(sa.text(
+            "INSERT INTO deployables (uuid, name, num_accelerators, device_id, "
+            "created_at) VALUES ('dep-1', 'h1_0000:0a:00.0', 1, 2, "
+            "'2026-01-01 00:00:00')"))
+    migration.upgrade()
+    assert migration.current_revision() == '0005'
+    with session.get_engine().begin() as conn:
+        rows = dict(conn.execute(sa.text(
+            'SELECT d.uuid, c.hostname || \' \' || c.cpid_info FROM controlpath_ids c '
+            'JOIN devices d ON d.id = c.device_id')).all())
+    # The present drive keeps the address; the missing one gave it up.
+    assert rows == {'d-present': f'h1 {slot}', 'd-other-host': f'h2 {slot}',
+                    'd-missing': 'h1 released:d-missing'}
+    with pytest.raises(sa.exc.IntegrityError):
+        with session.get_engine().begin() as conn:
+            conn.execute(sa.text(
+                "UPDATE controlpath_ids SET cpid_info = :info WHERE device_id = 1"),
+                {'info': slot})
+    with pytest.raises(sa.exc.IntegrityError):
+        with session.get_engine().begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO deployables (uuid, name, num_accelerators, device_id, "
+                "created_at) VALUES ('dep-2', 'h1_0000:0a:00.0', 1, 1, "
+                "'2026-01-01 00:00:00')"))
+
+
+def test_0005_refuses_deployables_sharing_a_name(empty_db):
+    migration.upgrade('0004')
+    with session.get_engine().begin() as conn:
+        _insert_device(conn, 1, 'd-1', 'h1', '{}')
+        for n in (1, 2):
+            conn.execute(sa.text(
+                "INSERT INTO deployables (uuid, name, num_accelerators, device_id, "
+                "created_at) VALUES (:uuid, 'same', 1, 1, '2026-01-01 00:00:00')"),
+                {'uuid': f'dep-{n}'})
+    with pytest.raises(RuntimeError, match="share a name.*'same'"):
+        migration.upgrade()
+    # Nothing of 0005 stayed: the migration is one transaction.
     assert migration.current_revision() == '0004'
+
+
+# SQLite serialises writers itself: the advisory lock is PostgreSQL's.
+@pytest.mark.parametrize('empty_db', ['postgresql'], indirect=True)
+def test_two_conductors_starting_together_migrate_once(empty_db):
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def start():
+        barrier.wait()
+        try:
+            migration.upgrade()
+        except Exception as err:      # noqa: BLE001 - reported below
+            errors.append(err)
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert migration.current_revision() == migration.head_revision()

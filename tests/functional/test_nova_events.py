@@ -2,6 +2,7 @@
 import http.server
 import json
 import threading
+import time
 
 import pytest
 
@@ -69,15 +70,54 @@ def test_nova_error_does_not_raise(nova_server, conf):
     assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
 
 
-def test_unconfigured_nova_is_skipped(conf):
-    assert nova.NovaNotifier(conf).notify(EVENTS) is None
+def test_unconfigured_nova_costs_nothing(conf, caplog):
+    """No [nova]: one INFO line when the notifier is built, then nothing per bind."""
+    with caplog.at_level('DEBUG', logger='steward.conductor.nova'):
+        notifier = nova.NovaNotifier(conf)
+        started = len(caplog.records)
+        assert all(notifier.notify(EVENTS) is None for _ in range(50))
+    assert [r.levelname for r in caplog.records[:started]] == ['INFO']
+    assert 'events are off' in caplog.records[0].getMessage()
+    assert len(caplog.records) == started and notifier.sent == 0
+
+
+def _closed_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_a_nova_that_comes_back_gets_its_events(conf):
+    """Connection refused at first (Nova restarting): retried with a backoff, and
+    delivered once something listens on the port."""
+    port = _closed_port()
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
+    Handler.replies, Handler.seen = [(200, {'events': []})], []
+    try:
+        notifier = nova.NovaNotifier(conf)
+        future = notifier.notify(EVENTS)
+        deadline = time.monotonic() + 10
+        while not notifier.connect_failures:             # the first attempt was refused
+            assert time.monotonic() < deadline and not future.done()
+            time.sleep(0.01)
+        srv = http.server.ThreadingHTTPServer(('127.0.0.1', port), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            assert future.result(20) is True
+        finally:
+            srv.shutdown()
+            srv.server_close()
+    finally:
+        conf.clear_override('auth_type', group='nova')
+        conf.clear_override('endpoint_override', group='nova')
+    assert len(Handler.seen) == 1
 
 
 def test_nothing_listening_is_a_warning_not_an_error(conf, caplog):
-    import socket
-    with socket.socket() as s:                       # a port nobody listens on
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
+    port = _closed_port()
+    conf.set_override('event_connect_attempts', 2, group='nova')
     conf.set_override('auth_type', 'none', group='nova')
     conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
     try:
@@ -88,3 +128,5 @@ def test_nothing_listening_is_a_warning_not_an_error(conf, caplog):
         conf.clear_override('endpoint_override', group='nova')
     assert [r.levelname for r in caplog.records if 'not delivered' in r.getMessage()] \
         == ['WARNING']
+    assert not any(r.exc_info for r in caplog.records)
+    assert 'after 2 attempt(s) (ConnectFailure)' in caplog.records[-1].getMessage()

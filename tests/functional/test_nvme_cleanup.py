@@ -6,7 +6,6 @@ tenant's data on it. Each fault leaves the device in error, reserved in Placemen
 refused to binds; POST /clean after the fault is fixed makes it available again.
 """
 import json
-import logging
 import time
 
 import pytest
@@ -42,14 +41,16 @@ def marks_spy(monkeypatch):
     return written
 
 
-def _transitions(caplog, dev_uuid):
-    """(from, to) of every device_state change of the device, from advance()'s log."""
-    out = []
-    for r in caplog.records:
-        msg = r.getMessage()
-        if r.name == 'steward.common.states' and msg.startswith(f'device {dev_uuid}: '):
-            out.append(tuple(msg.split(': ', 1)[1].split(' (')[0].split(' -> ')))
-    return out
+HISTORY = {'OpenStack-API-Version': 'accelerator 2.6'}
+
+
+def _transitions(st, dev_uuid):
+    """(from, event, to, actor kind) of every device_state change of the device,
+    oldest first, from its history (GET /v2/devices/{uuid}/history, 2.6)."""
+    r = st.api.get(f'/v2/devices/{dev_uuid}/history', headers=HISTORY)
+    assert r.status_code == 200, r.text
+    return [(h['source_state'], h['event'], h['target_state'], h['actor'].split()[0])
+            for h in r.json()['history']]
 
 
 def _assert_quarantined(st, dev, code=None):
@@ -101,8 +102,7 @@ def _allocated(st, dev, ctrl):
     (dict(ces=False, bes=False, wzs=False), 'shred', 'clear-overwrite'),
 ])
 def test_released_device_is_cleaned_before_it_is_available_again(
-        nvme, caplog, marks_spy, caps, action, assurance):
-    caplog.set_level(logging.INFO, logger='steward.common.states')
+        nvme, marks_spy, caps, action, assurance):
     ctrl = nvme.sim.add_controller(namespaces=[32 * MiB, 16 * MiB], serial='SN-E2E',
                                    firmware='FW42', sanitize_seconds=0.3, **caps)
     st = nvme.start()
@@ -122,9 +122,11 @@ def test_released_device_is_cleaned_before_it_is_available_again(
     st.release(inst)
     seen = st.wait_state(dev['uuid'], ('available', 'error'))
     assert seen[-1] == 'available', st.records(dev['uuid'])
-    assert _transitions(caplog, dev['uuid'])[-3:] == [
-        ('allocated', 'pending_cleaning'), ('pending_cleaning', 'cleaning'),
-        ('cleaning', 'available')]
+    assert _transitions(st, dev['uuid']) == [
+        ('available', 'bind', 'allocated', 'conductor'),
+        ('allocated', 'release_for_cleaning', 'pending_cleaning', 'conductor'),
+        ('pending_cleaning', 'start_cleaning', 'cleaning', 'agent'),
+        ('cleaning', 'cleaned', 'available', 'agent')]
     assert st.inventory(dep['rp_uuid'])['reserved'] == 0
 
     # Nothing of the tenant, nothing of the watermarks: read independently of Steward.

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests import requirements
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, 'doc', 'drivers', 'nvme.md')
 
@@ -54,7 +56,7 @@ def _load(tmp_path, text):
 def _nvme_cli():
     if not any(os.path.exists(os.path.join(d, 'nvme'))
                for d in os.environ.get('PATH', '').split(os.pathsep) + ['/usr/sbin']):
-        pytest.skip('nvme-cli is not installed')
+        requirements.need('nvme', 'nvme-cli is not installed')
 
 
 def test_the_spec_example_loads_verbatim(tmp_path):

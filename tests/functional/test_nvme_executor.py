@@ -4,7 +4,6 @@ agent stop. The driver here is a small stand-in whose cleanup just takes time (t
 NVMe driver's own cleanup is exercised end to end elsewhere)."""
 import json
 import threading
-import time
 import uuid
 
 import pytest
@@ -22,37 +21,52 @@ from tests.functional import conductor_fixtures as cf
 HOST = 'exec-host'
 
 
-class SlowDriver(base.Driver):
+class GatedDriver(base.Driver):
+    """A cleanup that reports progress, then holds until the test opens ``gate``
+    (or its job is cancelled): the tests wait on these events, never on time."""
     name = 'slow'
 
-    def __init__(self, seconds=0.3, fail=None):
+    def __init__(self, fail=None, open_gate=False):
         super().__init__(None, HOST)
-        self.seconds, self.fail = seconds, fail
+        self.fail = fail
+        self.gate = threading.Event()
+        if open_gate:
+            self.gate.set()
         self.running = 0
         self.peak = 0
+        self.finished = 0
+        self.holding = 0                # reported progress, waiting at the gate
         self.calls = []
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
 
     def discover(self):
         return []
 
     def cleanup(self, device, job=None):
-        with self._lock:
+        with self._cond:
             self.running += 1
             self.peak = max(self.peak, self.running)
             self.calls.append(device['uuid'])
+            self._cond.notify_all()
         try:
-            deadline = time.monotonic() + self.seconds
-            while time.monotonic() < deadline:
-                job.check()
-                job.progress('erase', 50.0, 'halfway')
-                time.sleep(0.02)
+            job.progress('erase', 50.0, 'halfway')
+            with self._cond:
+                self.holding += 1
+                self._cond.notify_all()
+            while not self.gate.wait(0.02):
+                job.check()             # raises once the job is cancelled
             if self.fail:
                 raise self.fail
             job.record.update(action='slow', assurance_level='test', verification='passed')
         finally:
-            with self._lock:
+            with self._cond:
                 self.running -= 1
+                self.finished += 1
+                self._cond.notify_all()
+
+    def wait_until(self, predicate, what):
+        with self._cond:
+            assert self._cond.wait_for(lambda: predicate(self), timeout=60), what
 
 
 @pytest.fixture
@@ -89,44 +103,68 @@ def _executor(conductor, driver, timeout=5, workers=8):
 
 
 def test_one_cleanup_per_device_however_often_it_is_asked(conductor):
-    driver = SlowDriver(0.3)
-    ex = _executor(conductor, driver)
+    driver = GatedDriver()
+    ex = _executor(conductor, driver, timeout=3600)
     dev = _device()
-    for _ in range(4):
+    ex.submit({'uuid': dev})
+    driver.wait_until(lambda d: d.running == 1, 'the first cleanup never started')
+    for _ in range(3):                  # asked again while it runs
         ex.submit({'uuid': dev})
-    ex.wait(10)
+    driver.gate.set()
+    ex.wait(30)
     assert driver.calls == [dev]
     assert _state(dev) == 'available'
     assert [r['status'] for r in _records(dev)] == ['succeeded']
 
 
 def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(conductor):
-    driver = SlowDriver(0.6)
-    ex = _executor(conductor, driver, timeout=1, workers=2)
+    driver = GatedDriver()
     devs = [_device() for _ in range(5)]
-    start = time.monotonic()
+    reads = []
+    read = threading.Condition()
+
+    def timeout():
+        # [nvme] cleanup_timeout is read by a cleanup's supervisor once its work has
+        # begun: record how many devices had begun (cleaning or done) at each read.
+        begun = sum(_state(d) != 'pending_cleaning' for d in devs)
+        with read:
+            reads.append(begun)
+            read.notify_all()
+        return 3600                     # the gate, not the timeout, ends the work
+
+    ex = cleanup.CleanupExecutor(ConductorAPI(conductor), [driver], HOST,
+                                 timeout=timeout, max_workers=2)
     for d in devs:
         ex.submit({'uuid': d})
-    ex.wait(20)
+    driver.wait_until(lambda d: d.running == 2, 'two cleanups never ran at once')
+    with read:
+        assert read.wait_for(lambda: len(reads) >= 2, timeout=60), reads
+    # The pool is full and held: three wait in the queue, with no deadline running
+    # (a timeout counted from the submission would have been read five times).
+    assert [_state(d) for d in devs].count('pending_cleaning') == 3
+    assert len(reads) == 2 and len(driver.calls) == 2
+    driver.gate.set()
+    ex.wait(30)
     assert driver.peak == 2
-    assert time.monotonic() - start >= 1.8            # 3 rounds of 0.6 s
-    # The last one waited 1.2 s in the queue, more than the 1 s timeout: not counted.
     assert [_state(d) for d in devs] == ['available'] * 5
+    assert sorted(reads) == reads and len(reads) == 5
+    assert all(seen >= n for n, seen in enumerate(reads, 1))
 
 
 def test_timeout_cancels_and_the_device_goes_to_error(conductor):
-    driver = SlowDriver(30)
+    driver = GatedDriver()                           # never opened: only the timeout ends it
     ex = _executor(conductor, driver, timeout=1)
     dev = _device()
-    t0 = time.monotonic()
-    ex.submit({'uuid': dev}).join(10)
-    assert time.monotonic() - t0 < 5
+    supervisor = ex.submit({'uuid': dev})
+    supervisor.join(60)
+    assert not supervisor.is_alive()
     assert _state(dev) == 'error'
     rec = _records(dev)[0]
     assert rec['error_code'] == 'cyb.cleanup.deadline_exceeded'
     assert 'erase 50 %' in rec['error_message'] and 'halfway' in rec['error_message']
-    time.sleep(0.1)
-    assert driver.running == 0                       # the work stopped too
+    # The work stopped too: the driver's cleanup returned without the gate opening.
+    driver.wait_until(lambda d: d.finished == 1, 'the cancelled cleanup kept running')
+    assert driver.running == 0 and not driver.gate.is_set()
 
 
 @pytest.mark.parametrize('fail,code', [
@@ -134,7 +172,7 @@ def test_timeout_cancels_and_the_device_goes_to_error(conductor):
     (RuntimeError('disk on fire'), 'cyb.cleanup.failed'),
 ])
 def test_driver_failures_end_in_error_with_their_code(conductor, fail, code):
-    ex = _executor(conductor, SlowDriver(0.05, fail=fail))
+    ex = _executor(conductor, GatedDriver(fail=fail, open_gate=True))
     dev = _device()
     ex.submit({'uuid': dev}).join(10)
     assert _state(dev) == 'error'
@@ -145,7 +183,7 @@ def test_driver_failures_end_in_error_with_their_code(conductor, fail, code):
 
 
 def test_a_device_that_is_not_pending_cleaning_is_left_alone(conductor):
-    driver = SlowDriver(0.05)
+    driver = GatedDriver(open_gate=True)
     ex = _executor(conductor, driver)
     for state in ('available', 'allocated', 'error'):
         dev = _device(state)
@@ -163,14 +201,12 @@ def test_an_unknown_driver_is_a_failure_not_a_hang(conductor):
 
 
 def test_stopping_the_agent_reports_nothing(conductor):
-    driver = SlowDriver(30)
-    ex = _executor(conductor, driver)
+    driver = GatedDriver()
+    ex = _executor(conductor, driver, timeout=3600)
     dev = _device()
     thread = ex.submit({'uuid': dev})
-    deadline = time.monotonic() + 5
-    while _state(dev) != 'cleaning':
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    driver.wait_until(lambda d: d.running == 1, 'the cleanup never started')
+    assert _state(dev) == 'cleaning'
     ex.stop()
     thread.join(10)
     assert _state(dev) == 'cleaning'                 # left for the next start's recovery
@@ -179,15 +215,15 @@ def test_stopping_the_agent_reports_nothing(conductor):
 
 
 def test_progress_reaches_the_erase_record(conductor):
-    ex = _executor(conductor, SlowDriver(1.5))
+    driver = GatedDriver()
+    ex = _executor(conductor, driver, timeout=3600)
     dev = _device()
     thread = ex.submit({'uuid': dev})
-    deadline = time.monotonic() + 5
-    while not _records(dev) or _records(dev)[0]['phase'] != 'erase':
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # job.progress() is synchronous: once the driver holds, the record has it.
+    driver.wait_until(lambda d: d.holding == 1, 'the cleanup never reported progress')
     rec = _records(dev)[0]
-    assert (rec['status'], rec['progress'], rec['progress_detail']) == \
-        ('running', 50.0, 'halfway')
-    thread.join(10)
+    assert (rec['status'], rec['phase'], rec['progress'], rec['progress_detail']) == \
+        ('running', 'erase', 50.0, 'halfway')
+    driver.gate.set()
+    thread.join(30)
     assert _records(dev)[0]['phase'] == 'done'

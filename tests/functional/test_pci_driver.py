@@ -21,6 +21,7 @@ from steward.db import session
 from steward.drivers.pci import PciDriver
 from steward.placement import client as placement_client
 from tests import placement_fixture
+from tests import requirements
 from tests.functional import conductor_fixtures as cf
 from tests.sysfs_tree import make_pci, make_sriov
 
@@ -101,7 +102,7 @@ def real_device():
     except OSError:
         names = []
     if not names:
-        pytest.skip(f'{SYS_PCI} has no device on this machine')
+        requirements.need('pci', f'{SYS_PCI} has no device on this machine')
     # A PF with VFs enabled is (rightly) not reported; pick a function without.
     usable = [n for n in names
               if not any(e.startswith('virtfn') for e in os.listdir(os.path.join(SYS_PCI, n)))]

@@ -10,6 +10,7 @@ import time
 import uuid
 
 import httpx
+from prometheus_client import parser
 import pytest
 
 from tests.stack import running_stack
@@ -117,9 +118,39 @@ def test_osc_placement_sees_owner_cyborg_and_fpga_16(stack):
     assert [(i['resource_class'], i['total']) for i in inv] == [('FPGA', 16)]
 
 
+def scrape(st):
+    """{(name, labels): value} of the stack's /metrics."""
+    text = httpx.get(f'{st.url}/metrics', timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in parser.text_string_to_metric_families(text) for s in fam.samples}
+
+
+def discovery_cycles(st):
+    return scrape(st).get(('steward_discovery_cycles_total', (('host', HOST),)), 0)
+
+
+def placement_writes(st):
+    return scrape(st)[('steward_placement_requests_total', (('kind', 'write'),))]
+
+
+def wait_for_cycles(st, count, timeout=60):
+    """Until the agent's completed-cycle counter reaches ``count`` (a wait, not an
+    assertion on time: the deadline only stops a hung run)."""
+    deadline = time.monotonic() + timeout
+    while discovery_cycles(st) < count:
+        assert time.monotonic() < deadline, f'the agent never reached cycle {count}'
+        time.sleep(0.1)
+
+
 def test_quiet_discovery_cycles_write_nothing_to_placement(stack):
-    before = tree(stack)
-    time.sleep(3.5)       # discovery_interval = 1: at least two more cycles
+    wait_for_cycles(stack, 1)                  # the first cycle wrote the tree
+    before, writes = tree(stack), placement_writes(stack)
+    cycles = discovery_cycles(stack)
+    assert writes > 0                          # the counter does count writes
+    # Two whole cycles after the baseline (+1 may be a cycle already under way):
+    # each discovered every device and reported it to the conductor.
+    wait_for_cycles(stack, cycles + 3)
+    assert placement_writes(stack) == writes
     assert tree(stack) == before
     assert stack.log().count('discovered on') == 1
 

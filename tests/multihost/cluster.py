@@ -31,6 +31,7 @@ import uuid
 import httpx
 
 from steward.placement import embedded
+from tests import requirements
 from tests.multihost import pg
 from tests.multihost import rabbit
 from tests.sysfs_tree import make_pci
@@ -194,6 +195,9 @@ class Cluster:
         self.n_conductors = conductors
         self.api_workers = api_workers
         self.use_netns = Netns.available() if use_netns is None else use_netns
+        if use_netns is None and not self.use_netns:
+            requirements.degraded('netns', 'no network namespaces (needs root and '
+                                           '`ip netns`): every process shares loopback')
         self.netns = {}
         self.rabbit = None
         self.pg = None

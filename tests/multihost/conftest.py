@@ -2,6 +2,7 @@
 the multihost tests. Every test leaves it healthy and as it found it."""
 import pytest
 
+from tests import requirements
 from tests.multihost import cluster as cluster_mod
 from tests.multihost import rabbit
 
@@ -9,11 +10,11 @@ from tests.multihost import rabbit
 @pytest.fixture(scope='session')
 def cluster():
     if not rabbit.installed():
-        pytest.skip('rabbitmq-server is not installed (tools/system-packages.sh '
-                    'installs it)')
+        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
+                                      '(tools/system-packages.sh installs it)')
     from tests.multihost import pg
     if pg.server() is None:
-        pytest.skip('PostgreSQL server binaries are not installed')
+        requirements.need('postgres', 'PostgreSQL server binaries are not installed')
     c = cluster_mod.Cluster().start()
     yield c
     c.stop()

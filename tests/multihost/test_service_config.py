@@ -104,13 +104,15 @@ def _arq_in_deleting(age_seconds):
 
 
 def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(db):
+    from steward.conductor.manager import ConductorManager
+    clients = ConductorManager(None).clients
     old = _arq_in_deleting(age_seconds=CONF.conductor.stale_delete_grace + 5)
     recent = _arq_in_deleting(age_seconds=1)
-    assert periodic.finish_stale_deletes(context.get_admin_context()) == 1
+    assert periodic.finish_stale_deletes(clients, context.get_admin_context()) == 1
     with db_session.reader() as s:
         left = [a.uuid for a in db_api.arq_list(s)]
     assert left == [recent] and old not in left
     # What the grace protects: the delete in progress finishes it itself.
-    arq_ops.finish_deleting(context.get_admin_context(), [recent])
+    arq_ops.finish_deleting(clients, context.get_admin_context(), [recent])
     with db_session.reader() as s:
         assert db_api.arq_list(s) == []

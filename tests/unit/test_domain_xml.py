@@ -14,6 +14,7 @@ from steward.common import exception
 from steward.compute import domain_xml
 from steward.compute import handles
 from steward.compute import mdev
+from tests import requirements
 
 SCHEMAS = '/usr/share/libvirt/schemas'
 INSTANCE = '0b5b3a4e-6f0e-4a43-9b56-2d1f7d2c1e10'
@@ -53,15 +54,15 @@ def build(arqs, name='vm-test'):
 @pytest.fixture(scope='module')
 def domain_rng():
     if not os.path.exists(f'{SCHEMAS}/domain.rng'):
-        pytest.skip('libvirt schemas not installed (Debian libvirt0, pulled in by '
-                    'libvirt-clients)')
+        requirements.need('libvirt', 'libvirt schemas not installed (Debian libvirt0, '
+                                     'pulled in by libvirt-clients)')
     return etree.RelaxNG(etree.parse(f'{SCHEMAS}/domain.rng'))
 
 
 @pytest.fixture(scope='module')
 def nodedev_rng():
     if not os.path.exists(f'{SCHEMAS}/nodedev.rng'):
-        pytest.skip('libvirt schemas not installed')
+        requirements.need('libvirt', 'libvirt schemas not installed')
     return etree.RelaxNG(etree.parse(f'{SCHEMAS}/nodedev.rng'))
 
 
@@ -72,8 +73,8 @@ def assert_valid(rng, xml):
 
 def virt_xml_validate(tmp_path, xml, kind):
     if not shutil.which('virt-xml-validate') or not shutil.which('xmllint'):
-        pytest.skip('virt-xml-validate/xmllint not installed (libvirt-clients, '
-                    'libxml2-utils)')
+        requirements.need('libvirt', 'virt-xml-validate/xmllint not installed '
+                                     '(libvirt-clients, libxml2-utils)')
     path = tmp_path / f'{kind}.xml'
     path.write_text(xml)
     return subprocess.run(['virt-xml-validate', str(path), kind], capture_output=True,
@@ -83,7 +84,7 @@ def virt_xml_validate(tmp_path, xml, kind):
 def virsh_define(tmp_path, xml, name):
     """``virsh define --validate`` on a fresh test:///default; (rc, dumped XML)."""
     if not shutil.which('virsh'):
-        pytest.skip('virsh not installed (libvirt-clients)')
+        requirements.need('libvirt', 'virsh not installed (libvirt-clients)')
     path = tmp_path / 'define.xml'
     path.write_text(xml)
     out = subprocess.run(['virsh', '-c', 'test:///default',
@@ -244,10 +245,10 @@ def test_virsh_test_driver_accepts_mixed_domain(tmp_path):
 
 
 def test_libvirt_python_define_validate():
-    libvirt = pytest.importorskip(
-        'libvirt', reason='libvirt-python not installed (needs libvirt-dev and '
-                          'pkg-config to build; Debian python3-libvirt serves only '
-                          '/usr/bin/python3)')
+    libvirt = requirements.need_import(
+        'libvirt', 'libvirt', 'libvirt-python not installed (needs libvirt-dev and '
+                              'pkg-config to build; Debian python3-libvirt serves only '
+                              '/usr/bin/python3)')
     xml = build([pci_arq(False), mdev_arq(), pci_arq(bus='26', uuid='p2')])
     conn = libvirt.open('test:///default')
     try:

@@ -7,6 +7,7 @@ import pytest
 
 from steward.common import exception
 from steward.drivers import nvme_cli
+from tests import requirements
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'nvme_fixtures')
 
@@ -132,7 +133,7 @@ def test_created_nsid_and_version():
 def test_real_nvme_cli_failure_is_parsed(tmp_path):
     cli = nvme_cli.NvmeCli('nvme')
     if cli.path() is None:
-        pytest.skip('nvme-cli is not installed')
+        requirements.need('nvme', 'nvme-cli is not installed')
     with pytest.raises(exception.NvmeCommandFailed) as err:
         cli.id_ctrl(str(tmp_path / 'nvme9'))
     assert 'No such file or directory' in str(err.value)

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from steward.drivers import pci_sysfs
+from tests import requirements
 from tests.nvme_sim import BuildError, SimError, Simulation, build
 
 MiB = 2**20
@@ -153,7 +154,7 @@ def test_descriptors_outside_the_simulation_are_untouched(sim, tmp_path):
     try:
         os.mknod(other, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
     except PermissionError:
-        pytest.skip('mknod not permitted')
+        requirements.need('nvme', 'mknod not permitted (needs root)')
     err = fails(sim, 'id-ctrl', str(other))
     assert 'Inappropriate ioctl for device' in err
     r = subprocess.run(['cat', '/proc/self/status'], env=sim.environ(), capture_output=True,

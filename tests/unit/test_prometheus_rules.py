@@ -385,7 +385,7 @@ def test_rules_and_panels_select_on_labels_that_exist(served):
     _, _, labels_of = served
     values_of = {
         ('steward_devices', 'state'): set(states.DEVICE_STATES) | {'unset'},
-        ('steward_accelerator_requests', 'state'): set(states.ARQ_STATES),
+        ('steward_accelerator_requests', 'state'): set(states.ARQ_STORED_STATES),
         ('steward_cleanups_total', 'outcome'): set(metrics.CLEANUP_OUTCOMES),
         ('steward_cleanups_total', 'action'): set(nvme_policy.ACTIONS),
         ('steward_placement_requests_total', 'kind'): {'read', 'write'},

@@ -54,11 +54,9 @@ def clean(req):
     """202 (no body): the device goes error -> pending_cleaning and its agent
     re-runs the locked-in cleanup action. 400 not a UUID, device cannot clean
     (``cyb.device.cannot_clean``) or its agent is too old (``cyb.rpc.agent_too_old``);
-    403 (admin only); 404; 406 below 2.5; 409 not in error
+    403 (admin only); 404 (also below 2.5: app.SINCE); 409 not in error
     (``cyb.cleaning.in_progress``); 503 the agent could not be asked."""
     policy.authorize(req.ctx, 'cyborg:device:clean')
-    microversion.require(req.version, microversion.DEVICE_STATE,
-                         'POST /v2/devices/{uuid}/clean')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     req.conductor.device_clean(req.ctx, uuid)
@@ -67,10 +65,8 @@ def clean(req):
 
 def clean_plan(req):
     """200 what a clean would run and why (nothing is executed); 400; 403 (admin
-    only); 404; 406 below 2.5."""
+    only); 404 (also below 2.5)."""
     policy.authorize(req.ctx, 'cyborg:device:clean_plan')
-    microversion.require(req.version, microversion.DEVICE_STATE,
-                         'GET /v2/devices/{uuid}/clean_plan')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     return handlers.json_response(req.conductor.device_clean_plan(req.ctx, uuid))
@@ -79,10 +75,8 @@ def clean_plan(req):
 def erase_records(req):
     """200 {"erase_records": [...]} newest first (``?limit=N``); a running one
     carries the cleanup's phase and progress. Records outlive their device. 400;
-    403; 404 (no such device and no records); 406 below 2.5."""
+    403; 404 (no such device and no records, or below 2.5)."""
     policy.authorize(req.ctx, 'cyborg:device:erase_records')
-    microversion.require(req.version, microversion.DEVICE_STATE,
-                         'GET /v2/devices/{uuid}/erase_records')
     limit = req.query_args(('limit',), ints=('limit',)).get('limit')
     if limit is not None and limit < 1:
         raise exception.InvalidParameter(name='limit', value=limit,
@@ -99,10 +93,8 @@ def erase_records(req):
 def history(req):
     """200 {"history": [...]} oldest first: every device_state change with its
     event, reason, request id and who made it. Like erase records it outlives the
-    device. 400; 403; 404 (no such device and no history); 406 below 2.6."""
+    device. 400; 403; 404 (no such device and no history, or below 2.6)."""
     policy.authorize(req.ctx, 'cyborg:device:history')
-    microversion.require(req.version, microversion.DEVICE_HISTORY,
-                         'GET /v2/devices/{uuid}/history')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     with session.reader() as s:

@@ -8,6 +8,11 @@ CREATE = {
     'type': 'object',
     'properties': {
         'device_profile_name': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+        # python-cyborgclient 3.0.0 (`openstack accelerator arq create`) always
+        # sends the key, null unless --group-id is given. Only null is taken: a
+        # value would be ignored (the ARQs cover every group of the profile), and
+        # ignoring it silently is what upstream does wrong.
+        'device_profile_group_id': {'type': 'null'},
     },
     'required': ['device_profile_name'],
     'additionalProperties': False,

@@ -14,7 +14,6 @@ import pytest
 from fastapi import testclient
 
 from steward.api import app as api_app
-from steward.conductor import device_ops
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import models as m
@@ -96,19 +95,19 @@ def seed(db):
 
 
 @pytest.fixture
-def manager(db):
-    mgr = ConductorManager(None, notifier=RecordingNotifier())
+def manager(db, request):
+    # A test that asks for ``placement`` gets a conductor that uses it.
+    fake = (request.getfixturevalue('placement') if 'placement' in request.fixturenames
+            else None)
+    mgr = ConductorManager(fake, notifier=RecordingNotifier())
     mgr.init_host()
     yield mgr
-    device_ops.set_placement_client(None)
+    mgr.stop()
 
 
 @pytest.fixture
-def placement(manager):
-    fake = FakePlacement()
-    device_ops.set_placement_client(fake)
-    yield fake
-    device_ops.set_placement_client(None)
+def placement():
+    return FakePlacement()
 
 
 @pytest.fixture

@@ -71,9 +71,8 @@ def test_history_answers(client, seed):
     url = f'/v2/devices/{seed["device"]}/history'
     for version in ('2.0', '2.5'):
         r = client.get(url, headers=mv(version))
-        assert r.status_code == 406, version
-        assert r.json()['error_code'] == 'cyb.microversion.feature_unavailable'
-        assert 'needs microversion 2.6' in r.json()['error_message']
+        assert r.status_code == 404, version
+        assert r.json()['error_code'] == 'cyb.request.path_not_found'
     r = client.get(f'/v2/devices/{uuid.uuid4()}/history', headers=mv('2.6'))
     assert r.status_code == 404 and r.json()['error_code'] == 'cyb.device.not_found'
     r = client.get('/v2/devices/not-a-uuid/history', headers=mv('2.6'))

@@ -116,6 +116,41 @@ def test_406_is_json_with_headers(client, value):
     _check_headers(r, '2.0')
 
 
+# --- URLs that appeared in a microversion -------------------------------------
+def _versioned_routes():
+    from steward.api import app as api_app
+    for path, since in api_app.SINCE.items():
+        assert path in api_app.ROUTES, path
+        for method in api_app.ROUTES[path]:
+            yield method, path, since
+
+
+@pytest.mark.parametrize('method,path,since', list(_versioned_routes()))
+def test_url_below_its_microversion_is_404(client, method, path, since):
+    url = path.replace('{uuid}', f'{"0" * 8}-0000-0000-0000-{"0" * 12}')
+    body = {} if method in ('POST', 'PATCH') else None
+    below = [v for v, _ in microversion.VERSIONS if v < since]
+    assert below, path
+    for version in below:
+        r = client.request(method, url, headers=mv(str(version)), json=body)
+        assert r.status_code == 404, (version, r.text)
+        assert r.json()['error_code'] == 'cyb.request.path_not_found'
+        _check_headers(r, str(version))
+    # From its version on the URL exists: the device does not (404 of another kind).
+    r = client.request(method, url, headers=mv(str(since)), json=body)
+    assert r.json()['error_code'] == 'cyb.device.not_found', r.text
+
+
+def test_versioned_urls_are_the_known_ones():
+    from steward.api import app as api_app
+    assert api_app.SINCE == {
+        '/v2/devices/{uuid}/clean': microversion.DEVICE_STATE,
+        '/v2/devices/{uuid}/clean_plan': microversion.DEVICE_STATE,
+        '/v2/devices/{uuid}/erase_records': microversion.DEVICE_STATE,
+        '/v2/devices/{uuid}/history': microversion.DEVICE_HISTORY,
+    }
+
+
 def test_root_carries_request_id(client):
     r = client.get('/')
     assert r.status_code == 200

@@ -1,0 +1,91 @@
+"""The one reservation rule: is a device single-accelerator, what must Placement's
+``reserved`` be for each of its deployables, and may it take a binding now.
+
+* A device with ONE accelerator (sum of num_accelerators over its deployables is 1:
+  a PCI function, an NVMe controller) is reserved whole in Placement
+  (``reserved = total``) whenever its device_state is not ``available``: a device
+  in use, awaiting cleanup or failed stays out of allocation candidates even if an
+  allocation is lost. It may be bound only while ``available``.
+* A device with SEVERAL accelerators (the fake FPGA's 16 functions, an mdev parent's
+  vGPUs) is ``allocated`` while any of its handles is in use, but Placement's own
+  allocations account for usage: reserving total there would hide every other vGPU
+  of the parent from the scheduler. It is reserved whole only when it must not be
+  used at all (pending_cleaning, cleaning, error), and may be bound while
+  ``available`` or ``allocated``.
+* ``status = maintaining`` (disable) reserves whole in both cases and refuses binds.
+* A missing device (``missing_since`` set) is never bound; its reservation stays
+  what its state asks (it is kept only while not available).
+* A device whose state was never set (before the online data migration) keeps
+  whatever Placement has (``None``) and is not bound.
+"""
+import dataclasses
+
+import sqlalchemy as sa
+
+from steward.common import exception
+from steward.common import states
+from steward.db import api as db
+from steward.db import models as m
+
+# States in which a device reserves everything even with several accelerators.
+WHOLE_DEVICE_OUT = (states.DEV_PENDING_CLEANING, states.DEV_CLEANING, states.DEV_ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    device_uuid: str
+    hostname: str
+    device_state: str
+    maintaining: bool
+    missing_since: object
+    single: bool
+
+    def reserved_for(self, deployable):
+        """Placement ``reserved`` for ``deployable`` (anything with
+        ``num_accelerators``, its provider's total), or None: leave it as it is."""
+        total = deployable.num_accelerators
+        if self.maintaining:
+            return total
+        if self.device_state is None:
+            return None
+        if self.single:
+            return 0 if self.device_state == states.DEV_AVAILABLE else total
+        return total if self.device_state in WHOLE_DEVICE_OUT else 0
+
+    @property
+    def refusal(self):
+        """Why a binding is refused now (an exception to raise), or None."""
+        if self.maintaining:
+            return exception.DeviceMaintaining(uuid=self.device_uuid)
+        if self.missing_since is not None:
+            return exception.DeviceMissing(uuid=self.device_uuid, host=self.hostname,
+                                           since=db.timestamp(self.missing_since),
+                                           action='bound')
+        allowed = (states.DEV_AVAILABLE,) if self.single else (
+            states.DEV_AVAILABLE, states.DEV_ALLOCATED)
+        if self.device_state not in allowed:
+            return exception.DeviceNotAvailable(
+                uuid=self.device_uuid, state=self.device_state or 'not backfilled')
+        return None
+
+    @property
+    def bindable(self):
+        return self.refusal is None
+
+
+def accelerators_of(session, device_id):
+    return session.execute(
+        sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
+        .where(m.Deployable.device_id == device_id)).scalar()
+
+
+def policy(session, device, deployables=None):
+    """The rule applied to ``device`` as it is in ``session``; ``deployables``: all
+    of the device's deployables when the caller holds them already (else they are
+    counted in the database)."""
+    count = (sum(d.num_accelerators for d in deployables) if deployables is not None
+             else accelerators_of(session, device.id))
+    return Policy(device_uuid=device.uuid, hostname=device.hostname,
+                  device_state=device.device_state,
+                  maintaining=device.status == states.DEVICE_STATUS_MAINTAINING,
+                  missing_since=device.missing_since, single=count == 1)

@@ -1,0 +1,99 @@
+"""Every declared edge is used and every state can be reached: the transition
+table says what the code does, nothing more. The callers are found by reading
+steward/ with ``ast``: each ``states.advance(session, <model>, row, <target>,
+event=<event>)`` names its model, target and event literally (the code is kept
+that way so this test can see them)."""
+import ast
+import pathlib
+
+import steward
+from steward.common import states
+from steward.db import models
+
+ROOT = pathlib.Path(steward.__file__).parent
+
+
+def _is_advance(node):
+    func = node.func
+    return (isinstance(func, ast.Attribute) and func.attr == 'advance'
+            and isinstance(func.value, ast.Name) and func.value.id == 'states') or \
+        (isinstance(func, ast.Name) and func.id == 'advance')
+
+
+def _literal(node, where, what):
+    """The value ``node`` names: ``states.X`` / ``m.X`` attributes and strings."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        owner = {'states': states, 'm': models, 'models': models}.get(node.value.id)
+        if owner is not None and hasattr(owner, node.attr):
+            return getattr(owner, node.attr)
+    raise AssertionError(f'{where}: the {what} of advance() is not a literal '
+                         f'({ast.unparse(node)}); pass it literally')
+
+
+def advance_calls():
+    """[(kind, event, target, 'file:line')] of every advance() call in steward/."""
+    found = []
+    for path in sorted(ROOT.rglob('*.py')):
+        if path.name == 'states.py' and path.parent.name == 'common':
+            continue        # the definition, not a caller
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and _is_advance(node)):
+                continue
+            where = f'{path.relative_to(ROOT.parent)}:{node.lineno}'
+            assert len(node.args) >= 4, f'{where}: advance(session, model, row, target)'
+            model = _literal(node.args[1], where, 'model')
+            target = _literal(node.args[3], where, 'target')
+            event = next((k.value for k in node.keywords if k.arg == 'event'), None)
+            assert event is not None, f'{where}: advance() without event='
+            found.append((model.__state_kind__, _literal(event, where, 'event'),
+                          target, where))
+    return found
+
+
+def test_the_scan_finds_the_callers():
+    calls = advance_calls()
+    # One caller of each kind that must be there, so a broken scan fails loudly.
+    assert any(c[:3] == ('arq', 'bind_done', states.ARQ_BOUND) for c in calls)
+    assert any(c[:3] == ('device', 'cleaned', states.DEV_AVAILABLE) for c in calls)
+
+
+def test_every_declared_edge_has_a_caller():
+    used = {c[:3] for c in advance_calls()}
+    unused = [(kind, t) for kind, table in states._TABLES.items() for t in table
+              if (kind, t.event, t.target) not in used]
+    assert not unused, 'declared edges no code takes: ' + ', '.join(
+        f'{kind} {t.source} --{t.event}--> {t.target}' for kind, t in unused)
+
+
+def test_every_caller_takes_a_declared_edge():
+    declared = {(kind, t.event, t.target) for kind, table in states._TABLES.items()
+                for t in table}
+    undeclared = [c for c in advance_calls() if c[:3] not in declared]
+    assert not undeclared, f'advance() calls on no declared edge: {undeclared}'
+
+
+def test_every_state_is_reachable_from_an_initial_state():
+    for kind, table in states._TABLES.items():
+        every = {'arq': states.ARQ_STATES, 'device': states.DEVICE_STATES}[kind]
+        seen = set(states.INITIAL_STATES[kind])
+        todo = list(seen)
+        while todo:
+            here = todo.pop()
+            for t in table:
+                if t.source == here and t.target not in seen:
+                    seen.add(t.target)
+                    todo.append(t.target)
+        assert set(every) <= seen, (kind, sorted(set(every) - seen))
+        # No edge leaves a state nothing can be in.
+        assert {t.source for t in table} <= seen, kind
+
+
+def test_retired_states_are_stored_but_never_entered():
+    for t in states.ARQ_TRANSITIONS:
+        assert t.source not in states.ARQ_RETIRED_STATES
+        assert t.target not in states.ARQ_RETIRED_STATES
+    column = models.ExtARQ.__table__.c.state.type
+    assert set(column.enums) == set(states.ARQ_STORED_STATES)
