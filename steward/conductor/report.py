@@ -108,6 +108,23 @@ def pci_address_like(text):
     return bool(_BDF.match(text))
 
 
+# Nova's libvirt driver names a vGPU parent's provider after the nodedev:
+# <host>_pci_0000_84_00_0.
+_NOVA_NODEDEV = re.compile(r'_pci_([0-9a-f]{4})_([0-9a-f]{2})_([0-9a-f]{2})_([0-7])$')
+
+
+def nova_provider_address(name):
+    """The PCI address a provider named the way Nova names one stands for, or None:
+    PCI in Placement ``<host>_<ADDRESS>`` (any case) and vGPU parents
+    ``<host>_pci_<dddd>_<bb>_<ss>_<f>``."""
+    name = name.lower()
+    tail = name.rsplit('_', 1)[-1]
+    if pci_address_like(tail):
+        return tail
+    m = _NOVA_NODEDEV.search(name)
+    return '%s:%s:%s.%s' % m.groups() if m else None
+
+
 def device_addresses(dev):
     """The PCI addresses a reported device stands for: its own and, for a VF, its
     PF's (Nova accounts VFs under the PF's provider)."""
@@ -163,9 +180,11 @@ class Reporter:
 
     def _without_nova_owned(self, host, rp_name, reported):
         """Drop devices Nova already hands out (spec 1 and 4): a provider under the
-        compute node named ``<anything>_<address>`` (Nova upper-cases the address;
-        a VF is accounted under its PF) that does not carry OWNER_CYBORG. Checked
-        only when a report changed, so quiet cycles cost nothing."""
+        compute node named the way Nova names one (nova_provider_address: PCI in
+        Placement ``<host>_<ADDRESS>``, upper-cased, VFs under their PF; vGPU
+        parents ``<host>_pci_<dddd>_<bb>_<ss>_<f>``) that does not carry
+        OWNER_CYBORG. Checked only when a report changed, so quiet cycles cost
+        nothing."""
         if self.placement is None or not reported:
             return reported
         try:
@@ -175,9 +194,9 @@ class Reporter:
             return reported          # reported by _sync_placement with a clear error
         by_address = {}
         for rp in providers:
-            tail = rp['name'].rsplit('_', 1)[-1].lower()
-            if rp['uuid'] != root and pci_address_like(tail):
-                by_address.setdefault(tail, []).append(rp)
+            address = nova_provider_address(rp['name'])
+            if rp['uuid'] != root and address:
+                by_address.setdefault(address, []).append(rp)
         if not by_address:
             return reported
         kept = []

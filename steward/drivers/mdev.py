@@ -227,6 +227,8 @@ class MdevDriver(base.Driver):
             types.append(entry.mdev_type)
         if not deployables:
             return None
+        if len(deployables) > 1:
+            self._warn_shared(parent, types, deployables)
         board = {'parent': parent, 'mdev_types': types}
         vendor, model = '', parent
         pci_dev = self._pci_device(parent)
@@ -237,6 +239,19 @@ class MdevDriver(base.Driver):
             vendor=vendor, model=model, type=DEVICE_TYPE,
             controlpath_id=controlpath_id(parent), deployable_list=deployables,
             std_board_info=json.dumps(board, sort_keys=True), driver_name=self.name)
+
+    def _warn_shared(self, parent, types, deployables):
+        """Types of one parent draw on the parent's one capacity (creating an mdev of
+        one lowers the others' available_instances), but each is offered to
+        Placement on its own: Placement may promise more than the parent has."""
+        totals = ', '.join(f'{t} {d.num_accelerators}'
+                           for t, d in zip(types, deployables))
+        self._problem(('shared', parent), logging.WARNING,
+                      'mdev: parent %s offers several types from one shared capacity '
+                      '(%s): Placement sees them as independent, so it can hand out '
+                      'more than the parent can create; give the entries max_instances '
+                      'that fit together (doc/drivers/mdev.md, "Several types on one '
+                      'parent")', parent, totals)
 
     def _deployable(self, parent, entry, info):
         total = capacity(info, entry.max_instances)

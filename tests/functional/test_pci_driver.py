@@ -267,16 +267,21 @@ def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(
 
 
 # -- a device Nova already has in Placement ----------------------------------------
-def test_nova_owned_provider_is_left_alone(db, conf, placement, host, tmp_path, caplog):
-    """Nova's PCI-in-Placement provider ``<hypervisor>_<ADDRESS>`` without
-    OWNER_CYBORG (an address without hex letters, where the names coincide):
-    Steward must not adopt or rewrite it, and says so at ERROR."""
+@pytest.mark.parametrize('naming', ['pci_in_placement', 'vgpu_parent'])
+def test_nova_owned_provider_is_left_alone(db, conf, placement, host, tmp_path, caplog,
+                                           naming):
+    """Nova's PCI-in-Placement provider ``<hypervisor>_<ADDRESS>``, or the vGPU
+    parent provider its libvirt driver names ``<hypervisor>_pci_0000_81_00_0``,
+    without OWNER_CYBORG: Steward must not adopt or rewrite it, and says so at
+    ERROR."""
     client, server = placement
     root = tmp_path / 'sys'
     addr = '0000:81:00.0'
     make_pci(root, addr, '0x10de', '0x25b6', driver='vfio-pci')
     compute = client.ensure_compute_node(host)
-    nova_rp, nova_name = str(uuid.uuid4()), f'{host}_{addr.upper()}'   # Nova's naming
+    nova_rp = str(uuid.uuid4())
+    nova_name = f'{host}_{addr.upper()}' if naming == 'pci_in_placement' else \
+        f'{host}_pci_0000_81_00_0'
     with placement_fixture.admin_session(server.url) as s:
         assert s.post('/resource_providers', json={
             'uuid': nova_rp, 'name': nova_name,

@@ -258,3 +258,23 @@ def test_doc_snippets_work_verbatim(tmp_path, caplog):
     assert [(e.address, e.mdev_type, e.traits) for e in entries] == [
         ('mtty', 'mtty-2', ()), ('mtty', 'mtty-1', ()),
         ('mdpy', 'mdpy-vga', ('CUSTOM_DISPLAY',))]
+
+
+def test_several_types_on_one_parent_warn_once(make, caplog):
+    """mtty offers 24 single-port and 12 dual-port instances of the same 24 ports:
+    offered side by side, Placement would promise 36. Said once, not every cycle;
+    again when it comes back after going away."""
+    driver = make(entry(address='mtty', mdev_type='mtty-1'),
+                  entry(address='mtty', mdev_type='mtty-2'),
+                  entry(address='mdpy', mdev_type='mdpy-hd'))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            driver.discover()
+    said = [r.getMessage() for r in caplog.records if 'shared capacity' in r.getMessage()]
+    assert len(said) == 1 and 'parent mtty' in said[0]
+    assert '(mtty-1 24, mtty-2 12)' in said[0]
+    single = make(entry(address='mtty', mdev_type='mtty-1'))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        single.discover()
+    assert not [r for r in caplog.records if 'shared capacity' in r.getMessage()]
