@@ -72,6 +72,11 @@ CLEANUPS = prometheus_client.Counter(
     'out: recorded, state unchanged), interrupted (the agent restarted during it), '
     'not_dispatched (the agent is too old to be asked).',
     ['action', 'outcome'], registry=REGISTRY)
+ORPHAN_ARQS_RELEASED = prometheus_client.Counter(
+    'steward_orphan_arqs_released',
+    'Bound accelerator requests the conductor deleted because Nova kept answering '
+    '404 for their instance for longer than [conductor] orphan_grace (Nova\'s own '
+    'delete of them had failed).', registry=REGISTRY)
 
 for _outcome in BIND_OUTCOMES:
     BIND_SECONDS.labels(_outcome)
@@ -100,6 +105,11 @@ def cleanup_ended(action, outcome, started_at=None, finished_at=None):
     if started_at is not None and finished_at is not None:
         seconds = max((finished_at - started_at).total_seconds(), 0.0)
         CLEANUP_SECONDS.labels(action, outcome).observe(seconds)
+
+
+def orphan_arqs_released(count):
+    """Count ARQs the conductor's orphan check deleted."""
+    ORPHAN_ARQS_RELEASED.inc(count)
 
 
 # --- read when scraped --------------------------------------------------------------

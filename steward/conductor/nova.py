@@ -28,6 +28,55 @@ def configured(conf=CONF):
     return bool(conf.nova.auth_type or conf.nova.endpoint_override)
 
 
+def build_adapter(conf=CONF):
+    """The keystoneauth adapter of ``[nova]`` (service type compute): the events
+    and the orphan check (``ServerLookup``) talk to Nova through it."""
+    if conf.nova.auth_type:
+        auth = ks_loading.load_auth_from_conf_options(conf, 'nova')
+    else:
+        auth = ks_loading.get_plugin_loader('none').load_from_options()
+    session = ks_loading.load_session_from_conf_options(conf, 'nova', auth=auth)
+    return ks_loading.load_adapter_from_conf_options(conf, 'nova', session=session,
+                                                     auth=auth)
+
+
+class ServerStatusUnknown(Exception):
+    """Nova did not say whether a server exists (an error status, no answer)."""
+
+    def __init__(self, reason, unreachable=False):
+        super().__init__(reason)
+        self.unreachable = unreachable
+
+
+class ServerLookup:
+    """``GET /servers/{uuid}``: does Nova still have this server? The conductor's
+    orphan check (steward/conductor/periodic.py). The ``[nova]`` credentials must
+    see every project's servers (admin, as Nova's external events API requires):
+    a 404 is taken to mean the server is gone."""
+
+    def __init__(self, conf=CONF, adapter=None):
+        self.conf = conf
+        self._adapter = adapter
+
+    def exists(self, instance_uuid):
+        """True (200), False (404); raises ServerStatusUnknown otherwise."""
+        if self._adapter is None:
+            self._adapter = build_adapter(self.conf)
+        try:
+            resp = self._adapter.get(f'/servers/{instance_uuid}', raise_exc=False,
+                                     timeout=self.conf.nova.event_timeout)
+        except (ks_exc.ConnectFailure, ks_exc.ConnectTimeout) as err:
+            raise ServerStatusUnknown(type(err).__name__, unreachable=True)
+        except ks_exc.ClientException as err:
+            raise ServerStatusUnknown(
+                f'{type(err).__name__}: {str(err).splitlines()[0][:200]}')
+        if resp.status_code == 200:
+            return True
+        if resp.status_code == 404:
+            return False
+        raise ServerStatusUnknown(f'HTTP {resp.status_code}')
+
+
 CONNECT_BACKOFF_FIRST = 0.5
 
 
@@ -46,15 +95,7 @@ class NovaNotifier:
 
     def _get_adapter(self):
         if self._adapter is None:
-            auth = None
-            if self.conf.nova.auth_type:
-                auth = ks_loading.load_auth_from_conf_options(self.conf, 'nova')
-            else:
-                auth = ks_loading.get_plugin_loader('none').load_from_options()
-            session = ks_loading.load_session_from_conf_options(self.conf, 'nova',
-                                                                auth=auth)
-            self._adapter = ks_loading.load_adapter_from_conf_options(
-                self.conf, 'nova', session=session, auth=auth)
+            self._adapter = build_adapter(self.conf)
         return self._adapter
 
     def notify(self, events):

@@ -10,7 +10,11 @@ thread per conductor (``steward conductor`` and ``steward serve`` alike):
 * missed releases: a device that needs cleaning, allocated with no accelerator
   request for that long -> its agent is pinged and asked to clean it;
 * accelerator requests left in Deleting for ``[conductor] stale_delete_grace``
-  -> their delete is finished.
+  -> their delete is finished;
+* orphaned accelerator requests (only with ``[nova]`` configured): Bound to an
+  instance Nova has answered 404 for (``GET /servers/{uuid}``) for longer than
+  ``[conductor] orphan_grace`` -> deleted as Nova's ``DELETE ?instance=`` would
+  (Nova deletes the server even when that DELETE failed).
 
 Several conductors may run them at once: every state change is a compare-and-swap
 through ``states.advance`` and the agent's start of a cleanup is one too, so the
@@ -26,6 +30,7 @@ import oslo_messaging as messaging
 from oslo_utils import timeutils
 import sqlalchemy as sa
 
+from steward import metrics
 from steward.common import context
 from steward.common import exception
 from steward.common import states
@@ -33,12 +38,15 @@ from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
 from steward.conductor import device_ops
+from steward.conductor import nova
 from steward.conf import CONF
 from steward.db import api as db
 from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 EXPECTED = (exception.StewardError, messaging.MessagingException, sa.exc.DBAPIError)
+# Instances asked to Nova per run of the orphan check.
+ORPHAN_BATCH = 100
 
 
 def _age(now, then):
@@ -91,6 +99,11 @@ class PeriodicTasks:
         self.clients = clients
         self._resent = {}       # device uuid -> when cleanup_device was last re-sent
         self._released = {}     # device uuid -> when first seen allocated without ARQ
+        # The orphan check's memory, in this conductor's memory only (a restart, or
+        # another conductor, starts the grace over: later, never earlier):
+        self._gone = {}         # instance uuid -> when Nova first answered 404
+        self._asked = {}        # instance uuid -> when Nova was last asked
+        self._servers = None    # nova.ServerLookup, built on first use
         self._worker = None
         self._thread = None
 
@@ -160,6 +173,65 @@ class PeriodicTasks:
                 asked.append(device_uuid)
         return asked
 
+    def release_orphan_arqs(self, ctx, now=None):
+        """Without [nova]: nothing. Otherwise asks Nova about up to ORPHAN_BATCH
+        instances holding Bound ARQs (never asked, then least recently asked; the
+        oldest updated first) and deletes the ARQs of those Nova has answered 404
+        for since more than ``[conductor] orphan_grace``. Returns the instances
+        whose ARQs were deleted."""
+        if not nova.configured():
+            return []
+        now = now or timeutils.utcnow()
+        grace = CONF.conductor.orphan_grace
+        with db_session.reader() as s:
+            bound = db.arq_bound_instances(s)
+        held = {inst for inst, _ in bound}
+        self._gone = {i: t for i, t in self._gone.items() if i in held}
+        self._asked = {i: t for i, t in self._asked.items() if i in held}
+        never = datetime.datetime.min
+        batch = sorted(bound, key=lambda b: (self._asked.get(b[0], never), b[1]))
+        if self._servers is None:
+            self._servers = nova.ServerLookup()
+        unknown, reason, todo = 0, None, []
+        for inst, _ in batch[:ORPHAN_BATCH]:
+            self._asked[inst] = now
+            try:
+                exists = self._servers.exists(inst)
+            except nova.ServerStatusUnknown as err:
+                unknown, reason = unknown + 1, str(err)
+                if err.unreachable:
+                    break           # not another request this run
+                continue
+            if exists:
+                self._gone.pop(inst, None)
+                continue
+            first = self._gone.setdefault(inst, now)
+            if _age(now, first) > grace:
+                todo.append((inst, first))
+        if unknown:
+            LOG.warning('Orphan check: Nova did not say whether %d instance(s) exist '
+                        '(%s); their accelerator requests are kept', unknown, reason)
+        released = []
+        for inst, first in todo:
+            with db_session.reader() as s:
+                arqs = [a.uuid for a in db.arq_list(s, instance_uuid=inst)]
+            if not arqs:
+                continue
+            try:
+                arq_ops.delete(self.clients, ctx, instance_uuid=inst)
+            except EXPECTED as err:
+                LOG.warning('instance %s: its orphaned accelerator requests %s could '
+                            'not be deleted: %s', inst, ', '.join(arqs), err)
+                continue
+            self._gone.pop(inst, None)
+            LOG.warning('instance %s: Nova has answered 404 for it since %s; deleted '
+                        'its accelerator request(s) %s (Nova\'s delete of them was '
+                        'lost), releasing their devices', inst, db.timestamp(first),
+                        ', '.join(arqs))
+            metrics.orphan_arqs_released(len(arqs))
+            released.append(inst)
+        return released
+
     def run_once(self, now=None):
         """Every task once, in order (the worker's runs, and tests)."""
         ctx = context.get_admin_context()
@@ -169,7 +241,8 @@ class PeriodicTasks:
 
     def _tasks(self):
         return (self.fail_stuck_cleanups, self.resend_lost_cleanups,
-                self.clean_missed_releases, self.finish_stale_deletes)
+                self.clean_missed_releases, self.finish_stale_deletes,
+                self.release_orphan_arqs)
 
     @staticmethod
     def _guarded(task, ctx, now=None):

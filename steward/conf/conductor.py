@@ -10,7 +10,8 @@ opts = [
     cfg.FloatOpt('periodic_interval', default=60.0, min=0.01,
                  help='Seconds between two runs of the periodic tasks: stuck '
                       'cleanups, lost cleanup requests, missed releases and '
-                      'accelerator requests left in Deleting.'),
+                      'accelerator requests left in Deleting, and (with [nova]) '
+                      'bound accelerator requests whose instance Nova deleted.'),
     cfg.FloatOpt('agent_ping_timeout', default=2.0, min=0.01,
                  help='Seconds the conductor waits for an agent to answer ping '
                       'before it asks it to clean a released device. A device whose '
@@ -32,6 +33,12 @@ opts = [
                  help='Seconds an accelerator request may stay in Deleting before '
                       'the periodic task finishes its delete (a younger one may '
                       'still be finished by the request that started it).'),
+    cfg.FloatOpt('orphan_grace', default=600.0, min=0.0,
+                 help='Seconds Nova must keep answering 404 for an instance that '
+                      'holds bound accelerator requests before the conductor '
+                      'deletes them as Nova\'s DELETE ?instance= would (releasing '
+                      'and cleaning their devices). Only with [nova] configured; at '
+                      'most 100 instances are asked per periodic run.'),
 ]
 
 

@@ -4,11 +4,16 @@ from steward.conf import keystoneauth
 
 group = cfg.OptGroup('nova', title='Nova (compute) options',
                      help='Where bind results are posted as accelerator-request-bound '
-                          'events. Nothing configured: the events are skipped.')
+                          'events, and whom the conductor asks whether the instances '
+                          'holding bound accelerator requests still exist (orphan '
+                          'check; the credentials must see every project\'s servers). '
+                          'Nothing configured: neither is done.')
 
 opts = [
     cfg.FloatOpt('event_timeout', default=10.0, min=0.1,
-                 help='Seconds one POST /os-server-external-events may take.'),
+                 help='Seconds one request to Nova may take (POST '
+                      '/os-server-external-events, GET /servers/{id} of the '
+                      'orphan check).'),
     cfg.FloatOpt('event_retry_delay', default=2.0, min=0,
                  help='Seconds before an event Nova answered 422 (instance not yet '
                       'on a host) is sent once more.'),

@@ -243,6 +243,18 @@ def arq_list(session, project_id=None, instance_uuid=None, states_in=None):
     return session.execute(stmt.order_by(m.ExtARQ.id)).unique().scalars().all()
 
 
+def arq_bound_instances(session):
+    """[(instance_uuid, oldest updated_at)] of the instances holding Bound ARQs,
+    the least recently updated first."""
+    oldest = sa.func.min(sa.func.coalesce(m.ExtARQ.updated_at, m.ExtARQ.created_at))
+    stmt = (sa.select(m.ExtARQ.instance_uuid, oldest)
+            .where(m.ExtARQ.state == states.ARQ_BOUND,
+                   m.ExtARQ.instance_uuid.isnot(None))
+            .group_by(m.ExtARQ.instance_uuid)
+            .order_by(oldest, m.ExtARQ.instance_uuid))
+    return [tuple(row) for row in session.execute(stmt).all()]
+
+
 def arq_instance_has_binding(session, instance_uuid, exclude_ids=()):
     stmt = (sa.select(sa.func.count()).select_from(m.ExtARQ)
             .where(m.ExtARQ.instance_uuid == instance_uuid,

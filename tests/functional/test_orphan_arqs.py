@@ -1,0 +1,233 @@
+"""Orphan reconciliation with Nova: an ARQ left Bound to an instance Nova deleted
+(its DELETE ?instance= failed) is deleted by the conductor's periodic task once Nova
+has answered 404 for the instance for longer than [conductor] orphan_grace.
+
+The real conductor, arq_ops, database and Placement (lifecycle_stack), and a
+Nova-compatible endpoint answering GET /v2.1/servers/<uuid> over real HTTP."""
+import datetime
+import http.server
+import json
+import logging
+import socket
+import threading
+
+import pytest
+from oslo_utils import timeutils
+
+from steward import metrics
+from steward.common import context
+from steward.db import api as db_api
+from steward.db import session
+from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
+
+COUNTER = 'steward_orphan_arqs_released_total'
+
+
+class FakeNova(http.server.BaseHTTPRequestHandler):
+    known = set()           # server uuids that exist
+    status = None           # answer this status to everything (e.g. 500)
+    seen = []
+
+    def do_GET(self):
+        self.seen.append(self.path)
+        prefix = '/v2.1/servers/'
+        server = self.path[len(prefix):] if self.path.startswith(prefix) else None
+        if self.status is not None:
+            code, body = self.status, {'computeFault': {
+                'code': self.status, 'message': 'Unexpected API Error.'}}
+        elif server in self.known:
+            code, body = 200, {'server': {'id': server, 'status': 'ACTIVE',
+                                          'name': 'vm'}}
+        else:
+            code, body = 404, {'itemNotFound': {
+                'code': 404, 'message': f'Instance {server} could not be found.'}}
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+def _point_nova_at(conf, port):
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1',
+                      group='nova')
+    conf.set_override('event_timeout', 5, group='nova')
+
+
+@pytest.fixture
+def fake_nova():
+    FakeNova.known, FakeNova.status, FakeNova.seen = set(), None, []
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), FakeNova)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def nova_conf(conf, fake_nova):
+    _point_nova_at(conf, fake_nova.server_address[1])
+    yield conf
+    for name in ('auth_type', 'endpoint_override', 'event_timeout'):
+        conf.clear_override(name, group='nova')
+
+
+def _released():
+    return metrics.REGISTRY.get_sample_value(COUNTER) or 0.0
+
+
+def _arqs_of(inst):
+    with session.reader() as s:
+        return [(a.uuid, a.state) for a in db_api.arq_list(s, instance_uuid=inst)]
+
+
+def _task_lines(caplog):
+    return [r for r in caplog.records if r.name == 'steward.conductor.periodic'
+            and r.levelno >= logging.DEBUG and r.funcName == 'release_orphan_arqs']
+
+
+def _later(seconds):
+    return timeutils.utcnow() + datetime.timedelta(seconds=seconds)
+
+
+def test_an_arq_of_an_instance_nova_deleted_is_released_after_the_grace(
+        life, nova_conf, caplog):
+    nova_conf.set_override('periodic_interval', 0.05, group='conductor')
+    nova_conf.set_override('orphan_grace', 0.3, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)            # Nova then deletes the server; its DELETE
+    before = _released()                # of the ARQs never reached Steward
+    with caplog.at_level(logging.WARNING, logger='steward'):
+        st.conductor.start()
+        assert st.wait_state(dev['uuid'], ('available', 'error'))[
+            'device_state'] == 'available'
+        st.conductor.stop()
+    assert _arqs_of(inst) == []
+    assert st.api.get('/v2/accelerator_requests').json()['arqs'] == []
+    assert life.driver.cleaned == [dev['uuid']]      # released and cleaned
+    assert f'/v2.1/servers/{inst}' in FakeNova.seen
+    lines = [r for r in _task_lines(caplog) if inst in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert arq in lines[0].getMessage()
+    assert _released() == before + 1
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_the_grace_counts_from_the_first_404_and_a_server_seen_again_is_forgotten(
+        life, nova_conf, caplog):
+    nova_conf.set_override('orphan_grace', 600, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)
+    periodic, ctx = st.conductor.periodic, context.get_admin_context()
+    before = _released()
+    with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+        assert periodic.release_orphan_arqs(ctx, now=_later(0)) == []      # first 404
+        assert periodic.release_orphan_arqs(ctx, now=_later(300)) == []    # in grace
+        FakeNova.known.add(inst)                                           # exists
+        assert periodic.release_orphan_arqs(ctx, now=_later(400)) == []
+        FakeNova.known.discard(inst)
+        assert periodic.release_orphan_arqs(ctx, now=_later(700)) == []    # 404 again
+        assert _task_lines(caplog) == []
+        assert _arqs_of(inst) == [(arq, 'Bound')]
+        assert periodic.release_orphan_arqs(ctx, now=_later(1301)) == [inst]
+    assert _arqs_of(inst) == []
+    assert len(FakeNova.seen) == 5
+    assert st.wait_state(dev['uuid'], ('available', 'error'))[
+        'device_state'] == 'available'
+    assert _released() == before + 1
+
+
+def test_an_instance_nova_knows_keeps_its_arq(life, nova_conf, caplog):
+    nova_conf.set_override('orphan_grace', 0, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)
+    FakeNova.known.add(inst)
+    periodic, ctx = st.conductor.periodic, context.get_admin_context()
+    before = _released()
+    with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+        for hours in (0, 1, 24):
+            assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
+    assert FakeNova.seen == [f'/v2.1/servers/{inst}'] * 3
+    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert st.device(dev['uuid'])['device_state'] == 'allocated'
+    assert _task_lines(caplog) == []
+    assert _released() == before
+
+
+def test_a_nova_that_answers_500_releases_nothing(life, nova_conf, caplog):
+    nova_conf.set_override('orphan_grace', 0, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)
+    FakeNova.status = 500
+    periodic, ctx = st.conductor.periodic, context.get_admin_context()
+    before = _released()
+    with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+        for hours in (0, 1, 24):
+            assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
+    assert len(FakeNova.seen) == 3
+    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert st.device(dev['uuid'])['device_state'] == 'allocated'
+    lines = _task_lines(caplog)
+    assert len(lines) == 3                          # one per run
+    assert all('HTTP 500' in r.getMessage() for r in lines)
+    assert _released() == before
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def _closed_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_nova_releases_nothing(life, conf, caplog):
+    _point_nova_at(conf, _closed_port())
+    conf.set_override('orphan_grace', 0, group='conductor')
+    try:
+        st = life.start()
+        dev = st.device()
+        inst, arq = st.bind(dev)
+        periodic, ctx = st.conductor.periodic, context.get_admin_context()
+        before = _released()
+        with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+            for hours in (0, 1, 24):
+                assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
+    finally:
+        for name in ('auth_type', 'endpoint_override', 'event_timeout'):
+            conf.clear_override(name, group='nova')
+    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert st.device(dev['uuid'])['device_state'] == 'allocated'
+    lines = _task_lines(caplog)
+    assert len(lines) == 3
+    assert all('ConnectFailure' in r.getMessage() for r in lines)
+    assert _released() == before
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_without_nova_nothing_is_asked(life, conf, fake_nova, caplog):
+    """[nova] names no endpoint: the endpoint that would answer sees no request,
+    the task logs nothing and the ARQ stays, however long."""
+    conf.set_override('orphan_grace', 0, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)
+    periodic = st.conductor.periodic
+    before = _released()
+    with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+        for hours in (0, 1, 24):
+            assert periodic.release_orphan_arqs(context.get_admin_context(),
+                                                now=_later(hours * 3600)) == []
+            periodic.run_once(now=_later(hours * 3600))
+    assert FakeNova.seen == []
+    assert _task_lines(caplog) == []
+    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert _released() == before
