@@ -1,6 +1,5 @@
-"""What the operator CLI reports when it fails: its exit codes and errors
-(documented in steward/client/__init__.py). Apart from the package so that
-``session`` can raise them without importing the package that runs it."""
+"""What the OpenStackClient plugin's commands report when they fail: their exit
+codes and errors (documented in steward/client/__init__.py)."""
 
 EXIT_OK = 0
 EXIT_API_ERROR = 1

@@ -1,14 +1,14 @@
 """Waiting for server-side work: poll, show phase / percent / elapsed, stop on
 Ctrl-C without touching the work itself.
 
-Usage (``device clean --wait``, ``arq show --wait``)::
+Usage (``openstack accelerator device clean --wait``, steward/osc/v2/device.py)::
 
     obj = progress.wait_for(
         get=lambda: client.get(f'/devices/{uuid}'),
         done=lambda dev: dev['state'] != 'cleaning',
         describe=lambda dev: progress.Progress(dev['phase'], dev.get('percent')),
         what=f'the cleaning of device {uuid}',
-        resume=f'steward device show {uuid} --wait',
+        resume=f'openstack accelerator device erase record list {uuid} --limit 1',
         timeout=args.wait_timeout)
 
 ``wait_for`` returns the object for which ``done`` was true; the caller decides

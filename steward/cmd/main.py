@@ -23,11 +23,12 @@ Administration:
   db online-data-migrations  backfill data (device_state, ...)
   status upgrade check       is this deployment ready for an upgrade?
 
-Operator commands (talk to the API; `steward COMMAND -h`, doc/cli.md):
-  deployable list|show       deployables (schedulable parts of devices)
-  profile create|list|show|delete
-                             device profiles
-  arq list|show              accelerator requests
+Compute side (reference flow, what Nova does; `steward compute -h`):
+  compute boot|delete|list   boot / delete instances with accelerators on this host
+
+Client commands (devices, deployables, device profiles, accelerator requests,
+cleanups) are `openstack accelerator ...` (python-openstackclient with Steward's
+plugin): see doc/cli.md.
 """
 
 
@@ -180,10 +181,8 @@ def _delegate(module):
 
 COMMANDS = {'serve': cmd_serve, 'api': cmd_api, 'conductor': cmd_conductor,
             'agent': cmd_agent, 'db': cmd_db, 'status': cmd_status,
-            # Client-side commands (talk to the API), one module each.
-            'device': _delegate('device'), 'compute': _delegate('compute'),
-            'deployable': _delegate('deployable'), 'profile': _delegate('profile'),
-            'arq': _delegate('arq')}
+            # The compute-side reference flow (talks to the API and Placement).
+            'compute': _delegate('compute')}
 
 
 def main(argv=None):

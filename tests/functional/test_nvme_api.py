@@ -1,24 +1,14 @@
-"""Microversion 2.5 (device_state, POST /clean, clean_plan, erase_records) and the
-`steward device clean` CLI, against the real stack on simulated controllers."""
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
+"""Microversion 2.5 (device_state, POST /clean, clean_plan, erase_records), against
+the real stack on simulated controllers. `openstack accelerator device clean` is
+tested in tests/functional/test_osc_plugin.py."""
 import time
 import uuid
 
-import pytest
-import uvicorn
-
-from steward.common import states
 from steward.db import models as m
 from steward.db import session
 from tests.functional import agent_doubles
 from tests.functional.nvme_stack import LATEST, nvme  # noqa: F401 (fixture)
 
-STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
 MEMBER = {'X-Roles': 'member,reader', 'X-Project-Id': 'p1', 'X-User-Id': 'u1'}
 MANAGER = {'X-Roles': 'manager,member,reader', 'X-Project-Id': 'p1', 'X-User-Id': 'u1'}
 
@@ -163,97 +153,3 @@ def test_erase_records_endpoint(nvme):
     assert st.api.get(url + '?bogus=1', headers=LATEST).status_code == 400
     r = st.api.get(f'/v2/devices/{uuid.uuid4()}/erase_records', headers=LATEST)
     assert r.status_code == 404
-
-
-# --- the CLI (a real `steward` process over HTTP) -----------------------------------
-@pytest.fixture
-def http(nvme):
-    st = nvme.start()
-    srv = uvicorn.Server(uvicorn.Config(st.app, host='127.0.0.1', port=0,
-                                        log_level='warning', lifespan='off'))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    yield st, f'http://127.0.0.1:{port}/v2'
-    srv.should_exit = True
-    thread.join(timeout=10)
-
-
-def _cli(endpoint, *args, **kwargs):
-    env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
-    env.pop('LD_PRELOAD', None)
-    return subprocess.run([STEWARD, 'device', *args, '--os-endpoint', endpoint],
-                          capture_output=True, text=True, timeout=60, env=env, **kwargs)
-
-
-@pytest.mark.slow
-def test_cli_clean_wait_and_plan(nvme, http):
-    st, endpoint = http
-    ctrl = nvme.sim.add_controller(address='0000:0b:00.0', sanitize_seconds=1.5)
-    st.discover()
-    dev = _error_state(st, ctrl)
-    plan = _cli(endpoint, 'clean', '--plan', dev['uuid'])
-    assert plan.returncode == 0, plan.stderr
-    assert 'cleanup action: sanitize_crypto (assurance purge-crypto)' in plan.stdout
-    assert 'would be accepted now' in plan.stdout
-    as_json = json.loads(_cli(endpoint, 'clean', '--plan', dev['uuid'], '-f', 'json').stdout)
-    assert as_json['cleanup_action'] == 'sanitize_crypto'
-    assert st.device()['device_state'] == 'error'        # --plan executed nothing
-
-    out = _cli(endpoint, 'clean', dev['uuid'], '--wait', '--interval', '0.1')
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert 'cleanup accepted' in out.stdout
-    assert 'available (cleaned)' in out.stdout and 'purge-crypto' in out.stdout
-    progress = [ln for ln in out.stderr.splitlines() if 'cleaning: erase' in ln]
-    assert progress, out.stderr                        # phase, SPROG % and elapsed
-    assert any('%' in ln and 'sanitize still in progress' in ln for ln in progress)
-    assert all(ln.startswith('[0:00:') for ln in progress)
-    listing = _cli(endpoint, 'erase-records', dev['uuid'], '-f', 'json')
-    assert [r['status'] for r in json.loads(listing.stdout)] == ['succeeded', 'failed']
-
-    # A failed cleanup: exit 1, the record's error code on stderr.
-    inst, _, _, _ = st.bind(st.device(), profile='again')
-    ctrl.inject(opcode=0x84, status=0x2, times=2)
-    st.release(inst)
-    st.wait_state(dev['uuid'], ('error',))
-    out = _cli(endpoint, 'clean', dev['uuid'], '--wait', '--interval', '0.1')
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert 'cyb.cleanup.sanitize_failed' in out.stderr
-    # Refused: 409 is an API error (1), a bad UUID is usage (2), unknown is 3.
-    assert _cli(endpoint, 'clean', dev['uuid']).returncode == 0
-    st.wait_state(dev['uuid'], ('available',))
-    again = _cli(endpoint, 'clean', dev['uuid'])
-    assert again.returncode == 1 and 'cyb.cleaning.in_progress' in again.stderr
-    assert _cli(endpoint, 'clean', 'nope').returncode == 2
-    assert _cli(endpoint, 'clean', str(uuid.uuid4())).returncode == 3
-
-
-@pytest.mark.slow
-def test_cli_ctrl_c_stops_waiting_not_the_cleanup(nvme, http):
-    st, endpoint = http
-    ctrl = nvme.sim.add_controller(address='0000:0b:00.0', sanitize_seconds=0.2)
-    st.discover()
-    dev = _error_state(st, ctrl)
-    ctrl.inject_sanitize_hang(progress=0.5)
-    env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
-    env.pop('LD_PRELOAD', None)
-    proc = subprocess.Popen([STEWARD, 'device', 'clean', dev['uuid'], '--wait',
-                             '--interval', '0.1', '--os-endpoint', endpoint],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    deadline = time.monotonic() + 20
-    while st.records(dev['uuid'])[0].get('progress') != 50.0:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130, out + err
-    assert 'goes on on the server' in err
-    assert st.device()['device_state'] == states.DEV_CLEANING     # still running
-    ctrl.release_sanitize_hang()
-    assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'

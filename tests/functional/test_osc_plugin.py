@@ -315,6 +315,47 @@ def test_clean_wait_shows_progress_and_ends_available(nvme_stack, clouds):
     assert 'HTTP 409' in out.stderr
 
 
+def test_clean_wait_ctrl_c_stops_the_waiting_not_the_cleanup(nvme_stack):
+    """Ctrl-C while `clean --wait` waits: exit 130, the cleanup goes on and ends."""
+    import re
+    import select
+    import signal
+    import time
+
+    import httpx
+    st, ctrl = nvme_stack
+    dev = _to_error(st, ctrl)
+    env = {k: v for k, v in _env(OS_AUTH_TYPE='none', OS_ENDPOINT=st.url + '/v2').items()
+           if k not in ('LD_PRELOAD', 'NVME_SIM_STATE')}
+    ctrl.inject_sanitize_hang(progress=0.5)
+    proc = subprocess.Popen([OPENSTACK, 'accelerator', 'device', 'clean', dev, '--wait',
+                             '--interval', '0.2'], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    seen = ''
+    try:
+        # Interrupt only once it waits, showing the hung sanitize's progress.
+        deadline = time.monotonic() + 60
+        while not re.search(r'^\[0:00:\d\d\] .*50%', seen, re.MULTILINE):
+            assert proc.poll() is None and time.monotonic() < deadline, seen
+            if select.select([proc.stderr], [], [], 0.2)[0]:
+                seen += proc.stderr.readline()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    err = seen + err
+    assert proc.returncode == 130, (out, err)
+    assert out == '' and 'Traceback' not in err
+    assert re.search(rf"at '.*' \(Ctrl-C\); the cleanup of device {dev} goes on on the "
+                     rf"server\. Watch it again with: openstack accelerator device erase "
+                     rf"record list {dev} --limit 1", err), err
+    shown = httpx.get(f'{st.url}/v2/devices/{dev}', headers={
+        'OpenStack-API-Version': 'accelerator 2.6'}).json()
+    assert shown['device_state'] == 'cleaning'                # still running
+    ctrl.release_sanitize_hang()
+    _wait_state(st, dev, 'available')
+
+
 # --- doc/cli.md, run as written ---------------------------------------------------------
 DOC = os.path.join(ROOT, 'doc', 'cli.md')
 
