@@ -61,6 +61,7 @@ class Cleaner:
         self.lba_size = lba_size            # canonical LBA size; None: as found
         self.blkdiscard = blkdiscard
         self.identity = None
+        self._format = None                 # the canonical LBA format, once chosen
 
     # -- entry point ---------------------------------------------------------------
     def run(self, action):
@@ -73,16 +74,15 @@ class Cleaner:
                            capabilities=identity.capabilities(), action=action)
         self.precheck()
         self.settle(action)
-        self.record['layout_before'] = self.layout()
-        self.lay_out()
+        self.record['layout_before'] = layout = self.layout()
+        self.lay_out(layout)
         marks = self.write_marks()
         self.job.check()
         if action in SANACT:
             self.sanitize(SANACT[action], marks)
         else:
             self.zero(marks, kernel=action == policy.WRITE_ZEROES)
-        self.lay_out(phase='restore')
-        self.record['layout_after'] = self.layout()
+        self.record['layout_after'] = self.lay_out(self.layout(), phase='restore')
         self.record['assurance_level'] = policy.ASSURANCE[action]
 
     # -- safety --------------------------------------------------------------------
@@ -186,8 +186,9 @@ class Cleaner:
                 ns['blocks'] == layout['capacity'] // fmt.lba_size and
                 layout['unallocated'] < fmt.lba_size)
 
-    def lay_out(self, phase='layout'):
-        """Bring the controller to the canonical layout (see module doc)."""
+    def lay_out(self, layout, phase='layout'):
+        """Bring the controller from ``layout`` (as layout() read it) to the
+        canonical one (see module doc); returns the layout it leaves."""
         if not self.identity.ns_mgmt:
             if not self.ctrl.namespaces():
                 raise exception.NamespaceLayoutFailed(
@@ -195,14 +196,15 @@ class Cleaner:
                     'controller has no namespace management (OACS bit 3): its media '
                     'can be neither addressed nor laid out, so no erase could be verified')
             self.record['layout'] = 'as found: no namespace management'
-            return
+            return layout
         dev = self.ctrl.char_path
-        layout = self.layout()
         if not layout['capacity']:
             raise exception.NamespaceLayoutFailed(
                 device=self.device, reason='namespace management without TNVMCAP: the '
                                            'whole capacity cannot be laid out')
-        fmt = self._target_format(layout)
+        if self._format is None:        # the restore keeps the format chosen first
+            self._format = self._target_format(layout)
+        fmt = self._format
         self.record['lba_size'] = fmt.lba_size
         if not self._canonical(layout, fmt):
             if phase == 'restore':
@@ -240,6 +242,7 @@ class Cleaner:
                     f'device did not appear within {NAMESPACE_APPEAR_SECONDS} s')
             time.sleep(0.1)
             self.cli.ns_rescan(dev)
+        return layout
 
     # -- 3. watermarks -------------------------------------------------------------
     def write_marks(self):
