@@ -29,6 +29,21 @@ class Stack:
             return f.read()
 
 
+def _offered(url, placement_url):
+    """Ready means what Nova would need: deployables in Steward and their
+    inventory in Placement (the conductor writes Placement after its commit, so the
+    API shows a deployable a moment before Placement can allocate it)."""
+    deps = httpx.get(f'{url}/v2/deployables', timeout=2).json().get('deployables')
+    if not deps:
+        return False
+    for dep in deps:
+        r = httpx.get(f'{placement_url}/resource_providers/{dep["rp_uuid"]}/inventories',
+                      timeout=2, headers={'X-Auth-Token': 'admin'})
+        if r.status_code != 200 or not r.json()['inventories']:
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
     with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
@@ -50,7 +65,7 @@ def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
                 if proc.poll() is not None:
                     raise RuntimeError('steward serve exited:\n' + open(log.name).read()[-3000:])
                 try:
-                    if httpx.get(f'{url}/v2/deployables', timeout=2).json().get('deployables'):
+                    if _offered(url, f'http://127.0.0.1:{placement_port}'):
                         break
                 except (httpx.HTTPError, ValueError):
                     pass
