@@ -95,6 +95,10 @@ def _nvme_driver(sim):
                                ('nvme_cli', sim.nvme_cli, 'nvme'),
                                ('device_spec', ['{"vendor_id": "8086"}'], 'nvme')):
         CONF.set_override(name, value, group=group)
+    # The privsep daemons (steward/privsep) keep the configuration and environment
+    # of their start: new ones for each simulation.
+    from steward import privsep
+    privsep.stop_all()
     driver = nvme.NvmeDriver(CONF, 'bench-host')
     driver.init_host()
     return driver

@@ -53,12 +53,15 @@ def placement_client(endpoint=None):
     return client.PlacementClient.from_conf(CONF, endpoint=endpoint)
 
 
-def start_embedded_placement():
+def start_embedded_placement(wait=True):
+    """The embedded Placement child; ``wait=False``: started, not yet answering
+    (call its ``wait_ready()`` before using it)."""
     from steward.placement import embedded
     log_file = os.path.join(CONF.state_path, 'placement.log')
     proc = embedded.start_subprocess(CONF.placement.embedded_connection,
                                      CONF.placement.embedded_host,
-                                     CONF.placement.embedded_port, log_file=log_file)
+                                     CONF.placement.embedded_port, log_file=log_file,
+                                     wait=wait)
     # One start-up line per component: embedded.start_subprocess() logs the URL.
     LOG.debug('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
     return proc

@@ -51,6 +51,17 @@ def _overridable():
         yield (getattr(group, 'name', group)), group_opts
 
 
+@pytest.fixture(autouse=True)
+def _privsep_daemons():
+    """A privsep daemon keeps the configuration and environment (the NVMe
+    simulator's) of the moment it started: each test starts its own (also when
+    a thread left by the previous one restarted one after its end)."""
+    from steward import privsep
+    privsep.stop_all()
+    yield
+    privsep.stop_all()
+
+
 @pytest.fixture
 def conf():
     yield CONF

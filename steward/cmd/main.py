@@ -33,20 +33,26 @@ plugin): see doc/cli.md.
 
 
 def cmd_serve(argv):
+    service.prepare(argv)
+    from steward.agent import privileges
+    privileges.start(CONF, service='serve')     # before any thread: forks daemons
+    # Placement takes as long to start as the imports and migrations below: start
+    # it now (as the user serve runs as) and let the two run side by side.
+    placement_proc = service.start_embedded_placement(wait=False) \
+        if service.placement_is_embedded() else None
     from steward.agent import manager as agent_manager
     from steward.api import app as api_app
     from steward.conductor import manager as conductor_manager
     from steward.conductor import rpcapi
 
-    service.prepare(argv)
     # No [nova] on one host: events are off. `steward compute boot`, like Nova, finds
     # its ARQs already resolved and waits for no event.
-    service.sync_database()
-    placement_proc = service.start_embedded_placement() \
-        if service.placement_is_embedded() else None
     servers = []
     agent = conductor = None
     try:
+        service.sync_database()
+        if placement_proc is not None:
+            placement_proc.wait_ready()
         conductor = conductor_manager.ConductorManager(service.placement_client())
         conductor.init_host()
         servers.append(service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host,
@@ -122,6 +128,8 @@ def cmd_agent(argv):
     from steward.conductor import rpcapi
     service.prepare(argv)
     service.check_service_config('agent')
+    from steward.agent import privileges
+    privileges.start(CONF)      # before any thread: forks daemons, drops privileges
     agent = agent_manager.AgentManager(
         CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')),
         on_fatal=lambda _err: service.stop_process(1))

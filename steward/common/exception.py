@@ -514,3 +514,11 @@ class CleanupIncomplete(ComputeError):
     message = ('%(what)s of instance %(name)s left resources behind: %(failures)s. '
                'The instance is kept in state error; run `steward compute delete '
                '%(name)s` again once the cause is fixed.')
+
+
+# The agent's privileged daemons (steward/privsep) ------------------------------------
+class PrivsepRefused(StewardError):
+    """A privileged entrypoint refused its arguments: a bug or a compromised agent,
+    never a device's state."""
+    code = 'cyb.privsep.refused'
+    message = 'Privileged call %(call)s refused: %(reason)s'

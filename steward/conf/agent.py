@@ -16,6 +16,16 @@ opts = [
                     'Prometheus metrics at /metrics, e.g. 127.0.0.1:9464 or '
                     '[::1]:9464. Empty: no metrics endpoint. Not used by `steward '
                     'serve`, whose API serves /metrics.'),
+    cfg.StrOpt('run_as_user',
+               help='User (name or uid) the agent process switches to once its '
+                    'privsep daemons are running, when started as root: the '
+                    'privileged work stays in the daemons (doc/privileges.md), the '
+                    'agent keeps no capability. Empty: `steward agent` keeps its '
+                    'user (and only drops the capabilities it was started with); '
+                    '`steward serve` keeps everything.'),
+    cfg.StrOpt('run_as_group',
+               help='Group (name or gid) with [agent] run_as_user. Empty: the '
+                    "user's primary group."),
 ]
 
 

@@ -8,6 +8,7 @@ O_DIRECT is refused (tmpfs) the file is used buffered and flushed, which on such
 file system is the same storage.
 """
 import errno
+import hashlib
 import logging
 import mmap
 import os
@@ -20,6 +21,9 @@ ALIGN = 4096
 # One write per 4 MiB: past ~1 MiB the kernel splits a direct write into the
 # device's max transfer size anyway; bench/cleanup.py measures it against dd.
 ZERO_CHUNK = 4 * 1024 * 1024
+# Host-side zeroing goes one slice per call (one privsep call each): a cancel or a
+# progress update is at most this far away.
+ZERO_SLICE = 64 * 1024 * 1024
 MARK_SIZE = ALIGN
 MARKS_PER_NAMESPACE = 10
 
@@ -67,34 +71,55 @@ def _pread_exact(fd, view, offset):
     return done
 
 
-def zero_fill(path, cancel=None, progress=None, chunk=ZERO_CHUNK):
-    """Overwrite every byte of ``path`` with zeroes; returns the bytes written.
+def run_pieces(pieces, do, cancel=None, progress=None):
+    """``do(offset, length)`` for each piece in order, checking ``cancel`` (an
+    Event) before each and reporting ``progress(fraction)`` after each; returns
+    the bytes done. The driver passes the privsep entrypoints as ``do``: cancel
+    and progress stay on the unprivileged side, one call per piece."""
+    total = sum(length for _, length in pieces) or 1
+    done = 0
+    for offset, length in pieces:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        done += do(offset, length)
+        if progress is not None:
+            progress(done / total)
+    if progress is not None:
+        progress(1.0)
+    return done
+
+
+def slices(size, length=ZERO_SLICE):
+    """[(offset, length)] of ``size`` bytes in aligned slices."""
+    return [(off, min(length, size - off)) for off in range(0, size, length)]
+
+
+def zero_range(path, offset, length, chunk=ZERO_CHUNK):
+    """Overwrite ``length`` bytes of ``path`` at ``offset`` (aligned) with zeroes,
+    then fsync; returns the bytes written.
 
     One large aligned zero buffer is written over and over with pwrite (no copy,
-    no per-block Python work); ``progress(fraction)`` is called after each chunk and
-    ``cancel`` (an Event) is checked there too. The tail that is not a multiple of
-    the alignment is written through a buffered descriptor.
+    no per-block Python work). A tail that is not a multiple of the alignment (the
+    end of a device of odd size) is written through a buffered descriptor.
     """
-    size = size_of(path)
+    if offset % ALIGN:
+        raise ValueError(f'offset {offset} is not {ALIGN}-aligned')
+    end = offset + length
     fd, direct = _open(path, os.O_WRONLY)
     buf = mmap.mmap(-1, chunk)
     # Fault the pages in once, so each direct write pins resident memory.
     buf.write(bytes(chunk))
     view = memoryview(buf)
-    offset = 0
+    pos = offset
     try:
-        aligned_end = size - size % ALIGN if direct else size
-        while offset < aligned_end:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled()
-            n = min(chunk, aligned_end - offset)
-            offset += _pwrite_all(fd, view[:n], offset)
-            if progress is not None:
-                progress(offset / size)
-        if offset < size:
+        aligned_end = end - end % ALIGN if direct else end
+        while pos < aligned_end:
+            n = min(chunk, aligned_end - pos)
+            pos += _pwrite_all(fd, view[:n], pos)
+        if pos < end:
             tail = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
             try:
-                offset += _pwrite_all(tail, view[:size - offset], offset)
+                pos += _pwrite_all(tail, view[:end - pos], pos)
                 os.fsync(tail)
             finally:
                 os.close(tail)
@@ -103,9 +128,14 @@ def zero_fill(path, cancel=None, progress=None, chunk=ZERO_CHUNK):
         view.release()
         buf.close()
         os.close(fd)
-    if progress is not None:
-        progress(1.0)
-    return offset
+    return pos - offset
+
+
+def zero_fill(path, cancel=None, progress=None, chunk=ZERO_CHUNK):
+    """Overwrite every byte of ``path`` with zeroes; returns the bytes written."""
+    return run_pieces(slices(size_of(path)),
+                      lambda off, length: zero_range(path, off, length, chunk),
+                      cancel, progress)
 
 
 # BLKZEROOUT is asked for in pieces of at least this much, and at most ~64 pieces
@@ -122,42 +152,42 @@ def zeroout_chunks(size, align=ALIGN):
     return [(off, min(chunk, size - off)) for off in range(0, size, chunk)]
 
 
+def zeroout_range(path, offset, length, tool='blkdiscard', cancel=None):
+    """BLKZEROOUT over one range (``blkdiscard --zeroout``); returns ``length``.
+    Raises OSError, or Cancelled (the process killed) when ``cancel`` is set."""
+    argv = [tool, '--zeroout', '--force', '--offset', str(offset),
+            '--length', str(length), path]
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+    except OSError as err:
+        raise OSError(err.errno, f'{tool} cannot be run: {err.strerror}')
+    while True:
+        try:
+            _, stderr = proc.communicate(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if cancel is not None and cancel.is_set():
+                proc.kill()
+                proc.communicate()
+                raise Cancelled()
+    if proc.returncode != 0:
+        lines = [ln for ln in (stderr or '').splitlines()
+                 if ln.strip() and 'Operation forced' not in ln]
+        raise OSError(errno.EIO, f'{" ".join(argv)}: exit {proc.returncode}'
+                      + (f': {lines[-1].strip()}' if lines else ''))
+    return length
+
+
 def kernel_zeroout(path, tool='blkdiscard', cancel=None, progress=None):
     """Zero every byte of the block device ``path`` with the kernel's BLKZEROOUT
     (util-linux ``blkdiscard --zeroout``): the kernel issues the controller's Write
     Zeroes commands at their largest size, and falls back to writing zero pages
     where the device has none. Returns the bytes zeroed. Raises OSError."""
-    size = size_of(path)
-    done = 0
-    for offset, length in zeroout_chunks(size):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        argv = [tool, '--zeroout', '--force', '--offset', str(offset),
-                '--length', str(length), path]
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True)
-        except OSError as err:
-            raise OSError(err.errno, f'{tool} cannot be run: {err.strerror}')
-        while True:
-            try:
-                _, stderr = proc.communicate(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if cancel is not None and cancel.is_set():
-                    proc.kill()
-                    proc.communicate()
-                    raise Cancelled()
-        if proc.returncode != 0:
-            lines = [ln for ln in (stderr or '').splitlines()
-                     if ln.strip() and 'Operation forced' not in ln]
-            raise OSError(errno.EIO, f'{" ".join(argv)}: exit {proc.returncode}'
-                          + (f': {lines[-1].strip()}' if lines else ''))
-        done += length
-        if progress is not None:
-            progress(done / size)
-    return done
+    return run_pieces(zeroout_chunks(size_of(path)),
+                      lambda off, length: zeroout_range(path, off, length, tool, cancel),
+                      cancel, progress)
 
 
 def sample_offsets(size, count, seed=None):
@@ -180,18 +210,25 @@ def mark_offsets(size, count=MARKS_PER_NAMESPACE):
     return sorted(offsets)
 
 
+def digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
 def write_marks(path, count=MARKS_PER_NAMESPACE):
-    """Write random watermarks on ``path``; returns [(offset, bytes)]."""
-    marks = [(off, os.urandom(MARK_SIZE)) for off in mark_offsets(size_of(path), count)]
-    if not marks:
-        return marks
+    """Write random watermarks on ``path``; returns [(offset, sha256 hex digest)]:
+    the bytes themselves never leave this function."""
+    offsets = mark_offsets(size_of(path), count)
+    if not offsets:
+        return []
     fd, _ = _open(path, os.O_WRONLY)
     buf = mmap.mmap(-1, MARK_SIZE)
     view = memoryview(buf)
+    marks = []
     try:
-        for off, data in marks:
-            buf[:] = data
+        for off in offsets:
+            buf[:] = os.urandom(MARK_SIZE)
             _pwrite_all(fd, view, off)
+            marks.append((off, digest(buf[:])))
         os.fsync(fd)
     finally:
         view.release()
@@ -219,8 +256,12 @@ def read_blocks(path, offsets, length=MARK_SIZE):
     return out
 
 
+ZERO_DIGEST = digest(bytes(MARK_SIZE))
+
+
 def check_marks(path, marks, expect_zero):
-    """Problems found reading ``marks`` back from ``path`` (empty list: clean).
+    """Problems found reading ``marks`` ([(offset, digest)]) back from ``path``
+    (empty list: clean).
 
     A watermark that reads back unchanged means the erase did not reach that block;
     with ``expect_zero`` (zeroing actions) any non-zero byte there is a problem too.
@@ -229,18 +270,16 @@ def check_marks(path, marks, expect_zero):
     if not marks:
         return problems
     found = read_blocks(path, [off for off, _ in marks])
-    zero = bytes(MARK_SIZE)
-    for off, data in marks:
-        got = found[off]
-        if got == data:
+    for off, mark in marks:
+        got = digest(found[off])
+        if got == mark:
             problems.append(f'{path}@{off}: watermark survived')
-        elif expect_zero and got != zero:
+        elif expect_zero and got != ZERO_DIGEST:
             problems.append(f'{path}@{off}: not zero after zeroing')
     return problems
 
 
-def find_any_mark(path, marks_by_content, offsets):
-    """Offsets of ``path`` whose block equals any known watermark (after a namespace
-    consolidation the old namespaces' marks may surface anywhere)."""
-    found = read_blocks(path, offsets)
-    return [off for off, data in found.items() if data in marks_by_content]
+def nonzero_blocks(path, offsets):
+    """The offsets among ``offsets`` whose block is not all zeroes."""
+    return sorted(off for off, data in read_blocks(path, offsets).items()
+                  if data.count(0) != len(data))

@@ -235,8 +235,9 @@ class NvmeDriver(base.Driver):
             raise exception.CleanupUnsupported(device=device['uuid'], reason=reason)
         board, ctrl = self._controller(device)
         lba_size = (board.get('cleanup') or {}).get('lba_size')
-        nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'], lba_size=lba_size,
-                             blkdiscard=self.conf.nvme.blkdiscard).run(action)
+        # [nvme] blkdiscard is the block_io daemon's own setting (steward/privsep).
+        nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'],
+                             lba_size=lba_size).run(action)
         return job.record
 
     def describe_interrupted(self, device):

@@ -31,6 +31,7 @@ cleanup runs the same steps:
    every tenant receives the device in the same known shape. The layout before and
    after go into the erase record (``job.record``) with every other fact.
 """
+import functools
 import logging
 import os
 import time
@@ -40,6 +41,7 @@ from steward.drivers import blockio
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_policy as policy
 from steward.drivers import nvme_sysfs
+from steward.privsep import blockdev
 
 LOG = logging.getLogger(__name__)
 
@@ -51,15 +53,13 @@ ZERO_SAMPLES = 64           # extra blocks read back after zeroing, at random of
 
 
 class Cleaner:
-    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None,
-                 blkdiscard='blkdiscard'):
+    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None):
         self.cli = cli
         self.ctrl = ctrl                    # nvme_sysfs.ControllerRef
         self.job = job
         self.device = device_uuid
         self.record = job.record
         self.lba_size = lba_size            # canonical LBA size; None: as found
-        self.blkdiscard = blkdiscard
         self.identity = None
         self._format = None                 # the canonical LBA format, once chosen
 
@@ -250,7 +250,7 @@ class Cleaner:
         marks = {}
         for ns in self.ctrl.namespaces():
             try:
-                marks[ns.nsid] = (ns, blockio.size_of(ns.path), blockio.write_marks(ns.path))
+                marks[ns.nsid] = (ns, blockdev.size(ns.path), blockdev.write_marks(ns.path))
             except OSError as err:
                 raise exception.PrecheckFailed(
                     device=self.device, reason=f'cannot write watermarks on {ns.path}: '
@@ -273,13 +273,12 @@ class Cleaner:
                 problems.append(f'{ns.path} went away during the erase')
                 continue
             try:
-                problems += blockio.check_marks(ns.path, ms, expect_zero)
+                problems += blockdev.check_marks(ns.path, ms, expect_zero)
                 checked += len(ms)
                 if expect_zero:
                     offsets = blockio.sample_offsets(size, ZERO_SAMPLES)
-                    blocks = blockio.read_blocks(ns.path, offsets)
                     problems += [f'{ns.path}@{o}: not zero after zeroing'
-                                 for o, b in sorted(blocks.items()) if b.count(0) != len(b)]
+                                 for o in blockdev.nonzero_blocks(ns.path, offsets)]
                     checked += len(offsets)
             except OSError as err:
                 problems.append(f'{ns.path}: read-back failed ({err.strerror or err})')
@@ -356,13 +355,16 @@ class Cleaner:
             def progress(fraction, base=done, size=sizes[ns.nsid], name=ns.name):
                 self.job.progress('erase', round((base + fraction * size) * 100 / total, 1),
                                   f'zeroing {name}')
+            # One privsep call per piece: cancel and progress stay here.
+            if kernel:
+                pieces = blockio.zeroout_chunks(sizes[ns.nsid])
+                do = functools.partial(blockdev.zeroout_range, ns.path)
+            else:
+                pieces = blockio.slices(sizes[ns.nsid])
+                do = functools.partial(blockdev.zero_range, ns.path)
             try:
-                if kernel:
-                    blockio.kernel_zeroout(ns.path, tool=self.blkdiscard,
-                                           cancel=self.job.cancelled, progress=progress)
-                else:
-                    blockio.zero_fill(ns.path, cancel=self.job.cancelled,
-                                      progress=progress)
+                blockio.run_pieces(pieces, do, cancel=self.job.cancelled,
+                                   progress=progress)
             except blockio.Cancelled:
                 self.job.check()
             except OSError as err:

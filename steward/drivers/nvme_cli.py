@@ -19,14 +19,14 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 
 from steward.common import exception
+from steward.privsep import nvme as privsep_nvme
 
 LOG = logging.getLogger(__name__)
 
 U32 = 0xffffffff
-NSID_ALL = '0xffffffff'
+NSID_ALL = 0xffffffff
 BLOCKS_PER_WRITE_ZEROES = 65536     # NLB is 16-bit and zero-based
 SANACT_EXIT_FAILURE, SANACT_BLOCK, SANACT_OVERWRITE, SANACT_CRYPTO = 1, 2, 3, 4
 
@@ -310,8 +310,9 @@ def parse_version(text):
 
 # --- running it -------------------------------------------------------------------
 class NvmeCli:
-    """The nvme-cli binary named by ``[nvme] nvme_cli``, run with this process's
-    environment. Each call has a timeout; nothing is retried here."""
+    """The nvme-cli binary named by ``[nvme] nvme_cli``, run by the ``nvme_admin``
+    privsep daemon (steward/privsep/nvme.py) with the daemon's environment. Each
+    call has a timeout; nothing is retried here."""
 
     def __init__(self, binary='nvme', timeout=60):
         self.binary = binary
@@ -323,66 +324,66 @@ class NvmeCli:
             return self.binary if os.access(self.binary, os.X_OK) else None
         return shutil.which(self.binary)
 
-    def run(self, *args, timeout=None):
-        command = args[0]
-        argv = [self.binary, *[str(a) for a in args]]
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True,
-                                  timeout=timeout or self.timeout, stdin=subprocess.DEVNULL)
-        except (FileNotFoundError, PermissionError):
+    def run(self, command, dev=None, timeout=None, **options):
+        """What ``nvme <command> <dev> <options>`` printed on stdout; ``options``
+        are the integers the privsep entrypoint turns into flags."""
+        text = ' '.join([command] + [str(dev)] * (dev is not None) +
+                        [f'{k}={v}' for k, v in sorted(options.items())])
+        if self.path() is None:
             raise exception.NvmeCliMissing(binary=self.binary)
-        except subprocess.TimeoutExpired:
+        out = privsep_nvme.run(self.binary, command, dev, options,
+                               timeout or self.timeout)
+        if out.get('missing'):
+            raise exception.NvmeCliMissing(binary=self.binary)
+        if out.get('timeout'):
             raise exception.NvmeCommandTimeout(
-                command=' '.join(map(str, args)),
-                reason=f'no answer within {timeout or self.timeout} s')
-        if proc.returncode != 0:
+                command=text, reason=f'no answer within {timeout or self.timeout} s')
+        if out['rc'] != 0:
             # Exit code 127/126 come from a wrapper script that could not exec nvme.
-            if proc.returncode in (126, 127):
+            if out['rc'] in (126, 127):
                 raise exception.NvmeCliMissing(binary=self.binary)
-            raise error_from_stderr(' '.join(map(str, args)), proc.stderr)
-        LOG.debug('nvme %s -> %d bytes', ' '.join(map(str, args)), len(proc.stdout))
-        return proc.stdout
+            raise error_from_stderr(text, out['stderr'])
+        LOG.debug('nvme %s -> %d bytes', text, len(out['stdout']))
+        return out['stdout']
 
     def version(self):
         return parse_version(self.run('version'))
 
     def id_ctrl(self, dev):
-        return parse_id_ctrl(self.run('id-ctrl', dev, '-o', 'json'))
+        return parse_id_ctrl(self.run('id-ctrl', dev))
 
     def id_ns(self, dev, nsid):
-        return parse_id_ns(self.run('id-ns', dev, '-n', nsid, '-o', 'json'), nsid)
+        return parse_id_ns(self.run('id-ns', dev, nsid=nsid), nsid)
 
     def formats(self, dev):
-        return parse_formats(self.run('id-ns', dev, '-n', NSID_ALL, '-o', 'json'))
+        return parse_formats(self.run('id-ns', dev, nsid=NSID_ALL))
 
     def list_ns(self, dev, allocated=False):
-        args = ['list-ns', dev, '-o', 'json'] + (['-a'] if allocated else [])
-        return parse_list_ns(self.run(*args))
+        return parse_list_ns(self.run('list-ns', dev, allocated=int(allocated)))
 
     def sanitize_log(self, dev):
-        return parse_sanitize_log(self.run('sanitize-log', dev, '-o', 'json'),
-                                  os.path.basename(dev))
+        return parse_sanitize_log(self.run('sanitize-log', dev), os.path.basename(dev))
 
     def sanitize(self, dev, sanact):
-        self.run('sanitize', dev, '-a', sanact)
+        self.run('sanitize', dev, sanact=sanact)
 
     def write_zeroes(self, dev, nsid, start_block, blocks):
         if not 1 <= blocks <= BLOCKS_PER_WRITE_ZEROES:
             raise ValueError(f'write-zeroes takes 1..{BLOCKS_PER_WRITE_ZEROES} blocks')
-        self.run('write-zeroes', dev, '-n', nsid, '-s', start_block, '-c', blocks - 1)
+        self.run('write-zeroes', dev, nsid=nsid, start_block=start_block, blocks=blocks)
 
     def create_ns(self, dev, blocks, flbas):
-        return parse_created_nsid(self.run('create-ns', dev, '-s', blocks, '-c', blocks,
-                                           '-f', flbas, timeout=max(self.timeout, 130)))
+        return parse_created_nsid(self.run('create-ns', dev, blocks=blocks, flbas=flbas,
+                                           timeout=max(self.timeout, 130)))
 
     def attach_ns(self, dev, nsid, cntlid):
-        self.run('attach-ns', dev, '-n', nsid, '-c', cntlid)
+        self.run('attach-ns', dev, nsid=nsid, cntlid=cntlid)
 
     def detach_ns(self, dev, nsid, cntlid):
-        self.run('detach-ns', dev, '-n', nsid, '-c', cntlid)
+        self.run('detach-ns', dev, nsid=nsid, cntlid=cntlid)
 
     def delete_ns(self, dev, nsid):
-        self.run('delete-ns', dev, '-n', nsid, timeout=max(self.timeout, 130))
+        self.run('delete-ns', dev, nsid=nsid, timeout=max(self.timeout, 130))
 
     def ns_rescan(self, dev):
         self.run('ns-rescan', dev)

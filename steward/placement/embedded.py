@@ -364,12 +364,42 @@ def _tail(path, limit=4000):
 class EmbeddedProcess:
     """A Placement child process; ``stop()`` terminates it."""
 
-    def __init__(self, proc, url, log_file, owns_log):
+    def __init__(self, proc, url, log_file, owns_log, host=None, port=None):
         self._proc = proc
         self.pid = proc.pid
         self.url = url
         self.log_file = log_file
         self._owns_log = owns_log
+        self.host, self.port = host, port
+
+    def wait_ready(self, timeout=30.0):
+        """Wait until the child answers ``GET /`` (the answer carries its pid);
+        stops it and raises EmbeddedPlacementError if it exits or stays silent."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rc = self._proc.poll()
+            if rc is not None:
+                tail = _tail(self.log_file)
+                self._owns_log = False   # keep the log of a failed start for the operator
+                self.stop()
+                raise exception.EmbeddedPlacementError(
+                    host=self.host, port=self.port,
+                    reason='the child exited with status %s before answering; log %s '
+                           'ends with:\n%s' % (rc, self.log_file, tail))
+            found = _probe(self.url, 1.0)
+            # Only our child's answer counts: another server may have taken the port.
+            if found and found[0] == 200 and found[1] == str(self.pid):
+                LOG.info('Embedded Placement (pid %d) answers on %s', self.pid, self.url)
+                return self
+            if time.monotonic() > deadline:
+                tail = _tail(self.log_file)
+                self._owns_log = False   # keep the log of a failed start for the operator
+                self.stop()
+                raise exception.EmbeddedPlacementError(
+                    host=self.host, port=self.port,
+                    reason='no answer to GET / within %.0f s; log %s ends with:\n%s'
+                           % (timeout, self.log_file, tail))
+            time.sleep(0.02)
 
     def stop(self, timeout=10.0):
         if self._proc.poll() is None:
@@ -388,8 +418,10 @@ class EmbeddedProcess:
 
 
 def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
-                     timeout=30.0):
-    """Start Placement in a child process and wait until it answers ``GET /``.
+                     timeout=30.0, wait=True):
+    """Start Placement in a child process and wait until it answers ``GET /``
+    (``wait=False``: return at once; the caller calls ``wait_ready()`` later and
+    does its own start-up meanwhile, on the other core).
 
     The child gets SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG). The
     signal follows the *thread* that forked, so call this from a long-lived thread
@@ -424,33 +456,10 @@ def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
              '--host', host, '--port', str(port)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             close_fds=True, preexec_fn=_die_with_parent(os.getpid()))
-    child = EmbeddedProcess(proc, url, log_file, owns_log)
-
-    deadline = time.monotonic() + timeout
-    while True:
-        rc = proc.poll()
-        if rc is not None:
-            tail = _tail(log_file)
-            child._owns_log = False   # keep the log of a failed start for the operator
-            child.stop()
-            raise exception.EmbeddedPlacementError(
-                host=host, port=port,
-                reason='the child exited with status %s before answering; log %s '
-                       'ends with:\n%s' % (rc, log_file, tail))
-        found = _probe(url, 1.0)
-        # Only our child's answer counts: another server may have taken the port.
-        if found and found[0] == 200 and found[1] == str(proc.pid):
-            LOG.info('Embedded Placement (pid %d) answers on %s', proc.pid, url)
-            return child
-        if time.monotonic() > deadline:
-            tail = _tail(log_file)
-            child._owns_log = False   # keep the log of a failed start for the operator
-            child.stop()
-            raise exception.EmbeddedPlacementError(
-                host=host, port=port,
-                reason='no answer to GET / within %.0f s; log %s ends with:\n%s'
-                       % (timeout, log_file, tail))
-        time.sleep(0.1)
+    child = EmbeddedProcess(proc, url, log_file, owns_log, host, port)
+    if wait:
+        child.wait_ready(timeout)
+    return child
 
 
 if __name__ == '__main__':

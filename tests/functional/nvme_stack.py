@@ -22,6 +22,7 @@ from steward.api import policy as api_policy
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
+from steward.drivers import blockio
 from steward.placement import client as placement_client
 from steward import service
 from tests import placement_fixture
@@ -207,10 +208,10 @@ def tenant_bytes_anywhere(ctrl, needle=TENANT[:64]):
     return ctrl.find_on_media(needle)
 
 
-def blocks_anywhere(ctrl, blocks, size=4096):
-    """Which of ``blocks`` (exact 4 KiB contents) appear at an aligned offset of any
-    backing file."""
-    wanted = set(blocks)
+def blocks_anywhere(ctrl, digests, size=4096):
+    """Where a 4 KiB block whose sha256 is one of ``digests`` (watermarks, as the
+    privsep daemon reports them) appears at an aligned offset of any backing file."""
+    wanted = set(digests)
     hits = []
     for path in ctrl.media_files():
         with open(path, 'rb') as f:
@@ -220,7 +221,7 @@ def blocks_anywhere(ctrl, blocks, size=4096):
                 if not chunk:
                     break
                 for i in range(0, len(chunk), size):
-                    if chunk[i:i + size] in wanted:
+                    if blockio.digest(chunk[i:i + size]) in wanted:
                         hits.append((path, off + i))
                 off += len(chunk)
     return hits

@@ -12,8 +12,9 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
-from steward.drivers import blockio
 from steward.drivers import nvme_cli
+from steward import privsep
+from steward.privsep import blockdev
 from tests.functional import nvme_stack
 from tests.functional.nvme_stack import LATEST, TENANT, nvme  # noqa: F401 (fixture)
 
@@ -28,16 +29,19 @@ def _write_tenant_data(ctrl):
 
 
 @pytest.fixture
-def marks_spy(monkeypatch):
-    """Every watermark the cleanup writes (the real function runs; we keep a copy)."""
+def marks_spy(nvme, monkeypatch):
+    """The digest of every watermark the cleanup writes, as the privsep daemon
+    answers them (the daemon writes the marks; its call is observed on the agent's
+    side, after the daemon started, so the daemon keeps the real entrypoint)."""
     written = []
-    real = blockio.write_marks
+    privsep.block_io.start()
+    real = blockdev.write_marks
 
-    def spy(path, count=blockio.MARKS_PER_NAMESPACE):
-        marks = real(path, count)
-        written.extend(data for _, data in marks)
+    def spy(path):
+        marks = real(path)
+        written.extend(digest for _, digest in marks)
         return marks
-    monkeypatch.setattr(blockio, 'write_marks', spy)
+    monkeypatch.setattr(blockdev, 'write_marks', spy)
     return written
 
 

@@ -130,7 +130,8 @@ def test_created_nsid_and_version():
 
 
 # --- the real binary ----------------------------------------------------------------
-def test_real_nvme_cli_failure_is_parsed(tmp_path):
+def test_real_nvme_cli_failure_is_parsed(tmp_path, conf):
+    conf.set_override('dev_root', str(tmp_path))      # the privsep daemon's check
     cli = nvme_cli.NvmeCli('nvme')
     if cli.path() is None:
         requirements.need('nvme', 'nvme-cli is not installed')

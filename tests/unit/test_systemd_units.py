@@ -29,9 +29,9 @@ HERE = os.path.join(os.path.dirname(sys.executable), 'steward')
 WHITELIST = ()
 
 # Highest `systemd-analyze security` exposure accepted (0 best, 10 worst; systemd
-# calls 1.0-4.9 "OK"). api and conductor score 1.1 on systemd 252, the agent (root
-# with CAP_SYS_ADMIN until privsep) 2.1: the margin is for another systemd's
-# weights, not for dropping a directive.
+# calls 1.0-4.9 "OK"). api and conductor score 1.1 on systemd 252, the agent
+# (User=steward with its privsep contexts' capabilities) 2.1: the margin is for
+# another systemd's weights, not for dropping a directive.
 MAX_EXPOSURE = {'api': 2.0, 'conductor': 2.0, 'agent': 3.0}
 
 
@@ -150,7 +150,9 @@ def test_how_each_service_runs(service):
                 'ProtectKernelModules', 'ProtectControlGroups'):
         assert _one(values, f'Service.{key}') == 'yes', key
     assert _one(values, 'Service.ProtectSystem') == 'strict'
-    assert _one(values, 'Service.AmbientCapabilities') == ''
+    # The agent's ambient set is its privsep contexts' (below); none elsewhere.
+    assert _one(values, 'Service.AmbientCapabilities') == (
+        ' '.join(_privsep_caps()) if service == 'agent' else '')
     assert set(_one(values, 'Service.RestrictAddressFamilies').split()) <= \
         {'AF_UNIX', 'AF_INET', 'AF_INET6'}
 
@@ -176,18 +178,33 @@ def test_api_and_conductor_have_no_privilege(service):
     assert 'Service.ReadWritePaths' not in values
 
 
+def _privsep_caps():
+    """Every capability of the agent's privsep contexts (steward/privsep), in the
+    order the unit lists them."""
+    from oslo_privsep import capabilities
+    from steward import privsep
+    wanted = set()
+    for ctx in privsep.CONTEXTS.values():
+        wanted |= {capabilities.CAPS_BYVALUE[c] for c in ctx.capabilities}
+    return sorted(wanted, key=lambda c: c != 'CAP_SYS_ADMIN')
+
+
 def test_agent_keeps_only_what_its_privileged_work_needs():
     text = _read('agent')
     values = _values(text)
-    # root (no User=) until the privileged work moves into privsep.
-    assert 'Service.User' not in values
+    # Unprivileged; its privsep daemons get the capabilities, the agent drops them.
+    assert _one(values, 'Service.User') == 'steward'
+    assert _one(values, 'Service.Group') == 'steward'
     caps = _one(values, 'Service.CapabilityBoundingSet').split()
-    assert caps == ['CAP_SYS_ADMIN']
+    assert caps == _privsep_caps() == ['CAP_SYS_ADMIN', 'CAP_DAC_OVERRIDE']
     comments = '\n'.join(line for line in text.splitlines() if line.startswith('#'))
-    for cap in caps + ['CAP_DAC_OVERRIDE', 'CAP_DAC_READ_SEARCH', 'CAP_SYS_RAWIO',
-                       'CAP_FOWNER']:
+    for cap in caps + ['CAP_DAC_READ_SEARCH', 'CAP_SYS_RAWIO', 'CAP_FOWNER',
+                       'CAP_SETUID', 'CAP_SETPCAP']:
         assert cap in comments, f'{cap}: kept or dropped, the unit must say why'
     assert 'privsep' in comments
+    # capset stays allowed: the agent drops its capabilities with it.
+    assert not any('@privileged' in f or 'capset' in f
+                   for f in values['Service.SystemCallFilter'][1:])
     assert _one(values, 'Service.PrivateDevices') == 'no'
     assert _one(values, 'Service.DevicePolicy') == 'closed'
     assert values['Service.DeviceAllow'] == ['char-nvme rw', 'block-blkext rw']
