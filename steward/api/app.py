@@ -7,6 +7,10 @@ fixed middleware pipeline built by ``_build_pipeline``.
 """
 import logging
 import uuid as uuidlib
+
+import anyio
+from anyio import lowlevel
+from anyio import to_thread
 import fastapi
 from starlette import datastructures
 
@@ -22,6 +26,7 @@ from steward.api.handlers import devices
 from steward.api.handlers import metrics
 from steward.api.handlers import root
 from steward.common import exception
+from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
@@ -241,21 +246,51 @@ def _api_request(scope, app):
         root_path=scope.get('root_path', ''))
 
 
+# How many handlers run at once, on SQLite. Its writers are serial (one lock per
+# database), and a writer runs ~10 statements, giving the GIL up at each: with
+# FastAPI's 40 threads every one of those hand-backs queued behind the other
+# threads' Python (one switch interval each), so a 5 ms bind held the write lock
+# for ~100 ms and 16 clients got no more done than one. Two threads keep a read
+# going beside a write; the event loop still parses every connection meanwhile.
+SQLITE_HANDLER_THREADS = 2
+# One limiter per event loop, as anyio keeps its own default one.
+_LIMITER = lowlevel.RunVar('steward_handler_limiter')
+
+
+def _handler_limiter():
+    """The CapacityLimiter of the handler threads; anyio's default one (40
+    threads) for a database with parallel writers."""
+    try:
+        return _LIMITER.get()
+    except LookupError:
+        pass
+    if (CONF.database.connection or '').startswith('sqlite'):
+        limiter = anyio.CapacityLimiter(SQLITE_HANDLER_THREADS)
+    else:
+        limiter = to_thread.current_default_thread_limiter()
+    _LIMITER.set(limiter)
+    return limiter
+
+
 def _endpoint(methods, since=None):
     """One endpoint per URL dispatching on the method, so that the router's 405
-    carries every allowed method in ``Allow``. A plain ``def``: FastAPI runs it
-    in its threadpool (the database layer is synchronous). Its only parameter
-    is the Request (no dependencies to solve per request). The request's context
-    is the worker thread's current one while the handler runs: every log line
-    names the request id. ``since``: the microversion the URL appeared in
-    (``SINCE``); below it the URL answers 404."""
-    def endpoint(request: fastapi.Request):
+    carries every allowed method in ``Allow``. The handler runs in a worker thread
+    (the database layer is synchronous), at most ``_handler_limiter()`` at once.
+    Its only parameter is the Request (no dependencies to solve per request). The
+    request's context is the worker thread's current one while the handler runs:
+    every log line names the request id. ``since``: the microversion the URL
+    appeared in (``SINCE``); below it the URL answers 404."""
+    def run(scope, app):
+        req = _api_request(scope, app)
+        with auth.current_context(req.ctx):
+            return methods[req.method](req)
+
+    async def endpoint(request: fastapi.Request):
         if since is not None and request.scope['steward.version'] < since:
             raise exception.PathNotFound(
                 path=request.scope.get('steward.original_path', request.url.path))
-        req = _api_request(request.scope, request.app)
-        with auth.current_context(req.ctx):
-            return methods[req.method](req)
+        return await to_thread.run_sync(run, request.scope, request.app,
+                                              limiter=_handler_limiter())
     return endpoint
 
 

@@ -169,7 +169,10 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     Raises InvalidStateTransition (or ConcurrentUpdate when the row moved under us).
     """
     kind = kind or model.__state_kind__
-    column = getattr(model, model.__state_column__)
+    # Core, not ORM, UPDATE: same SQL, a fraction of the Python (the hot path's
+    # biggest cost was building ORM updates).
+    table = model.__table__
+    column = table.c[model.__state_column__]
     current = getattr(row, model.__state_column__)
     allowed = sources(kind, target, event)
     if current not in allowed:
@@ -189,8 +192,7 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     # wins and we report the conflict rather than overwrite it.
     same = column.is_(None) if current is None else column == current
     result = session.execute(
-        sa.update(model).where(model.id == row.id, same).values(**changes)
-        .execution_options(synchronize_session=False))
+        table.update().where(table.c.id == row.id, same).values(**changes))
     if result.rowcount != 1:
         raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
     for key, value in changes.items():

@@ -11,6 +11,7 @@ import logging
 
 from oslo_messaging import exceptions as messaging_exc
 from oslo_utils import uuidutils
+import sqlalchemy as sa
 from sqlalchemy import orm
 
 from steward.common import exception
@@ -33,12 +34,9 @@ def accelerator_count(group):
 def create(ctx, device_profile_name, project_id):
     with db_session.writer() as s:
         dp = db.device_profile_get(s, name=device_profile_name)
-        arqs = []
-        for group_id, group in enumerate(db.device_profile_groups(dp)):
-            for _ in range(accelerator_count(group)):
-                arqs.append(db.arq_create(s, dp, group_id, project_id))
-        s.flush()
-        return [db.arq_record(a) for a in arqs]
+        return db.arqs_create(s, dp, [
+            group_id for group_id, group in enumerate(db.device_profile_groups(dp))
+            for _ in range(accelerator_count(group))], project_id)
 
 
 def _check_uuid(name, value):
@@ -68,21 +66,23 @@ def bind(clients, ctx, bindings):
     reserve = []
     with db_session.writer() as s:
         arqs = db.arq_get_many(s, uuids, project_scope)
-        ids = [a.id for a in arqs]
-        for arq, b in zip(arqs, bindings):
+        for arq in arqs:
             if arq.state not in states.ARQ_BINDABLE:
                 raise exception.ARQBadState(uuid=arq.uuid, state=arq.state,
                                             action='bind',
                                             expected=list(states.ARQ_BINDABLE))
-            if db.arq_instance_has_binding(s, b['instance_uuid'], exclude_ids=ids):
-                raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'])
-        deployables = {}
+        taken = db.arq_instances_with_binding(
+            s, {b['instance_uuid'] for b in bindings}, exclude_ids=[a.id for a in arqs])
         for b in bindings:
-            rp = b['device_rp_uuid']
-            if rp not in deployables:
-                deployables[rp] = db.deployable_get_by_rp_uuid(s, rp)
-        # Every device of the bind locked up front, in id order (see lock_devices).
-        device_ops.lock_devices(s, [d.device_id for d in deployables.values()])
+            if b['instance_uuid'] in taken:
+                raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'])
+        deployables = db.deployables_by_rp_uuids(
+            s, list(dict.fromkeys(b['device_rp_uuid'] for b in bindings)))
+        # Every device of the bind locked up front, in id order (see lock_devices),
+        # with its accelerator count; the lock holds until the commit.
+        locked = {device.id: (device, count) for device, count in
+                  device_ops.lock_devices_counted(
+                      s, [d.device_id for d in deployables.values()])}
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]
             values = {'hostname': b['hostname'], 'device_rp_uuid': b['device_rp_uuid'],
@@ -91,14 +91,14 @@ def bind(clients, ctx, bindings):
                 values['project_id'] = b['project_id']
             states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
                            values=values, request_id=ctx.request_id)
-            device = device_ops.check_bindable(s, dep)
+            device = device_ops.check_bindable(s, dep, locked[dep.device_id])
             handle = db.attach_handle_allocate(s, dep)
             states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
                            values={'attach_handle_id': handle.id},
                            request_id=ctx.request_id)
             orm.attributes.set_committed_value(arq, 'attach_handle', handle)
-            if device_ops.mark_allocated(s, device, ctx) and \
-                    reservation.policy(s, device).single:
+            if device_ops.mark_allocated(s, device, ctx) and reservation.policy(
+                    s, device, accelerators=locked[dep.device_id][1]).single:
                 reserve.append(dep)
         records = [db.arq_record(a) for a in arqs]
     try:
@@ -157,8 +157,11 @@ def unbind(clients, ctx, arq_uuids):
 
 def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
     """Delete ARQs by uuid list (all must exist: 404 otherwise, nothing deleted) or
-    by instance (idempotent). Each goes to Deleting first, so a crash mid-way leaves
-    a row reconciliation recognises and finishes."""
+    by instance (idempotent). Each goes through Deleting (the state machine's way
+    out) and is removed in the same transaction, with its handle freed; a row
+    found in Deleting already (a crash of an older release between its two
+    transactions, or reconciliation) is finished here too."""
+    released = []
     with db_session.writer() as s:
         if arq_uuids is not None:
             arqs = db.arq_get_many(s, arq_uuids, project_id)
@@ -167,25 +170,48 @@ def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
         if any(a.state == states.ARQ_BOUND for a in arqs) and not ctx.is_service \
                 and not ctx.is_admin:
             raise exception.ServiceTokenRequired()
-        uuids = []
+        leftovers = []
         for arq in arqs:
-            if arq.state != states.ARQ_DELETING:
-                states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
-                               request_id=ctx.request_id)
-            uuids.append(arq.uuid)
-    return finish_deleting(clients, ctx, uuids)
+            if arq.state == states.ARQ_DELETING:
+                leftovers.append(arq.uuid)
+                continue
+            # The conditional UPDATE of advance() holds the row (PostgreSQL) until
+            # the commit: nobody else finishes it under us.
+            states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
+                           request_id=ctx.request_id)
+            released += _remove(s, ctx, arq)
+        released += _finish_in(s, ctx, leftovers)
+    after_release(clients, released, ctx)
+    return len(arqs)
+
+
+_DELETE_ARQ = sa.delete(m.ExtARQ.__table__).where(
+    m.ExtARQ.__table__.c.id == sa.bindparam('arq_id'))
+
+
+def _remove(s, ctx, arq):
+    """Remove a Deleting ARQ and free its handle; returns what after_release must
+    do once committed."""
+    handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
+    s.execute(_DELETE_ARQ, {'arq_id': arq.id})
+    s.expunge(arq)
+    if handle_id is None:
+        return []
+    db.attach_handle_release(s, handle_id)
+    return device_ops.release_after_unbind(s, deployable_id, ctx)
+
+
+def _finish_in(s, ctx, uuids):
+    released = []
+    for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
+        released += _remove(s, ctx, arq)
+    return released
 
 
 def finish_deleting(clients, ctx, uuids):
-    released = []
+    """Remove ARQs left in Deleting (reconciliation); returns how many were asked."""
     with db_session.writer() as s:
-        for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
-            handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
-            s.delete(arq)
-            s.flush()
-            if handle_id is not None:
-                db.attach_handle_release(s, handle_id)
-                released += device_ops.release_after_unbind(s, deployable_id, ctx)
+        released = _finish_in(s, ctx, uuids)
     after_release(clients, released, ctx)
     return len(uuids)
 

@@ -35,23 +35,36 @@ def lock_devices(session, device_ids):
     and a host's discovery report (which locks all of the host's devices) then
     queue on each other instead of deadlocking. SQLite writers are serial already
     and ignore FOR UPDATE."""
+    return [device for device, _ in lock_devices_counted(session, device_ids)]
+
+
+_LOCK_COUNTED = (
+    sa.select(m.Device, reservation.accelerators_column(m.Device.id))
+    .where(m.Device.id.in_(sa.bindparam('ids', expanding=True)))
+    .order_by(m.Device.id).with_for_update(of=m.Device)
+    .execution_options(populate_existing=True))
+
+
+def lock_devices_counted(session, device_ids):
+    """lock_devices, each device with its accelerator count (what the reservation
+    rule needs) read in the same statement: [(Device, count)] in id order."""
     if not device_ids:
         return []
-    return session.execute(
-        sa.select(m.Device).where(m.Device.id.in_(sorted(set(device_ids))))
-        .order_by(m.Device.id).with_for_update()
-        .execution_options(populate_existing=True)).scalars().all()
+    return [tuple(row) for row in session.execute(
+        _LOCK_COUNTED, {'ids': sorted(set(device_ids))}).all()]
 
 
-def check_bindable(session, deployable):
+def check_bindable(session, deployable, locked=None):
     """The bind guard: raises unless ``deployable``'s device may take a binding.
     The device row is re-read under a row lock first: concurrent binds to one
     device (PostgreSQL runs them in parallel) then see each other's device_state
-    instead of racing on a stale copy."""
-    device, = lock_devices(session, [deployable.device_id])
+    instead of racing on a stale copy. ``locked``: ``(device, accelerators)`` as
+    lock_devices_counted returned them earlier in this transaction (the lock is
+    held until it ends), instead of locking again."""
+    device, count = locked or lock_devices_counted(session, [deployable.device_id])[0]
     # The whole device's accelerators, not the deployable's: an mdev parent with a
     # 1-instance type beside others is shared, and the other types may be in use.
-    refusal = reservation.policy(session, device).refusal
+    refusal = reservation.policy(session, device, accelerators=count).refusal
     if refusal is not None:
         raise refusal
     return device
@@ -66,6 +79,19 @@ def mark_allocated(session, device, ctx):
     return True
 
 
+_HANDLES_IN_USE = (sa.select(sa.func.count()).select_from(m.AttachHandle)
+                   .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
+                   .where(m.Deployable.device_id == m.Device.id,
+                          m.AttachHandle.in_use.is_(True))
+                   .correlate(m.Device).scalar_subquery())
+# The device of a deployable with what a release decides on, in one statement.
+_RELEASE_VIEW = (
+    sa.select(m.Device, reservation.accelerators_column(m.Device.id), _HANDLES_IN_USE)
+    .where(m.Device.id == sa.select(m.Deployable.device_id)
+           .where(m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery())
+    .execution_options(populate_existing=True))
+
+
 def release_after_unbind(session, deployable_id, ctx):
     """A handle of ``deployable_id`` was freed. When the device has none left in
     use it leaves ``allocated`` for ``available``; a device whose driver must clean
@@ -74,12 +100,11 @@ def release_after_unbind(session, deployable_id, ctx):
     and a CleanupRequest for a device to clean."""
     if deployable_id is None:
         return []
-    dep = session.get(m.Deployable, deployable_id)
-    if dep is None:
+    row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
+    if row is None:
         return []
-    device = session.get(m.Device, dep.device_id)
-    if device.device_state != states.DEV_ALLOCATED or \
-            db.device_handles_in_use(session, device.id):
+    device, accelerators, in_use = row
+    if device.device_state != states.DEV_ALLOCATED or in_use:
         return []
     if supports_cleaning(device):
         # Whether its agent can be asked is known only by asking (a ping after
@@ -87,7 +112,8 @@ def release_after_unbind(session, deployable_id, ctx):
         return [CleanupRequest(device.uuid)]
     states.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
                    request_id=ctx.request_id)
-    if reservation.policy(session, device).single:
+    if reservation.policy(session, device, accelerators=accelerators).single:
+        dep = session.get(m.Deployable, deployable_id)
         session.expunge(dep)
         return [dep]
     return []

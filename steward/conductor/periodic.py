@@ -66,9 +66,11 @@ def fail_stuck_cleanups(clients, ctx, now=None):
 
 
 def finish_stale_deletes(clients, ctx, grace=None, now=None):
-    """A delete commits Deleting, then removes the row in a second transaction; a
-    crash in between leaves the row. Only rows older than ``grace`` are finished,
-    so this never races a delete that is still in progress. Returns their number."""
+    """Rows left in Deleting: releases before this one committed Deleting, then
+    removed the row in a second transaction, and a crash in between left the row
+    (a delete is one transaction now). Only rows older than ``grace`` are
+    finished, so this never races a delete that is still in progress. Returns
+    their number."""
     grace = CONF.conductor.stale_delete_grace if grace is None else grace
     cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=grace)
     with db_session.reader() as s:

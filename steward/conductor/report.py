@@ -143,6 +143,25 @@ def device_addresses(dev):
     return [a.lower() for a in found]
 
 
+def reserved_now(deployable_ids):
+    """{provider uuid: Placement reserved (None: keep Placement's)} of many
+    deployables, the reservation rule on the rows as they are now: what
+    device_ops.current_reserved says for one, in two queries for all of them. The
+    Placement client calls it right before the write, as it calls that one."""
+    if not deployable_ids:
+        return {}
+    with db_session.reader() as s:
+        rows = s.execute(sa.select(m.Deployable, m.Device)
+                         .join(m.Device, m.Deployable.device_id == m.Device.id)
+                         .where(m.Deployable.id.in_(deployable_ids))).all()
+        siblings = collections.defaultdict(list)
+        for dep in s.execute(sa.select(m.Deployable).where(
+                m.Deployable.device_id.in_({d.id for _, d in rows}))).scalars():
+            siblings[dep.device_id].append(dep)
+        return {dep.rp_uuid: reservation.policy(s, device, siblings[device.id])
+                .reserved_for(dep) for dep, device in rows if dep.rp_uuid}
+
+
 class Reporter:
     def __init__(self, placement_client, create_compute_node=True):
         self.placement = placement_client
@@ -162,6 +181,8 @@ class Reporter:
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
         self._tls.deferred = False
         self._tls.error = None
+        self._tls.tree = None
+        self._tls.new_root = None
         parsed = self._without_nova_owned(host, rp_name, parsed)
         removed_rps = self._persist(ctx, host, parsed)
         deferred = self._tls.deferred
@@ -189,9 +210,16 @@ class Reporter:
             return reported
         try:
             root = self.compute_node(host, rp_name)
-            providers = self.placement.list_providers(in_tree=root)
+            if root == self._tls.new_root:
+                # Created by this report a moment ago: nothing under it to list.
+                providers = []
+            else:
+                providers = self.placement.list_providers(in_tree=root)
         except exception.StewardError:
             return reported          # reported by _sync_placement with a clear error
+        # The sync after the database diff starts from this listing: a device
+        # provider not in it is new and is created without being read first.
+        self._tls.tree = providers
         by_address = {}
         for rp in providers:
             address = nova_provider_address(rp['name'])
@@ -253,6 +281,10 @@ class Reporter:
             for dep in deps:
                 deps_by_device.setdefault(dep.device_id, []).append(dep)
             self._tls.deps_by_device = deps_by_device
+            deps_by_name = {}
+            for dep in deps:
+                deps_by_name.setdefault(dep.name, []).append(dep)
+            self._tls.deps_by_name = deps_by_name
 
             matches = match_devices(existing, cpid_by_device, reported)
             was_at = self._release_addresses(s, matches, existing, cpid_by_device)
@@ -398,6 +430,7 @@ class Reporter:
         names = set()
         held = self._held_single(s, device, existing, {r.name for r in reported},
                                  handles)
+        pairs = []
         for rep in reported:
             names.add(rep.name)
             dep = by_name.get(rep.name)
@@ -417,12 +450,17 @@ class Reporter:
                                    device_id=device.id, rp_uuid=rp_uuid_for(rep.name),
                                    driver_name=rep.driver_name)
                 s.add(dep)
-                s.flush()
+                self._tls.deps_by_name.setdefault(dep.name, []).append(dep)
             else:
                 if dep.num_accelerators != rep.num_accelerators:
                     dep.num_accelerators = rep.num_accelerators
                 if dep.driver_name != rep.driver_name:
                     dep.driver_name = rep.driver_name
+            pairs.append((rep, dep))
+        # One flush for all of the device's new deployables (their ids are needed
+        # below): inserted as one batch, not one statement and flush each.
+        s.flush()
+        for rep, dep in pairs:
             self._diff_attributes(s, dep, rep.attribute_list, attrs.get(dep.id, []))
             self._diff_handles(s, dep, cpid, rep.attach_handle_list,
                                handles.get(dep.id, []))
@@ -444,10 +482,10 @@ class Reporter:
         """Make ``name`` (and so its provider) free for ``device``: another device of
         the host holding it (a missing one whose slot now holds another drive) gives
         it up and keeps its state without it. False while it is in use there."""
-        others = s.execute(
-            sa.select(m.Deployable).join(m.Device, m.Deployable.device_id == m.Device.id)
-            .where(m.Deployable.name == name, m.Device.hostname == device.hostname,
-                   m.Deployable.device_id != device.id)).scalars().all()
+        # From the host's deployables loaded with the report, not a query per name:
+        # a query would flush the pending rows first, one flush per deployable.
+        others = [d for d in self._tls.deps_by_name.get(name, ())
+                  if d.device_id != device.id]
         for dep in others:
             owner = s.get(m.Device, dep.device_id)
             if any(h.in_use for h in handles.get(dep.id, [])):
@@ -534,6 +572,9 @@ class Reporter:
         s.flush()
         attrs.pop(dep.id, None)
         handles.pop(dep.id, None)
+        same_name = self._tls.deps_by_name.get(dep.name, [])
+        if dep in same_name:
+            same_name.remove(dep)
         LOG.info('deployable %s: removed (no longer discovered)', dep.name)
         return [dep.rp_uuid] if dep.rp_uuid else []
 
@@ -559,7 +600,10 @@ class Reporter:
             cached = self._compute_nodes.get(rp_name)
         if cached:
             return cached
-        rp = self.placement.ensure_compute_node(rp_name, create=self.create_compute_node)
+        rp, created = self.placement.compute_node_created(
+            rp_name, create=self.create_compute_node)
+        if created:
+            self._tls.new_root = rp
         with self._lock:
             self._compute_nodes[rp_name] = rp
         return rp
@@ -588,7 +632,7 @@ class Reporter:
                 .join(m.Device, m.Deployable.device_id == m.Device.id)
                 .where(m.Device.hostname == host)).all()
             attrs = db.attributes_by_deployable(s, [d.id for d, _ in rows])
-            specs = []
+            specs, dep_of = [], {}
             for dep, _ in rows:
                 rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
                 if rc is None or not dep.rp_uuid:
@@ -601,12 +645,15 @@ class Reporter:
                     traits=frozenset(traits),
                     # Read when written, not now: see device_ops.current_reserved.
                     reserved=functools.partial(device_ops.current_reserved, dep.id)))
+                dep_of[dep.rp_uuid] = dep.id
         ok = True
+        done, errors = self.placement.sync_providers(
+            specs, tree=getattr(self._tls, 'tree', None),
+            reserved_now=lambda chunk: reserved_now([dep_of[s.uuid] for s in chunk]))
+        writes += done
         for spec in specs:
-            try:
-                writes += self.placement.sync_provider(spec)
-            except exception.StewardError as err:
-                LOG.error('Placement sync of %s failed: %s', spec.name, err)
+            if spec.uuid in errors:
+                LOG.error('Placement sync of %s failed: %s', spec.name, errors[spec.uuid])
                 ok = False
         for rp in removed_rps:
             try:

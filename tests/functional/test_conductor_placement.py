@@ -173,3 +173,64 @@ def test_missing_compute_node_error_reaches_the_agent(db, conf, placement, caplo
     assert 'resource_provider_name' in result['error']['message']
     assert any("could not register this host's devices" in r.getMessage()
                for r in caplog.records)
+
+
+class ManyTypesDriver(base.Driver):
+    """An mdev-like parent: one device, one deployable (provider) per type."""
+    name = 'manytypes'
+    types = 6
+
+    def __init__(self, conf, host, excluded=False):
+        super().__init__(conf, host)
+        self.excluded = excluded
+
+    def discover(self):
+        info = objects.pci_info('0000', '0b', '00', '0')
+        board = '{"cleanup": {"excluded": "no way to clean it"}}' if self.excluded else '{}'
+        return [objects.DriverDevice(
+            vendor='0x10de', model='many', type='GPU', std_board_info=board,
+            controlpath_id=objects.DriverControlPathID('PCI', info),
+            deployable_list=[objects.DriverDeployable(
+                name=f'{self.host}_0000:0b:00.0_t{t}', num_accelerators=2,
+                attribute_list=[objects.DriverAttribute('rc', f'CUSTOM_MANY_T{t}'),
+                                objects.DriverAttribute('trait0', 'CUSTOM_MANY')],
+                attach_handle_list=[objects.DriverAttachHandle('PCI', info)] * 2,
+                driver_name='manytypes') for t in range(self.types)])]
+
+
+@pytest.mark.parametrize('excluded', [False, True])
+def test_many_providers_registered_in_batches(db, conf, placement, excluded):
+    """A first report with many providers: each created and given its traits, the
+    inventories in one reshape whose reserved follows the reservation rule (an
+    excluded device is in error: reserved whole); then quiet cycles, also after a
+    restart, write nothing."""
+    client, server = placement
+    host = placement_fixture.unique_name('host')
+    before = dict(client.stats)
+    driver = ManyTypesDriver(conf, host, excluded=excluded)
+    conductor, agent = cf.stack(conf, client, host=host, drivers=[driver])
+    n = driver.types
+    writes = client.stats['writes'] - before['writes']
+    # compute node, then per provider POST + traits, the custom names once
+    # (CUSTOM_MANY and n classes; some may exist from an earlier test), one reshape.
+    assert 1 + 2 * n + 1 <= writes <= 1 + 2 * n + 1 + 1 + n
+    # Reads: the compute node by name and the tree after the reshape (its
+    # generations); a root this report created is not listed, nor is any provider
+    # read before being created.
+    assert client.stats['reads'] - before['reads'] == 2
+    with session.reader() as s:
+        deps = [d for d in db_api.deployable_list(s) if d.name.startswith(host)]
+    assert len(deps) == n
+    for dep in deps:
+        inv = _inventory(server, dep.rp_uuid)
+        (rc, record), = inv.items()
+        assert record['total'] == 2
+        assert record['reserved'] == (2 if excluded else 0)
+        assert 'CUSTOM_MANY' in client.get_traits(dep.rp_uuid)
+    quiet = dict(client.stats)
+    assert agent.run_cycle() == {'changed': False, 'placement_writes': 0}
+    assert client.stats == quiet
+    conductor.reporter.forget()
+    client.forget()
+    assert agent.run_cycle()['placement_writes'] == 0
+    assert client.stats['writes'] == quiet['writes']

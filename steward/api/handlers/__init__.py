@@ -116,5 +116,10 @@ def json_response(data, status=200):
                               media_type=JSON_TYPE)
 
 
+def encoded_response(body, status=200):
+    """A JSON answer whose body is encoded already (bytes)."""
+    return responses.Response(body, status_code=status, media_type=JSON_TYPE)
+
+
 def empty(status):
     return responses.Response(status_code=status)

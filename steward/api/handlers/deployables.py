@@ -14,8 +14,8 @@ INT_FILTERS = ('num_accelerators', 'device_id', 'parent_id', 'root_id')
 
 
 def _render(req, s, rows):
-    attrs = db.attributes_by_deployable(s, [r.id for r in rows])
-    return [views.deployable(req, r, attrs[r.id]) for r in rows]
+    attrs = db.attribute_pairs_by_deployable(s, [r.id for r in rows])
+    return views.deployables(req, rows, attrs)
 
 
 def list_deployables(req):
@@ -23,8 +23,12 @@ def list_deployables(req):
     policy.authorize(req.ctx, 'cyborg:deployable:get_all')
     filters = req.query_args(FILTERS, ints=INT_FILTERS)
     with session.reader() as s:
-        rows = db.deployable_list(s, filters)
-        return handlers.json_response({'deployables': _render(req, s, rows)})
+        rows = db.deployable_rows(s, filters)
+        # Without a filter, every deployable's attributes: read without an IN list
+        # of thousands of ids.
+        attrs = db.attribute_pairs_by_deployable(
+            s, [r.id for r in rows] if filters else None)
+    return handlers.encoded_response(views.deployables_json(req, rows, attrs))
 
 
 def _get(req, uuid):

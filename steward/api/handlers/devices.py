@@ -19,9 +19,8 @@ def list_devices(req):
     filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
                              else FILTERS, ints=('id',))
     with session.reader() as s:
-        rows = db.device_list(s, filters)
-        return handlers.json_response(
-            {'devices': [views.device(req, r) for r in rows]})
+        rows = db.device_rows(s, filters)
+    return handlers.encoded_response(views.devices_json(req, rows))
 
 
 def get_device(req):

@@ -1,0 +1,169 @@
+"""The Nova-shaped hot path stays lean, and the listings' shortcuts stay right.
+
+Statement counts, not timings (bench/arq_lifecycle.py prints those): each step of
+the lifecycle runs a fixed number of SQL statements however many ARQs and devices
+the database holds, so an N+1 query or a redundant re-read shows up here as a
+failure, on any machine.
+"""
+import contextlib
+import json
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from steward.api import views
+from steward.common import states
+from steward.db import api as db
+from steward.db import models as m
+from steward.db import session
+from tests.functional.api.conftest import make_profile, mv
+
+URL = '/v2/accelerator_requests'
+
+
+@contextlib.contextmanager
+def counted():
+    """[statements] run on any engine while the block runs (BEGIN included)."""
+    seen = []
+
+    def record(conn, cursor, statement, *_):
+        seen.append(statement.split()[0].upper())
+
+    event.listen(sa.engine.Engine, 'before_cursor_execute', record)
+    try:
+        yield seen
+    finally:
+        event.remove(sa.engine.Engine, 'before_cursor_execute', record)
+
+
+def _bind_body(arqs, rp, inst):
+    return {a['uuid']: [{'op': 'add', 'path': '/hostname', 'value': 'host-a'},
+                        {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},
+                        {'op': 'add', 'path': '/instance_uuid', 'value': inst}]
+            for a in arqs}
+
+
+def _lifecycle(client, rp, profile='dp1'):
+    """{step: statements} of one instance's create, bind, resolved GET, delete."""
+    inst, steps = str(uuid.uuid4()), {}
+    with counted() as seen:
+        r = client.post(URL, json={'device_profile_name': profile})
+    assert r.status_code == 201, r.text
+    steps['create'] = seen
+    with counted() as seen:
+        r = client.patch(URL, json=_bind_body(r.json()['arqs'], rp, inst))
+    assert r.status_code == 202, r.text
+    steps['bind'] = seen
+    with counted() as seen:
+        r = client.get(URL, params={'instance': inst, 'bind_state': 'resolved'})
+    assert r.status_code == 200 and r.json()['arqs'][0]['state'] == 'Bound'
+    steps['resolved'] = seen
+    with counted() as seen:
+        r = client.delete(URL, params={'instance': inst})
+    assert r.status_code == 204
+    steps['delete'] = seen
+    return steps
+
+
+def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
+    make_profile(client)
+    first = _lifecycle(client, seed['rp'])
+    # The device goes available -> allocated on the bind and back on the delete,
+    # each with its history row: that is part of every count below.
+    assert len(first['create']) == 3        # BEGIN, profile, INSERT
+    assert len(first['bind']) == 10         # BEGIN, ARQs, instance check,
+    #   deployables, devices locked with their counts, 2 ARQ transitions, handle
+    #   taken (UPDATE ... RETURNING), device transition, its history row
+    assert len(first['resolved']) == 2      # BEGIN, ARQs with profile and handle
+    assert len(first['delete']) == 8        # BEGIN, ARQs, Deleting, DELETE, handle,
+    #   device with its counts, device transition, history row
+    for step in first.values():
+        assert step.count('BEGIN') == 1, step       # one transaction per request
+    # More rows in the database change nothing; with other instances holding the
+    # device it stays allocated, so bind and delete leave its state alone.
+    assert all(_hold(client, seed['rp']) for _ in range(5))
+    again = {k: len(v) for k, v in _lifecycle(client, seed['rp']).items()}
+    assert again == {'create': 3, 'bind': 8, 'resolved': 2, 'delete': 6}
+
+
+def _hold(client, rp):
+    """Bind one ARQ to a new instance and leave it bound."""
+    arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
+    return client.patch(URL, json=_bind_body(arqs, rp, str(uuid.uuid4()))).status_code \
+        == 202
+
+
+def test_a_multi_arq_bind_and_delete_are_one_transaction_each(client, seed):
+    make_profile(client, 'four', [{'resources:FPGA': '4'}])
+    steps = _lifecycle(client, seed['rp'], profile='four')
+    assert steps['bind'].count('BEGIN') == steps['delete'].count('BEGIN') == 1
+    # Four ARQs, one query for them: no statement per ARQ but the transitions,
+    # the handles and the deletes themselves.
+    assert steps['bind'].count('SELECT') == 4
+    with session.reader() as s:
+        assert db.arq_list(s) == []
+        assert not s.execute(sa.select(m.AttachHandle).where(
+            m.AttachHandle.in_use.is_(True))).first()
+        assert db.device_list(s)[0].device_state == states.DEV_AVAILABLE
+
+
+def test_delete_finishes_an_arq_left_in_deleting(client, seed):
+    """A row an older release left in Deleting (its process died between the two
+    transactions it used) is finished by the next delete that names it."""
+    make_profile(client)
+    inst = str(uuid.uuid4())
+    arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
+    assert client.patch(URL, json=_bind_body(arqs, seed['rp'], inst)).status_code == 202
+    with session.writer() as s:
+        row = db.arq_get(s, arqs[0]['uuid'])
+        states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
+    assert client.delete(URL, params={'instance': inst}).status_code == 204
+    with session.reader() as s:
+        assert db.arq_list(s) == []
+        assert db.device_list(s)[0].device_state == states.DEV_AVAILABLE
+
+
+@pytest.mark.parametrize('version', ['2.0', '2.6'])
+def test_listings_are_what_the_views_build_and_follow_changes(placement, client, seed,
+                                                               version):
+    """The listings reuse each row's JSON while the row is unchanged: the bytes are
+    exactly json.dumps of the views, and a change shows at once."""
+    def listed(path):
+        r = client.get(path, headers=mv(version))
+        assert r.status_code == 200
+        return r
+
+    r = listed('/v2/devices')
+    assert r.json()['devices'][0]['hostname'] == 'host-a'
+    assert listed('/v2/devices').content == r.content
+    assert json.loads(r.content) == {'devices': [
+        client.get(f'/v2/devices/{seed["device"]}', headers=mv(version)).json()]}
+    assert client.post(f'/v2/devices/{seed["device"]}/disable').status_code == 200
+    with session.writer() as s:
+        s.execute(sa.update(m.Device).values(hostname='host-b'))
+    after = listed('/v2/devices').json()['devices'][0]
+    assert after['hostname'] == 'host-b'
+    if version == '2.6':
+        assert after['status'] == states.DEVICE_STATUS_MAINTAINING
+    one = client.get(f'/v2/deployables/{seed["deployable"]}').json()
+    deps = listed('/v2/deployables')
+    assert deps.json() == {'deployables': [one]}
+    assert deps.content == json.dumps({'deployables': [one]}).encode()
+    with session.writer() as s:
+        s.execute(sa.update(m.Attribute).where(m.Attribute.key == 'trait0')
+                  .values(value='CUSTOM_CHANGED'))
+    assert 'CUSTOM_CHANGED' in listed('/v2/deployables').json()[
+        'deployables'][0]['attributes_list']
+    # A filtered listing reads only its deployables' attributes, same document.
+    filtered = client.get('/v2/deployables', params={'rp_uuid': seed['rp']})
+    assert filtered.json() == listed('/v2/deployables').json()
+
+
+def test_the_row_cache_is_bounded(monkeypatch, client, seed):
+    monkeypatch.setattr(views, '_MAX_ENCODED', 2)
+    monkeypatch.setattr(views, '_ENCODED', {})
+    for version in ('2.0', '2.3', '2.5', '2.6'):
+        assert client.get('/v2/devices', headers=mv(version)).status_code == 200
+        assert len(views._ENCODED) <= 2
