@@ -11,8 +11,12 @@ Differences from upstream, on purpose:
   satisfied by any caller with a project (the target is the caller's own
   project), which is how device reads ended up open to everyone (upstream defect
   6, CVE-2026-40213). Here the persona rules are the only defaults.
-* Device, deployable and attribute reads need a project manager or an admin
-  (upstream's new defaults; the old ``rule:allow`` is gone).
+* Device, deployable and attribute reads, erase records and device history are
+  for the cloud operator only: the admin role, or a system-scoped reader. They
+  name hosts, PCI addresses, serial numbers and every tenant's cleanup history;
+  upstream lets any project's manager read devices and deployables (and had
+  ``rule:allow`` before that). A project manager manages a project, not the
+  cloud's hardware.
 
 The service-token requirement of bind/unbind and delete-by-instance is not a
 policy rule: it is checked in the ARQ handlers (``ctx.is_service``), as upstream
@@ -22,10 +26,11 @@ from oslo_policy import policy
 
 ADMIN = 'rule:admin_api'
 PROJECT_READER_OR_ADMIN = 'rule:project_reader_or_admin'
-PROJECT_MANAGER_OR_ADMIN = 'rule:project_manager_or_admin'
+CLOUD_READER = 'rule:cloud_reader'
 PROJECT_MEMBER_OR_SERVICE = 'rule:project_member_or_service'
 
 _PROJECT = ['project']
+_SYSTEM_AND_PROJECT = ['system', 'project']
 
 base_rules = [
     policy.RuleDefault('admin_api', 'role:admin',
@@ -44,9 +49,12 @@ base_rules = [
     policy.RuleDefault('project_reader_or_admin',
                        'rule:project_reader_api or rule:admin_api',
                        description='Project reader or cloud admin.'),
-    policy.RuleDefault('project_manager_or_admin',
-                       'rule:project_manager_api or rule:admin_api',
-                       description='Project manager or cloud admin.'),
+    policy.RuleDefault('system_reader_api', 'role:reader and system_scope:all',
+                       description='Reader of the whole cloud (system-scoped token).'),
+    policy.RuleDefault('cloud_reader',
+                       'rule:admin_api or rule:system_reader_api',
+                       description='Cloud admin or system-scoped reader: who may see '
+                                   'the cloud\'s hardware and its cleanup history.'),
     policy.RuleDefault('project_member_or_service',
                        'rule:project_member_api or rule:service_api',
                        description='Project member or service account.'),
@@ -57,7 +65,7 @@ def _rule(name, check_str, description, *operations):
     return policy.DocumentedRuleDefault(
         name=name, check_str=check_str, description=description,
         operations=[{'method': m, 'path': p} for m, p in operations],
-        scope_types=_PROJECT)
+        scope_types=_SYSTEM_AND_PROJECT if check_str == CLOUD_READER else _PROJECT)
 
 
 api_rules = [
@@ -90,9 +98,9 @@ api_rules = [
           'Delete device profiles.', ('DELETE', '/v2/device_profiles/{uuid_or_name}'),
           ('DELETE', '/v2/device_profiles?value={name1},{name2}')),
     # Devices.
-    _rule('cyborg:device:get_all', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:device:get_all', CLOUD_READER,
           'List devices.', ('GET', '/v2/devices')),
-    _rule('cyborg:device:get_one', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:device:get_one', CLOUD_READER,
           'Show a device.', ('GET', '/v2/devices/{uuid}')),
     _rule('cyborg:device:disable', ADMIN,
           'Disable a device (status maintaining).', ('POST', '/v2/devices/{uuid}/disable')),
@@ -104,24 +112,24 @@ api_rules = [
     _rule('cyborg:device:clean_plan', ADMIN,
           'Show which cleanup action a device would get, and why.',
           ('GET', '/v2/devices/{uuid}/clean_plan')),
-    _rule('cyborg:device:erase_records', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:device:erase_records', CLOUD_READER,
           'List the cleanup attempts (erase records) of a device.',
           ('GET', '/v2/devices/{uuid}/erase_records')),
-    _rule('cyborg:device:history', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:device:history', CLOUD_READER,
           'List the state changes of a device, oldest first.',
           ('GET', '/v2/devices/{uuid}/history')),
     # Deployables.
-    _rule('cyborg:deployable:get_all', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:deployable:get_all', CLOUD_READER,
           'List deployables.', ('GET', '/v2/deployables')),
-    _rule('cyborg:deployable:get_one', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:deployable:get_one', CLOUD_READER,
           'Show a deployable.', ('GET', '/v2/deployables/{uuid}')),
     _rule('cyborg:deployable:program', ADMIN,
           'Program a deployable (FPGA bitstream).',
           ('PATCH', '/v2/deployables/{uuid}/program')),
     # Attributes.
-    _rule('cyborg:attribute:get_all', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:attribute:get_all', CLOUD_READER,
           'List attributes.', ('GET', '/v2/attributes')),
-    _rule('cyborg:attribute:get_one', PROJECT_MANAGER_OR_ADMIN,
+    _rule('cyborg:attribute:get_one', CLOUD_READER,
           'Show an attribute.', ('GET', '/v2/attributes/{uuid}')),
     _rule('cyborg:attribute:create', ADMIN,
           'Create an attribute.', ('POST', '/v2/attributes')),

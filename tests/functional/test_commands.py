@@ -88,3 +88,13 @@ def test_config_sample_is_current(tmp_path):
 def test_help_and_unknown_command():
     assert subprocess.run([STEWARD, '--help'], capture_output=True).returncode == 0
     assert subprocess.run([STEWARD, 'nope'], capture_output=True).returncode == 2
+
+
+def test_policy_sample_is_current(tmp_path):
+    out = tmp_path / 'policy.yaml'
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), 'oslopolicy-sample-generator'),
+                    '--config-file', os.path.join(ROOT, 'etc/steward-policy-generator.conf'),
+                    '--output-file', str(out)], check=True, capture_output=True, cwd=ROOT)
+    with open(os.path.join(ROOT, 'etc/policy.yaml.sample')) as f:
+        assert out.read_text() == f.read(), \
+            'regenerate: oslopolicy-sample-generator --config-file etc/steward-policy-generator.conf'

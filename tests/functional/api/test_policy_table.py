@@ -35,6 +35,10 @@ PERSONAS = {
     'admin': (['admin', 'member', 'reader'], 'p-admin'),
     # A service account alone (Nova's user): its token is also its service token.
     'service': (['service'], 'service'),
+    # A project's manager manages its project, not the cloud's hardware.
+    'manager_a': (['manager', 'member', 'reader'], PROJECT_A),
+    # A system-scoped reader (an operator's monitoring account): project None.
+    'sys_reader': (['reader'], None),
 }
 COLUMNS = tuple(PERSONAS)
 
@@ -53,75 +57,76 @@ def _program_body(ids):
 
 # The table. Per route: the request made (path with the seeded ids, body), then the
 # status of each persona, in COLUMNS order:
-#   anonymous reader member_a member_b admin service
+#   anonymous reader member_a member_b admin service manager_a sys_reader
 TABLE = [
     # The version documents and the scrape need nobody.
-    ('GET', '/', '/', None, (200, 200, 200, 200, 200, 200)),
-    ('GET', '/metrics', '/metrics', None, (200, 200, 200, 200, 200, 200)),
-    ('GET', '/v2', '/v2', None, (200, 200, 200, 200, 200, 200)),
-    # Devices: reads for project managers and admins, changes for admins. (The
+    ('GET', '/', '/', None, (200, 200, 200, 200, 200, 200, 200, 200)),
+    ('GET', '/metrics', '/metrics', None, (200, 200, 200, 200, 200, 200, 200, 200)),
+    ('GET', '/v2', '/v2', None, (200, 200, 200, 200, 200, 200, 200, 200)),
+    # Devices: reads for the cloud's admins and system readers (never a project's
+    # manager: hosts, serials, every tenant's cleanup history), changes for admins. (The
     # FPGA cannot be cleaned: an admin's clean is refused after policy, 400.)
-    ('GET', '/v2/devices', '/v2/devices', None, (401, 403, 403, 403, 200, 403)),
+    ('GET', '/v2/devices', '/v2/devices', None, (401, 403, 403, 403, 200, 403, 403, 200)),
     ('GET', '/v2/devices/{uuid}', '/v2/devices/{device}', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 200)),
     ('POST', '/v2/devices/{uuid}/enable', '/v2/devices/{device}/enable', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 403)),
     ('POST', '/v2/devices/{uuid}/disable', '/v2/devices/{device}/disable', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 403)),
     ('POST', '/v2/devices/{uuid}/clean', '/v2/devices/{device}/clean', None,
-     (401, 403, 403, 403, 400, 403)),
+     (401, 403, 403, 403, 400, 403, 403, 403)),
     ('GET', '/v2/devices/{uuid}/clean_plan', '/v2/devices/{device}/clean_plan', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 403)),
     ('GET', '/v2/devices/{uuid}/erase_records', '/v2/devices/{device}/erase_records',
-     None, (401, 403, 403, 403, 200, 403)),
+     None, (401, 403, 403, 403, 200, 403, 403, 200)),
     ('GET', '/v2/devices/{uuid}/history', '/v2/devices/{device}/history', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 200)),
     # Deployables (the fake driver cannot program: 400 after policy) and attributes.
-    ('GET', '/v2/deployables', '/v2/deployables', None, (401, 403, 403, 403, 200, 403)),
+    ('GET', '/v2/deployables', '/v2/deployables', None, (401, 403, 403, 403, 200, 403, 403, 200)),
     ('GET', '/v2/deployables/{uuid}', '/v2/deployables/{deployable}', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 200)),
     ('PATCH', '/v2/deployables/{uuid}/program', '/v2/deployables/{deployable}/program',
-     _program_body, (401, 403, 403, 403, 400, 403)),
+     _program_body, (401, 403, 403, 403, 400, 403, 403, 403)),
     ('PATCH', '/v2/deployables/{uuid}/program/{again}',
      '/v2/deployables/{deployable}/program/{deployable}', _program_body,
-     (401, 403, 403, 403, 400, 403)),
-    ('GET', '/v2/attributes', '/v2/attributes', None, (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 400, 403, 403, 403)),
+    ('GET', '/v2/attributes', '/v2/attributes', None, (401, 403, 403, 403, 200, 403, 403, 200)),
     ('POST', '/v2/attributes', '/v2/attributes',
      lambda ids: {'deployable_id': ids['deployable_id'], 'key': 'k', 'value': 'v'},
-     (401, 403, 403, 403, 201, 403)),
+     (401, 403, 403, 403, 201, 403, 403, 403)),
     ('GET', '/v2/attributes/{uuid}', '/v2/attributes/{attribute}', None,
-     (401, 403, 403, 403, 200, 403)),
+     (401, 403, 403, 403, 200, 403, 403, 200)),
     ('DELETE', '/v2/attributes/{uuid}', '/v2/attributes/{attribute}', None,
-     (401, 403, 403, 403, 204, 403)),
+     (401, 403, 403, 403, 204, 403, 403, 403)),
     # Device profiles: read by anyone with a project role, written by admins.
     ('GET', '/v2/device_profiles', '/v2/device_profiles', None,
-     (401, 200, 200, 200, 200, 403)),
+     (401, 200, 200, 200, 200, 403, 200, 403)),
     ('POST', '/v2/device_profiles', '/v2/device_profiles',
      lambda ids: [{'name': 'dp-new', 'groups': [{'resources:FPGA': '1'}]}],
-     (401, 403, 403, 403, 201, 403)),
+     (401, 403, 403, 403, 201, 403, 403, 403)),
     ('DELETE', '/v2/device_profiles', '/v2/device_profiles?value=dp-free', None,
-     (401, 403, 403, 403, 204, 403)),
+     (401, 403, 403, 403, 204, 403, 403, 403)),
     ('GET', '/v2/device_profiles/{name_or_uuid}', '/v2/device_profiles/{profile}', None,
-     (401, 200, 200, 200, 200, 403)),
+     (401, 200, 200, 200, 200, 403, 200, 403)),
     ('DELETE', '/v2/device_profiles/{name_or_uuid}', '/v2/device_profiles/{free_profile}',
-     None, (401, 403, 403, 403, 204, 403)),
+     None, (401, 403, 403, 403, 204, 403, 403, 403)),
     # Accelerator requests (the seeded one is project A's): project B does not see
     # it (404); bind needs a service token (403 for everyone else, admin included);
     # a service may delete any project's.
     ('GET', '/v2/accelerator_requests', '/v2/accelerator_requests', None,
-     (401, 200, 200, 200, 200, 403)),
+     (401, 200, 200, 200, 200, 403, 200, 403)),
     ('POST', '/v2/accelerator_requests', '/v2/accelerator_requests',
-     lambda ids: {'device_profile_name': 'dp1'}, (401, 403, 201, 201, 201, 201)),
+     lambda ids: {'device_profile_name': 'dp1'}, (401, 403, 201, 201, 201, 201, 201, 403)),
     ('PATCH', '/v2/accelerator_requests', '/v2/accelerator_requests', _bind_body,
-     (401, 403, 403, 403, 403, 202)),
+     (401, 403, 403, 403, 403, 202, 403, 403)),
     ('DELETE', '/v2/accelerator_requests', '/v2/accelerator_requests?arqs={arq}', None,
-     (401, 403, 204, 404, 204, 204)),
+     (401, 403, 204, 404, 204, 204, 204, 403)),
     ('GET', '/v2/accelerator_requests/{uuid}', '/v2/accelerator_requests/{arq}', None,
-     (401, 200, 200, 404, 200, 403)),
+     (401, 200, 200, 404, 200, 403, 200, 403)),
     ('PATCH', '/v2/accelerator_requests/{uuid}', '/v2/accelerator_requests/{arq}',
-     _bind_body, (401, 403, 403, 403, 403, 202)),
+     _bind_body, (401, 403, 403, 403, 403, 202, 403, 403)),
     ('DELETE', '/v2/accelerator_requests/{uuid}', '/v2/accelerator_requests/{arq}',
-     None, (401, 403, 204, 404, 204, 204)),
+     None, (401, 403, 204, 404, 204, 204, 204, 403)),
 ]
 
 TOKENS = {}
@@ -131,13 +136,17 @@ def _token(user, project, roles):
     now = datetime.datetime.now(datetime.timezone.utc)
     fmt = '%Y-%m-%dT%H:%M:%S.000000Z'
     domain = {'id': 'default', 'name': 'Default'}
-    return {'token': {
+    token = {
         'methods': ['password'], 'issued_at': now.strftime(fmt),
         'expires_at': (now + datetime.timedelta(hours=1)).strftime(fmt),
         'user': {'id': user, 'name': user, 'domain': domain},
-        'project': {'id': project, 'name': project, 'domain': domain},
         'roles': [{'id': uuid.uuid4().hex, 'name': r} for r in roles],
-        'catalog': []}}
+        'catalog': []}
+    if project is None:
+        token['system'] = {'all': True}
+    else:
+        token['project'] = {'id': project, 'name': project, 'domain': domain}
+    return {'token': token}
 
 
 def _headers(persona):
