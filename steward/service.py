@@ -157,6 +157,45 @@ def check_service_config(role):
     rpc_version_cap('agent')
 
 
+def is_loopback(host):
+    """True when every address ``host`` names is a loopback address (an address
+    that does not resolve is not)."""
+    import ipaddress
+    import socket
+    try:
+        return ipaddress.ip_address(host.strip('[]')).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(found) and all(ipaddress.ip_address(a.split('%')[0]).is_loopback
+                               for a in found)
+
+
+def check_exposure(listeners):
+    """Refuse noauth on a routable address. ``listeners``: (what, host) of every
+    socket this process serves without authentication when auth_strategy is
+    noauth. With [api] allow_insecure_noauth the start goes on, with a WARNING."""
+    from steward.common import exception
+    if CONF.api.auth_strategy != 'noauth':
+        return
+    exposed = [f'{what} on {host}' for what, host in listeners if not is_loopback(host)]
+    if not exposed:
+        return
+    if CONF.api.allow_insecure_noauth:
+        LOG.warning('INSECURE: auth_strategy = noauth with %s: every caller who '
+                    'reaches it is an admin ([api] allow_insecure_noauth = true). '
+                    'Set [api] auth_strategy = keystone.', ', '.join(exposed))
+        return
+    raise exception.InvalidConfiguration(
+        reason=f'[api] auth_strategy = noauth would make every caller an admin on '
+               f'{", ".join(exposed)} (not loopback); set [api] auth_strategy = '
+               f'keystone, or listen on 127.0.0.1, or set [api] '
+               f'allow_insecure_noauth = true to accept that')
+
+
 def _newest_rpc_version(service):
     if service == 'conductor':
         from steward.conductor import rpcapi

@@ -148,6 +148,21 @@ def _authenticated(environ, start_response):
     return []
 
 
+def service_token_roles():
+    """[api] service_token_roles, after one WARNING if [keystone_authtoken]
+    service_token_roles was set to something else (it is derived, not read)."""
+    from keystonemiddleware import auth_token
+    for group, opts in auth_token.list_opts():
+        CONF.register_opts(opts, group=group)
+    ours = list(CONF.api.service_token_roles)
+    theirs = list(CONF.keystone_authtoken.service_token_roles)
+    if sorted(theirs) != sorted(ours):
+        LOG.warning('[keystone_authtoken] service_token_roles = %s is ignored: the '
+                    'roles of a service token are set once, in [api] '
+                    'service_token_roles = %s', ','.join(theirs), ','.join(ours))
+    return ours
+
+
 class KeystoneMiddleware:
     """ASGI: validate tokens with keystonemiddleware's auth_token (a WSGI
     middleware), run in a worker thread because it may call Keystone."""
@@ -155,8 +170,12 @@ class KeystoneMiddleware:
     def __init__(self, app):
         from keystonemiddleware import auth_token
         self.app = app
-        # Options come from [keystone_authtoken] of Steward's own CONF.
-        self._auth = auth_token.AuthProtocol(_authenticated, {'oslo_config_config': CONF})
+        # Options come from [keystone_authtoken] of Steward's own CONF, except the
+        # roles that make a service token: [api] service_token_roles is the one
+        # setting, also used by the handlers (RequestContext.is_service).
+        self._auth = auth_token.AuthProtocol(_authenticated, {
+            'oslo_config_config': CONF,
+            'service_token_roles': ','.join(service_token_roles())})
 
     def _validate(self, environ):
         reply = {}

@@ -34,6 +34,7 @@ plugin): see doc/cli.md.
 
 def cmd_serve(argv):
     service.prepare(argv)
+    service.check_exposure(_serve_listeners())
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
     # Placement takes as long to start as the imports and migrations below: start
@@ -80,10 +81,18 @@ def cmd_serve(argv):
     return service.exit_status()
 
 
+def _serve_listeners():
+    listeners = [('the API', CONF.api.host_ip)]
+    if service.placement_is_embedded():
+        listeners.append(('the embedded Placement', CONF.placement.embedded_host))
+    return listeners
+
+
 def cmd_api(argv):
     from steward import api_factory
     service.prepare(argv)
     service.check_service_config('api')
+    service.check_exposure([('the API', CONF.api.host_ip)])
     workers = CONF.api.workers
     if workers > 1:
         # Each worker process builds its own app from the same configuration.

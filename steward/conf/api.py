@@ -16,9 +16,20 @@ opts = [
                     'X-Service-Roles headers when present, admin+service otherwise. '
                     'keystone: validate tokens with keystonemiddleware '
                     '([keystone_authtoken]).'),
+    cfg.BoolOpt('allow_insecure_noauth', default=False,
+                help='INSECURE: let auth_strategy = noauth serve on an address '
+                     'that is not loopback. Under noauth every caller who reaches '
+                     'the port is an admin with a service token (identity headers '
+                     'are trusted as sent). Without this option steward api and '
+                     'steward serve refuse to start with noauth on any '
+                     'non-loopback address (the API, the embedded Placement); with '
+                     'it they start and log a WARNING at every start. The fix is '
+                     'auth_strategy = keystone, not this option.'),
     cfg.ListOpt('service_token_roles', default=['service'],
                 help='Roles of a service token that count as a service caller '
-                     '(binding, unbinding and deleting ARQs by instance).'),
+                     '(binding, unbinding and deleting ARQs by instance). The one '
+                     'place they are set: keystonemiddleware\'s '
+                     '[keystone_authtoken] service_token_roles is set from it.'),
     cfg.IntOpt('workers', default=1, min=1,
                help='Worker processes of the standalone API service.'),
 ]

@@ -123,3 +123,54 @@ def test_user_and_service_tokens(keystone_client, seed):
     assert r.status_code == 202, r.text
     listed = keystone_client.get('/v2/accelerator_requests', headers=member).json()
     assert [a['state'] for a in listed['arqs']] == ['Bound']
+
+
+@pytest.fixture
+def nova_service_role():
+    """[api] service_token_roles = nova_service, keystonemiddleware's own option left
+    at its default (service): set before the app (and its auth_token) is built."""
+    CONF.set_override('service_token_roles', ['nova_service'], group='api')
+    TOKENS['nova-custom-token'] = _token('nova', 'service', ['nova_service'])
+    yield
+    CONF.clear_override('service_token_roles', group='api')
+
+
+def _bind_body(seed, arq):
+    return {arq['uuid']: [
+        {'op': 'add', 'path': '/hostname', 'value': 'host-a'},
+        {'op': 'add', 'path': '/device_rp_uuid', 'value': seed['rp']},
+        {'op': 'add', 'path': '/instance_uuid', 'value': str(uuid.uuid4())}]}
+
+
+def test_one_service_token_roles_setting(nova_service_role, keystone_client, seed):
+    """keystonemiddleware checks the service token's roles too (and rejects the
+    token when they are missing): it must check the ones [api] names."""
+    admin, member = {'X-Auth-Token': 'admin-token'}, {'X-Auth-Token': 'member-token'}
+    keystone_client.post('/v2/device_profiles', headers=admin,
+                         json=[{'name': 'dp1', 'groups': [{'resources:FPGA': '1'}]}])
+    arq = keystone_client.post('/v2/accelerator_requests', headers=member,
+                               json={'device_profile_name': 'dp1'}).json()['arqs'][0]
+    # The default role is no longer a service role, for either layer.
+    r = keystone_client.patch('/v2/accelerator_requests', json=_bind_body(seed, arq),
+                              headers=dict(member, **{'X-Service-Token': 'nova-token'}))
+    assert r.status_code in (401, 403), r.text
+    r = keystone_client.patch('/v2/accelerator_requests', json=_bind_body(seed, arq),
+                              headers=dict(member, **{'X-Service-Token': 'nova-custom-token'}))
+    assert r.status_code == 202, r.text
+
+
+def test_a_different_keystone_authtoken_setting_is_named_and_ignored(caplog):
+    from steward.api import auth
+    CONF.set_override('service_token_roles', ['service'], group='api')
+    auth.service_token_roles()
+    CONF.set_override('service_token_roles', ['other'], group='keystone_authtoken')
+    try:
+        with caplog.at_level('WARNING', logger='steward.api.auth'):
+            assert auth.service_token_roles() == ['service']
+    finally:
+        CONF.clear_override('service_token_roles', group='keystone_authtoken')
+        CONF.clear_override('service_token_roles', group='api')
+    warned = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+    assert len(warned) == 1
+    assert '[keystone_authtoken] service_token_roles = other is ignored' in warned[0]
+    assert '[api] service_token_roles = service' in warned[0]

@@ -1,0 +1,76 @@
+"""No open API by accident: noauth serves loopback only, unless the operator says
+so loudly. Real `steward serve` / `steward api` subprocesses."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from steward import service
+from steward.conf import CONF
+from tests.stack import free_port
+from tests.stack import running_stack
+
+STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
+
+
+def _start(tmp_path, command, conf_text):
+    conf = tmp_path / 'steward.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\nhost = exposure-host\n'
+                    f'transport_url = rabbit://steward:x@127.0.0.1:{free_port()}/\n'
+                    f'[api]\nport = {free_port()}\n'
+                    f'[placement]\nembedded_port = {free_port()}\n{conf_text}')
+    return subprocess.run([STEWARD, command, '--config-file', str(conf)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize('command,conf_text,names', [
+    ('serve', '[api]\nhost_ip = 0.0.0.0\n', 'the API on 0.0.0.0'),
+    ('serve', '[placement]\nembedded_host = 0.0.0.0\n', 'the embedded Placement on 0.0.0.0'),
+    ('api', '[api]\nhost_ip = ::\n', 'the API on ::'),
+])
+def test_noauth_on_a_routable_address_refuses_to_start(tmp_path, command, conf_text, names):
+    out = _start(tmp_path, command, conf_text)
+    assert out.returncode == 1, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr          # one line, no traceback
+    assert names in lines[0]
+    assert 'allow_insecure_noauth' in lines[0] and 'auth_strategy = keystone' in lines[0]
+    # Refused before anything was created or started.
+    assert not (tmp_path / 'steward.sqlite').exists()
+    assert not (tmp_path / 'placement.log').exists()
+
+
+def test_allow_insecure_noauth_starts_with_a_warning_every_time():
+    extra = '[api]\nhost_ip = 0.0.0.0\nallow_insecure_noauth = true\n'
+    for _ in range(2):
+        with running_stack(extra_conf=extra) as stack:
+            warnings = [line for line in stack.log().splitlines() if 'INSECURE' in line]
+            assert len(warnings) == 1 and 'WARNING' in warnings[0], stack.log()[-3000:]
+            assert 'the API on 0.0.0.0' in warnings[0]
+
+
+def test_loopback_default_starts_without_a_warning():
+    with running_stack() as stack:
+        assert 'INSECURE' not in stack.log()
+        assert 'allow_insecure_noauth' not in stack.log()
+
+
+@pytest.mark.parametrize('host,loopback', [
+    ('127.0.0.1', True), ('127.1.2.3', True), ('::1', True), ('[::1]', True),
+    ('localhost', True), ('0.0.0.0', False), ('::', False), ('192.0.2.10', False),
+    ('no-such-host.invalid', False),
+])
+def test_is_loopback(host, loopback):
+    assert service.is_loopback(host) is loopback
+
+
+def test_keystone_passes_on_any_address():
+    CONF.set_override('auth_strategy', 'keystone', group='api')
+    try:
+        service.check_exposure([('the API', '0.0.0.0')])
+    finally:
+        CONF.clear_override('auth_strategy', group='api')
+    with pytest.raises(Exception) as err:
+        service.check_exposure([('the API', '0.0.0.0')])
+    assert err.value.code == 'cyb.config.invalid'
