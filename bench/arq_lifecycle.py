@@ -1,8 +1,9 @@
 """ARQ lifecycle throughput on the single-host stack (`steward serve`, default
 settings: fake driver, embedded Placement, SQLite), the way Nova drives it.
 
-One instance = POST ARQs -> collection PATCH bind -> GET ?instance=&bind_state=resolved
--> DELETE ?instance=. Prints, with the machine's size and the date:
+One instance = GET device_profiles?name= -> POST ARQs -> collection PATCH bind ->
+GET ?instance=&bind_state=resolved -> DELETE ?instance= (the issue's Nova-shaped
+lifecycle). Prints, with the machine's size and the date:
 
 * instances/second for sequential instances, and for 4 and 16 concurrent clients
   (throughput should grow with clients), with bind latency percentiles;
@@ -87,6 +88,7 @@ def bind_body(arqs, host, rp_uuid, inst):
 
 def one_instance(c, rp_uuid, bind_times, tally=None, profile=PROFILE):
     inst = str(uuid.uuid4())
+    c.get('/v2/device_profiles', params={'name': profile}).raise_for_status()
     r = c.post(URL, json={'device_profile_name': profile})
     r.raise_for_status()
     arqs = r.json()['arqs']
