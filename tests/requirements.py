@@ -24,6 +24,8 @@ DEPENDENCIES = {
     'nvme': 'nvme-cli and what the NVMe simulator needs (gcc, libnvme-dev, mknod)',
     'netns': 'root with `ip netns`: multi-host agents each in a network namespace',
     'pci': 'at least one real PCI function under /sys/bus/pci/devices',
+    'root': 'uid 0: privsep daemons started with ambient capabilities, and a '
+            'service that drops to another user',
 }
 
 ENV = 'STEWARD_REQUIRE'

@@ -23,6 +23,7 @@ from steward import privsep
 from steward.privsep import blockdev
 from steward.privsep import nvme as privsep_nvme
 from tests import placement_fixture
+from tests import requirements
 from tests import stack
 from tests.nvme_sim import Simulation
 
@@ -218,7 +219,7 @@ def test_agent_given_ambient_capabilities_keeps_none_itself(tmp_path):
     user with CAP_SYS_ADMIN and CAP_DAC_OVERRIDE as ambient capabilities. The
     daemons fork with them; the agent then holds none."""
     if os.geteuid() != 0:
-        pytest.skip('needs root to start a process with ambient capabilities')
+        requirements.need('root', 'starts a process with ambient capabilities')
     nobody = pwd.getpwnam('nobody')
     base = tempfile.mkdtemp(prefix='steward-privsep-')
     try:
@@ -350,7 +351,7 @@ def _opened_for_nobody(base, closed):
 
 def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
     if os.geteuid() != 0:
-        pytest.skip('starts steward serve as root to see it drop to nobody')
+        requirements.need('root', 'starts steward serve as root to see it drop to nobody')
     nobody = pwd.getpwnam('nobody')
     # Not under pytest's tmp_path: its parents are root's 0700; nobody must reach
     # the sysfs tree and the device nodes (the daemons reach everything anyway).
@@ -369,7 +370,7 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
         with open(conf, 'w') as f:
             f.write(f'[DEFAULT]\nstate_path = {state}\nhost = privsep-host\n'
                     f'sysfs_root = {sim.sysfs_root}\ndev_root = {sim.dev_root}\n'
-                    f'[api]\nport = {api_port}\n'
+                    f'[api]\nport = {api_port}\nmetrics_listen = 127.0.0.1:{stack.free_port()}\n'
                     f'[placement]\nembedded_port = {placement_port}\n'
                     f'[agent]\nenabled_drivers = nvme\ndiscovery_interval = 3600\n'
                     f'run_as_user = nobody\nrun_as_group = nogroup\n'
