@@ -90,7 +90,7 @@ def start_to_first_200():
         conf = os.path.join(tmp, 'steward.conf')
         with open(conf, 'w') as f:
             f.write(f'[DEFAULT]\nstate_path = {tmp}\nhost = start-host\n'
-                    f'[api]\nport = {port}\n'
+                    f'[api]\nport = {port}\nmetrics_listen = 127.0.0.1:{free_port()}\n'
                     f'[placement]\nembedded_port = {free_port()}\n')
         with open(os.path.join(tmp, 'serve.log'), 'w') as log:
             t0 = time.perf_counter()

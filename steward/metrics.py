@@ -18,8 +18,9 @@ prometheus_client's global one: nothing a library registers there leaks into
 ``/metrics``, and a standalone agent serves a registry of its own
 (``serve_agent``) without the API's families.
 
-Served by ``GET /metrics`` on the API (steward/api/handlers/metrics.py) and, for an
-agent running alone, on ``[agent] metrics_listen``.
+Served at ``/metrics`` on a listener of its own, never on the API port (it has no
+authentication): ``[api] metrics_listen`` for ``steward api`` and ``steward serve``
+(``serve_api``), ``[agent] metrics_listen`` for an agent running alone.
 """
 import contextlib
 import logging
@@ -338,6 +339,13 @@ class MetricsServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+def serve_api(address):
+    """This process's metrics (every family) on ``address``, [api] metrics_listen."""
+    server = MetricsServer(address, REGISTRY, option='[api] metrics_listen')
+    LOG.info('Metrics at %s', server.url)
+    return server
 
 
 def serve_agent(agent, address):

@@ -20,8 +20,9 @@ def free_port():
 
 
 class Stack:
-    def __init__(self, url, placement_url, state_path, log_path, proc):
+    def __init__(self, url, placement_url, state_path, log_path, proc, metrics_url=None):
         self.url, self.placement_url = url, placement_url
+        self.metrics_url = metrics_url      # [api] metrics_listen's /metrics
         self.state_path, self.log_path, self.proc = state_path, log_path, proc
 
     def log(self):
@@ -47,11 +48,11 @@ def _offered(url, placement_url):
 @contextlib.contextmanager
 def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
     with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
-        api_port, placement_port = free_port(), free_port()
+        api_port, placement_port, metrics_port = free_port(), free_port(), free_port()
         conf = os.path.join(tmp, 'steward.conf')
         with open(conf, 'w') as f:
             f.write(f'[DEFAULT]\nstate_path = {tmp}\nhost = bench-host\n'
-                    f'[api]\nport = {api_port}\n'
+                    f'[api]\nport = {api_port}\nmetrics_listen = 127.0.0.1:{metrics_port}\n'
                     f'[placement]\nembedded_port = {placement_port}\n'
                     f'[agent]\ndiscovery_interval = {discovery_interval}\n{extra_conf}')
         log = open(os.path.join(tmp, 'steward.log'), 'w')
@@ -72,7 +73,8 @@ def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
                 if time.monotonic() > deadline:
                     raise RuntimeError('stack not ready:\n' + open(log.name).read()[-3000:])
                 time.sleep(0.2)
-            yield Stack(url, f'http://127.0.0.1:{placement_port}', tmp, log.name, proc)
+            yield Stack(url, f'http://127.0.0.1:{placement_port}', tmp, log.name, proc,
+                        metrics_url=f'http://127.0.0.1:{metrics_port}/metrics')
         finally:
             proc.terminate()
             try:

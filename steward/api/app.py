@@ -23,7 +23,6 @@ from steward.api.handlers import attributes
 from steward.api.handlers import deployables
 from steward.api.handlers import device_profiles
 from steward.api.handlers import devices
-from steward.api.handlers import metrics
 from steward.api.handlers import root
 from steward.common import exception
 from steward.conf import CONF
@@ -34,7 +33,6 @@ LOG = logging.getLogger(__name__)
 # unversioned paths are served under /v2 and a trailing slash is ignored.
 ROUTES = {
     '/': {'GET': root.home},
-    '/metrics': {'GET': metrics.scrape},
     '/v2': {'GET': root.v2},
     '/v2/devices': {'GET': devices.list_devices},
     '/v2/devices/{uuid}': {'GET': devices.get_device},
@@ -78,9 +76,9 @@ SINCE = {
     '/v2/devices/{uuid}/history': microversion.DEVICE_HISTORY,
 }
 
-PUBLIC_PATHS = frozenset(['/', '/v2', '/metrics'])
+PUBLIC_PATHS = frozenset(['/', '/v2'])
 # Outside /v2: no microversion, not rewritten to /v2/...
-UNVERSIONED_PATHS = frozenset(['/', '/metrics'])
+UNVERSIONED_PATHS = frozenset(['/'])
 BODY_METHODS = frozenset(['POST', 'PUT', 'PATCH'])
 # Bodies are a device profile or an ARQ patch: a few KiB. Refuse anything huge
 # before reading it all into memory.

@@ -37,6 +37,8 @@ def cmd_serve(argv):
     service.check_exposure(_serve_listeners())
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
+    # A bad [api] metrics_listen stops serve before anything else starts.
+    exporter = _serve_metrics()
     # Placement takes as long to start as the imports and migrations below: start
     # it now (as the user serve runs as) and let the two run side by side.
     placement_proc = service.start_embedded_placement(wait=False) \
@@ -78,7 +80,17 @@ def cmd_serve(argv):
             conductor.stop()
         if placement_proc is not None:
             placement_proc.stop()
+        if exporter is not None:
+            exporter.stop()
     return service.exit_status()
+
+
+def _serve_metrics():
+    """The [api] metrics_listen server of this process (None: not configured)."""
+    if not CONF.api.metrics_listen.strip():
+        return None
+    from steward import metrics
+    return metrics.serve_api(CONF.api.metrics_listen)
 
 
 def _serve_listeners():
@@ -100,9 +112,12 @@ def cmd_api(argv):
         app = api_factory.IMPORT_STRING
     else:
         app = api_factory.build()
+    exporter = _serve_metrics()
     try:
         service.run_http(app, CONF.api.host_ip, CONF.api.port, workers=workers)
     finally:
+        if exporter is not None:
+            exporter.stop()
         service.release_shared_resources()
     return 0
 

@@ -15,7 +15,7 @@ opts = [
                help='HOST:PORT where `steward agent` (running alone) serves its '
                     'Prometheus metrics at /metrics, e.g. 127.0.0.1:9464 or '
                     '[::1]:9464. Empty: no metrics endpoint. Not used by `steward '
-                    'serve`, whose API serves /metrics.'),
+                    'serve`, whose [api] metrics_listen serves the agent\'s too.'),
     cfg.StrOpt('run_as_user',
                help='User (name or uid) the agent process switches to once its '
                     'privsep daemons are running, when started as root: the '

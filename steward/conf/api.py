@@ -30,6 +30,15 @@ opts = [
                      '(binding, unbinding and deleting ARQs by instance). The one '
                      'place they are set: keystonemiddleware\'s '
                      '[keystone_authtoken] service_token_roles is set from it.'),
+    cfg.StrOpt('metrics_listen', default='127.0.0.1:6667',
+               help='HOST:PORT where steward api and steward serve serve their '
+                    'Prometheus metrics at /metrics, apart from the API port (which '
+                    'answers 404 there): the listener has no authentication, so keep '
+                    'it on loopback or a management network. IPv6: [::1]:6667. '
+                    'Empty: no metrics endpoint. With workers > 1 the parent '
+                    'process serves it: the families read from the database are '
+                    'complete, the bind latency histogram (observed in the worker '
+                    'that served each bind) is not exported.'),
     cfg.IntOpt('workers', default=1, min=1,
                help='Worker processes of the standalone API service.'),
 ]

@@ -95,7 +95,7 @@ def test_agent_that_cannot_do_its_job_exits(tmp_path):
     import sys
     conf = tmp_path / 'serve.conf'
     conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
-                    f'[api]\nport = {_free_port()}\n'
+                    f'[api]\nport = {_free_port()}\nmetrics_listen = 127.0.0.1:{_free_port()}\n'
                     f'[placement]\nembedded_port = {_free_port()}\n'
                     f'[agent]\nenabled_drivers = fake, fake_driver\n')
     steward = os.path.join(os.path.dirname(sys.executable), 'steward')

@@ -18,7 +18,7 @@ def _start(tmp_path, command, conf_text):
     conf = tmp_path / 'steward.conf'
     conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\nhost = exposure-host\n'
                     f'transport_url = rabbit://steward:x@127.0.0.1:{free_port()}/\n'
-                    f'[api]\nport = {free_port()}\n'
+                    f'[api]\nport = {free_port()}\nmetrics_listen = 127.0.0.1:{free_port()}\n'
                     f'[placement]\nembedded_port = {free_port()}\n{conf_text}')
     return subprocess.run([STEWARD, command, '--config-file', str(conf)],
                           capture_output=True, text=True, timeout=60)
@@ -74,3 +74,27 @@ def test_keystone_passes_on_any_address():
     with pytest.raises(Exception) as err:
         service.check_exposure([('the API', '0.0.0.0')])
     assert err.value.code == 'cyb.config.invalid'
+
+
+def test_metrics_apart_from_the_api_and_without_tenant_labels():
+    import httpx
+    from prometheus_client import parser
+    with running_stack() as stack:
+        r = httpx.get(f'{stack.url}/metrics', timeout=10)
+        assert r.status_code == 404 and r.json()['error_code'] == 'cyb.request.path_not_found'
+        r = httpx.get(stack.metrics_url, timeout=10)
+        assert r.status_code == 200
+        labels = {name for fam in parser.text_string_to_metric_families(r.text)
+                  for sample in fam.samples for name in sample.labels}
+    assert 'steward_devices' in r.text
+    # Hosts, device types, states and outcomes; never a project, user, instance or
+    # request: whoever reads the scrape learns nothing about tenants.
+    assert labels <= {'host', 'type', 'state', 'kind', 'outcome', 'action', 'le',
+                      'reason'}, labels
+
+
+def test_a_bad_metrics_listen_refuses_to_start(tmp_path):
+    out = _start(tmp_path, 'serve', '[api]\nmetrics_listen = 127.0.0.1\n')
+    assert out.returncode == 1, out
+    assert out.stderr.strip().count('\n') == 0, out.stderr
+    assert '[api] metrics_listen' in out.stderr

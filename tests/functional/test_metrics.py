@@ -66,8 +66,18 @@ class Scrape:
         return {dict(k[1])[label]: v for k, v in self.samples.items() if k[0] == name}
 
 
-def scrape_client(client):
-    r = client.get('/metrics')
+_LISTENER = {}
+
+
+def scrape_client(url=None):
+    """Metrics as Prometheus reads them, over HTTP: from ``url`` (a stack's
+    [api] metrics_listen), else from such a listener (metrics.serve_api) of this
+    test process, started once. The API's port has no /metrics."""
+    if url is None:
+        if 'server' not in _LISTENER:
+            _LISTENER['server'] = metrics.serve_api(f'127.0.0.1:{free_port()}')
+        url = _LISTENER['server'].url
+    r = httpx.get(url, timeout=10)
     assert r.status_code == 200, r.text
     assert r.headers['content-type'].startswith('text/plain; version=0.0.4')
     return Scrape(r.text)
@@ -84,17 +94,15 @@ def wait_for(predicate, timeout=30, what='condition'):
 
 
 # --- the endpoint -----------------------------------------------------------------------
-def test_metrics_is_public_unversioned_and_outside_v2(nvme):
+def test_metrics_have_their_own_listener_not_the_api_port(nvme):
     nvme.sim.add_controller()
     st = nvme.start()
-    r = st.api.get('/metrics', headers={'OpenStack-API-Version': 'accelerator 9.9'})
-    # No microversion handling: an unacceptable version header is not a 406 here.
-    assert r.status_code == 200
-    assert 'openstack-api-version' not in r.headers
-    assert r.headers['x-openstack-request-id'].startswith('req-')
-    assert st.api.get('/metrics/').status_code == 200
-    assert st.api.get('/v2/metrics').status_code == 404
-    got = Scrape(r.text)
+    # The API port has no /metrics (no authentication there: a listener of its own).
+    for path in ('/metrics', '/metrics/', '/v2/metrics'):
+        r = st.api.get(path)
+        assert r.status_code == 404, path
+        assert r.json()['error_code'] == 'cyb.request.path_not_found', r.text
+    got = scrape_client()
     for family in ('steward_devices', 'steward_accelerator_requests',
                    'steward_database_up', 'steward_placement_requests',
                    'steward_placement_errors', 'steward_arq_bind_seconds',
@@ -117,7 +125,7 @@ def test_metrics_survive_a_database_outage(nvme, conf, tmp_path):
     conf.set_override('connection', f'sqlite:///{tmp_path}/missing/dir/db.sqlite',
                       group='database')
     try:
-        got = scrape_client(st.api)
+        got = scrape_client()
     finally:
         conf.set_override('connection', working, group='database')
         session.dispose()
@@ -131,11 +139,11 @@ def test_bind_delete_cleanup_cycles_move_the_metrics(nvme):
     ctrl = nvme.sim.add_controller(sanitize_seconds=0.2)
     st = nvme.start()
     dev = st.device()
-    before = scrape_client(st.api)
+    before = scrape_client()
 
     inst, arq, _, bind = st.bind(dev)
     assert bind.status_code == 202, bind.text
-    bound = scrape_client(st.api)
+    bound = scrape_client()
     assert bound.value('steward_arq_bind_seconds_count', outcome='bound') == \
         before.value('steward_arq_bind_seconds_count', outcome='bound') + 1
     assert bound.value('steward_arq_bind_seconds_sum', outcome='bound') > \
@@ -147,7 +155,7 @@ def test_bind_delete_cleanup_cycles_move_the_metrics(nvme):
     st.release(inst)
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
     st.agent.cleaner.wait(10)
-    after = scrape_client(st.api)
+    after = scrape_client()
     assert after.by_label('steward_accelerator_requests', 'state') == \
         before.by_label('steward_accelerator_requests', 'state')
     assert after.value('steward_devices', type='NVME', state='available', host=nvme.host) == 1
@@ -173,7 +181,7 @@ def test_bind_delete_cleanup_cycles_move_the_metrics(nvme):
     st.release(inst)
     assert st.wait_state(dev['uuid'], ('error', 'available'))[-1] == 'error'
     st.agent.cleaner.wait(10)
-    failed = scrape_client(st.api)
+    failed = scrape_client()
     bad = dict(action='sanitize_crypto', outcome='failed')
     assert failed.value('steward_cleanups_total', **bad) == \
         after.value('steward_cleanups_total', **bad) + 1
@@ -184,13 +192,13 @@ def test_a_refused_bind_is_observed_as_failed(nvme):
     nvme.sim.add_controller()
     st = nvme.start()
     dev = st.device()
-    before = scrape_client(st.api)
+    before = scrape_client()
     inst, arq, _, bind = st.bind(dev)
     assert bind.status_code == 202
     # The same device again: no free attach handle, 409.
     _, _, _, again = st.bind(dev, profile='second')
     assert again.status_code == 409, again.text
-    after = scrape_client(st.api)
+    after = scrape_client()
     assert after.value('steward_arq_bind_seconds_count', outcome='failed') == \
         before.value('steward_arq_bind_seconds_count', outcome='failed') + 1
     assert after.value('steward_arq_bind_seconds_count', outcome='bound') == \
@@ -479,7 +487,7 @@ def test_serve_metrics_before_and_after_a_bind_delete_cleanup_cycle(nvme_serve):
     placement = placement_fixture.admin_session(stack.placement_url)
     dev = api.get('/v2/devices').json()['devices'][0]
     dep = api.get('/v2/deployables').json()['deployables'][0]
-    before = scrape_client(api)
+    before = scrape_client(stack.metrics_url)
     assert before.value('steward_devices', type='NVME', state='available',
                         host='bench-host') == 1
 
@@ -499,7 +507,7 @@ def test_serve_metrics_before_and_after_a_bind_delete_cleanup_cycle(nvme_serve):
             {'op': 'add', 'path': '/device_rp_uuid', 'value': dep['rp_uuid']},
             {'op': 'add', 'path': '/instance_uuid', 'value': inst}]})
         assert r.status_code == 202, r.text
-        bound = scrape_client(api)
+        bound = scrape_client(stack.metrics_url)
         if inject:
             inject()
         placement.delete(f'/allocations/{inst}')
@@ -517,7 +525,7 @@ def test_serve_metrics_before_and_after_a_bind_delete_cleanup_cycle(nvme_serve):
     ok = dict(action='sanitize_crypto', outcome='succeeded')
 
     def cleaned():
-        got = scrape_client(api)
+        got = scrape_client(stack.metrics_url)
         return got if got.value('steward_cleanups_total', **ok) > \
             before.value('steward_cleanups_total', **ok) else None
     after = wait_for(cleaned, what='the cleanup to finish')
@@ -537,7 +545,7 @@ def test_serve_metrics_before_and_after_a_bind_delete_cleanup_cycle(nvme_serve):
     # A failed cleanup, then the operator's clean: its request id through the log.
     cycle('metrics-fail', inject=lambda: ctrl.inject(opcode=0x84, status=0x2, times=1))
     bad = dict(action='sanitize_crypto', outcome='failed')
-    wait_for(lambda: scrape_client(api).value('steward_cleanups_total', **bad) ==
+    wait_for(lambda: scrape_client(stack.metrics_url).value('steward_cleanups_total', **bad) ==
              after.value('steward_cleanups_total', **bad) + 1, what='the failed cleanup')
     u = dev['uuid']
     assert api.get(f'/v2/devices/{u}').json()['device_state'] == 'error'

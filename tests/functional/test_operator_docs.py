@@ -41,6 +41,7 @@ def sections(name):
 def run(stack, script):
     script = (script.replace('http://127.0.0.1:6666', stack.url)
               .replace('http://127.0.0.1:8778', stack.placement_url)
+              .replace('http://127.0.0.1:6667/metrics', stack.metrics_url)
               .replace('/var/log/steward/steward.log', stack.log_path))
     env = {k: v for k, v in os.environ.items() if not k.startswith('OS_')}
     env['PATH'] = BIN + os.pathsep + env.get('PATH', '')

@@ -21,7 +21,7 @@ def serve(tmp_path):
     api_port, placement_port = free_port(), free_port()
     conf = tmp_path / 'steward.conf'
     conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\nhost = quiet-host\n'
-                    f'[api]\nport = {api_port}\n'
+                    f'[api]\nport = {api_port}\nmetrics_listen = 127.0.0.1:{free_port()}\n'
                     f'[placement]\nembedded_port = {placement_port}\n')
     log_path = tmp_path / 'serve.log'
     with open(log_path, 'w') as log:

@@ -205,6 +205,7 @@ class Cluster:
         self.placement = None
         self.placement_url = None
         self.api_port = rabbit.free_port()
+        self.metrics_port = rabbit.free_port()
         self.api_url = f'http://127.0.0.1:{self.api_port}'
         self.conductors = []
         self.api = None
@@ -240,7 +241,8 @@ class Cluster:
     def api_conf(self):
         conf = self.common_conf('api', 'mh-ctl-api')
         conf['api'] = {'host_ip': '127.0.0.1', 'port': self.api_port,
-                       'workers': self.api_workers}
+                       'workers': self.api_workers,
+                       'metrics_listen': f'127.0.0.1:{self.metrics_port}'}
         return self.write_conf('api', conf)
 
     def sysfs_for(self, host):

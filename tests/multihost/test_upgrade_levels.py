@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 def capped_api(cluster):
     port = rabbit.free_port()
     conf = cluster.common_conf('api-capped', 'mh-ctl-api-capped')
-    conf['api'] = {'host_ip': '127.0.0.1', 'port': port, 'workers': 1}
+    conf['api'] = {'host_ip': '127.0.0.1', 'port': port, 'workers': 1,
+                   'metrics_listen': f'127.0.0.1:{rabbit.free_port()}'}
     conf['upgrade_levels'] = {'conductor': '1.0'}
     svc = cluster_mod.Service('api-capped', 'api', cluster.write_conf('api-capped', conf),
                               str(cluster.base / 'api-capped.log')).start()

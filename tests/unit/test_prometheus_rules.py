@@ -313,7 +313,7 @@ def served():
         # hears back from its report, which is when its cycle counts.
         deadline = time.monotonic() + 60
         while True:
-            text = httpx.get(f'{stack.url}/metrics', timeout=30).text
+            text = httpx.get(stack.metrics_url, timeout=30).text
             if 'steward_discovery_last_cycle_seconds{' in text:
                 break
             assert time.monotonic() < deadline, 'no discovery cycle in 60 s:\n' + text

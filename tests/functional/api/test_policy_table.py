@@ -59,9 +59,8 @@ def _program_body(ids):
 # status of each persona, in COLUMNS order:
 #   anonymous reader member_a member_b admin service manager_a sys_reader
 TABLE = [
-    # The version documents and the scrape need nobody.
+    # The version documents need nobody.
     ('GET', '/', '/', None, (200, 200, 200, 200, 200, 200, 200, 200)),
-    ('GET', '/metrics', '/metrics', None, (200, 200, 200, 200, 200, 200, 200, 200)),
     ('GET', '/v2', '/v2', None, (200, 200, 200, 200, 200, 200, 200, 200)),
     # Devices: reads for the cloud's admins and system readers (never a project's
     # manager: hosts, serials, every tenant's cleanup history), changes for admins. (The
