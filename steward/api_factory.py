@@ -11,8 +11,11 @@ import json
 import os
 
 from steward import service
+from steward.common import lifetime
 
 ARGV_ENV = 'STEWARD_API_ARGV'
+# The pid of the `steward api` process whose workers these are.
+PARENT_ENV = 'STEWARD_API_PARENT'
 IMPORT_STRING = 'steward.api_factory:create_app'
 
 
@@ -27,5 +30,10 @@ def build():
 
 def create_app():
     """uvicorn's factory, called once in each worker process."""
+    parent = os.environ.get(PARENT_ENV)
+    if parent:
+        # uvicorn's supervisor stops its workers when it is stopped, not when it
+        # is killed: a worker left behind keeps serving the port.
+        lifetime.die_with_parent(int(parent))
     service.prepare(json.loads(os.environ.get(ARGV_ENV, '[]')))
     return build()

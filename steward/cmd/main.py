@@ -109,6 +109,7 @@ def cmd_api(argv):
     if workers > 1:
         # Each worker process builds its own app from the same configuration.
         os.environ[api_factory.ARGV_ENV] = json.dumps(list(argv))
+        os.environ[api_factory.PARENT_ENV] = str(os.getpid())
         app = api_factory.IMPORT_STRING
     else:
         app = api_factory.build()

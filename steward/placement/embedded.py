@@ -13,7 +13,6 @@ Placement's database layer is global and configured once per process (its
 database; ``build_app`` enforces that instead of silently using the first one.
 """
 import argparse
-import ctypes
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ import urllib.request
 from wsgiref import simple_server
 
 from steward.common import exception
+from steward.common import lifetime
 from steward.common import netutils
 
 LOG = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ LOG = logging.getLogger(__name__)
 CONNECTION_ENV = 'STEWARD_PLACEMENT_CONNECTION'
 # Lets the parent tell its own child's answer from another server's on the same port.
 PID_HEADER = 'X-Steward-Placement-Pid'
-_PR_SET_PDEATHSIG = 1
 
 _build_lock = threading.Lock()
 _built = {}   # 'url' once placement's DB layer is configured; 'app' once loaded
@@ -336,29 +335,6 @@ def main(argv=None):
 
 
 # -- child process ------------------------------------------------------------------
-def _resolve_prctl():
-    if not sys.platform.startswith('linux'):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-# Resolved in the parent: a dlopen in the forked child of a threaded parent can
-# deadlock on a loader lock held by another thread at fork time.
-_PRCTL = _resolve_prctl()
-
-
-def _die_with_parent(parent_pid):
-    def preexec():
-        if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != parent_pid:   # the parent died before prctl took effect
-            os._exit(1)
-    return preexec
-
-
 def _probe(url, timeout):
     """(status, pid header, JSON body or None) of GET url/, or None if nothing answers."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -484,7 +460,7 @@ def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
             [sys.executable, '-m', 'steward.placement.embedded',
              '--host', host, '--port', str(port)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            close_fds=True, preexec_fn=_die_with_parent(os.getpid()))
+            close_fds=True, preexec_fn=lifetime.preexec_die_with_parent())
     child = EmbeddedProcess(proc, url, log_file, owns_log, host, port)
     if wait:
         child.wait_ready(timeout)
