@@ -2,6 +2,7 @@
 what its operations use (Placement client, agent API, reporter, Nova notifier,
 periodic worker). The operation modules hold no client of their own: each call
 hands them this conductor's ``clients``."""
+import functools
 import logging
 
 import oslo_messaging as messaging
@@ -10,6 +11,7 @@ from steward import metrics
 from steward.agent import rpcapi as agent_rpcapi
 from steward.common import context
 from steward.common import exception
+from steward.common import rpc
 from steward.common import states
 from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
@@ -26,6 +28,32 @@ from steward.db import session as db_session
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
+
+# Refusals callers provoke in the normal course of things: a bind race lost
+# (NoFreeAttachHandle), an unknown uuid, a transition the state does not allow,
+# bad input. The caller gets the error; the conductor logs one INFO line instead of
+# oslo.messaging's "Exception during message handling" ERROR and traceback.
+ROUTINE = (exception.Invalid, exception.NotFound, exception.Conflict,
+           exception.Forbidden)
+
+
+def expected(*classes):
+    """oslo.messaging's ``expected_exceptions`` for an endpoint also called
+    directly: over RPC a listed error travels as ExpectedException (which the
+    server does not log), called directly it is raised as is."""
+    def outer(fn):
+        @functools.wraps(fn)
+        def inner(self, ctx, *args, **kwargs):
+            try:
+                return fn(self, ctx, *args, **kwargs)
+            except classes as err:
+                if not rpc.dispatched(ctx):
+                    raise
+                LOG.info('%s refused with %s (%s): %s request_id=%s', fn.__name__,
+                         err.status, err.code, err.msg, getattr(ctx, 'request_id', None))
+                raise messaging.ExpectedException()
+        return inner
+    return outer
 
 
 class ConductorManager:
@@ -75,13 +103,16 @@ class ConductorManager:
         metrics.unregister_placement_stats(self.placement_stats)
 
     # -- agents --------------------------------------------------------------------
+    @expected(*ROUTINE)
     def report_data(self, ctx, host, rp_name, devices):
         return self.reporter.report(ctx, host, rp_name, devices)
 
     # -- API -----------------------------------------------------------------------
+    @expected(*ROUTINE)
     def arq_create(self, ctx, device_profile_name, project_id):
         return arq_ops.create(ctx, device_profile_name, project_id)
 
+    @expected(*ROUTINE)
     def arq_bind(self, ctx, bindings):
         try:
             records = arq_ops.bind(self.clients, ctx, bindings)
@@ -94,19 +125,23 @@ class ConductorManager:
                               for r in records])
         return records
 
+    @expected(*ROUTINE)
     def arq_unbind(self, ctx, arq_uuids):
         return arq_ops.unbind(self.clients, ctx, arq_uuids)
 
+    @expected(*ROUTINE)
     def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
         return arq_ops.delete(self.clients, ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
                               project_id=project_id)
 
+    @expected(*ROUTINE)
     def device_set_status(self, ctx, device_uuid, status):
         if status not in states.DEVICE_STATUSES:
             raise exception.InvalidParameter(name='status', value=status,
                                              reason='expected enabled or maintaining')
         return device_ops.set_status(self.clients, ctx, device_uuid, status)
 
+    @expected(*ROUTINE)
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
         with db_session.reader() as s:
             dep = db.deployable_get(s, deployable_uuid)
@@ -116,18 +151,23 @@ class ConductorManager:
                                   f'support programming')
 
     # -- device cleanup (1.1) --------------------------------------------------------
+    @expected(*ROUTINE)
     def device_clean(self, ctx, device_uuid):
         return cleanup_ops.operator_clean(self.clients, ctx, device_uuid)
 
+    @expected(*ROUTINE)
     def device_clean_plan(self, ctx, device_uuid):
         return cleanup_ops.plan(ctx, device_uuid)
 
+    @expected(*ROUTINE)
     def device_cleanup_start(self, ctx, device_uuid, host, trigger):
         return cleanup_ops.start(ctx, device_uuid, host, trigger)
 
+    @expected(*ROUTINE)
     def device_cleanup_progress(self, ctx, record_uuid, phase, percent, detail):
         return cleanup_ops.progress(ctx, record_uuid, phase, percent, detail)
 
+    @expected(*ROUTINE)
     def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
                               error_code=None, error_message=None):
         result = cleanup_ops.finish(self.clients, ctx, device_uuid, record_uuid,
@@ -138,6 +178,7 @@ class ConductorManager:
                 self.reporter.forget(db.device_get(s, device_uuid).hostname)
         return result
 
+    @expected(*ROUTINE)
     def device_recovery_info(self, ctx, host, agent_version):
         """An agent is starting: remember its RPC version, run the online data
         migrations (spec 1 lists agent start among their entry points) and tell it
@@ -148,8 +189,10 @@ class ConductorManager:
             LOG.info('Online data migrations at agent %s start: %s', host, done)
         return cleanup_recovery.recovery_info(ctx, host, self.clients.placement_client)
 
+    @expected(*ROUTINE)
     def device_fail_interrupted(self, ctx, device_uuid, reason):
         return cleanup_recovery.fail_interrupted(self.clients, ctx, device_uuid, reason)
 
+    @expected(*ROUTINE)
     def device_recover_missed_cleanup(self, ctx, device_uuid):
         return cleanup_recovery.recover_missed(ctx, device_uuid)

@@ -13,6 +13,7 @@ History of the conductor RPC API:
           device_cleanup_finish, device_recovery_info, device_fail_interrupted,
           device_recover_missed_cleanup.
 """
+from steward.common import exception
 from steward.common import rpc
 from steward.conf import CONF
 
@@ -20,6 +21,14 @@ RPC_API_VERSION = '1.1'
 # Clients are built at the oldest version: each 1.1 method asks for 1.1 itself, so a
 # rolling upgrade's [upgrade_levels] conductor = 1.0 still lets 1.0 calls through.
 BASE_VERSION = '1.0'
+
+# What the API asks for a caller who is waiting on the answer: with the broker
+# down these give up after [DEFAULT] rpc_unavailable_timeout (the API answers 503)
+# and are never sent later. Agents' calls (reports, cleanup progress) keep waiting
+# for the broker: they are better delivered late than lost.
+CALLER_WAITS = frozenset({'arq_create', 'arq_bind', 'arq_unbind', 'arq_delete',
+                          'device_set_status', 'deployable_program', 'device_clean',
+                          'device_clean_plan'})
 
 
 class ConductorAPI:
@@ -32,6 +41,13 @@ class ConductorAPI:
         if self._manager is not None:
             return getattr(self._manager, method)(ctx, **kwargs)
         prepare = {k: v for k, v in (('timeout', timeout), ('version', version)) if v}
+        if method in CALLER_WAITS:
+            bound = CONF.rpc_unavailable_timeout
+            if not rpc.reply_queue_ready(bound):
+                raise exception.ServiceUnavailable(
+                    service='The message broker',
+                    reason=f'not reachable within {bound:g} s')
+            prepare['retry'] = rpc.retries_within(bound)
         client = self._client.prepare(**prepare) if prepare else self._client
         return client.call(ctx, method, **kwargs)
 

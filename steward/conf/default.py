@@ -32,6 +32,20 @@ opts = [
                help='RPC topic of the agent service; each agent listens as server=host.'),
     cfg.IntOpt('rpc_response_timeout_bind', default=60, min=1,
                help='Seconds the API waits for the conductor on a bind call.'),
+    cfg.FloatOpt('rpc_unavailable_timeout', default=10.0, min=0.0,
+                 help='Seconds the API keeps trying to reach the message broker '
+                      'for a call to the conductor (accelerator request create, '
+                      'bind, unbind, delete; device status and clean) before it '
+                      'answers 503 cyb.service.unavailable. The call is then '
+                      'abandoned: it is never sent once the broker is back. '
+                      'Turned into a number of reconnection attempts from '
+                      '[oslo_messaging_rabbit] kombu_reconnect_delay, '
+                      'rabbit_retry_interval, rabbit_retry_backoff and '
+                      'rabbit_interval_max; each attempt to an address that '
+                      'drops packets (rather than refusing) also waits for the '
+                      'TCP connect timeout. 0: one attempt. Agents\' calls are '
+                      'not bounded: a report or cleanup result waits for the '
+                      'broker and is delivered when it returns.'),
 ]
 
 
