@@ -24,8 +24,10 @@ def build():
     ``[upgrade_levels] conductor``."""
     from steward.api import app as api_app
     from steward.conductor import rpcapi
-    return api_app.create_app(
+    app = api_app.create_app(
         rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')))
+    service.settle_heap()
+    return app
 
 
 def create_app():

@@ -70,6 +70,7 @@ def cmd_serve(argv):
         agent.start()
         conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor))
+        service.settle_heap()
         service.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
         if agent is not None:
@@ -138,6 +139,7 @@ def cmd_conductor(argv):
     srv = service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
     conductor.start()
     LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
+    service.settle_heap()
     try:
         service.wait_for_shutdown()
     finally:
@@ -167,6 +169,7 @@ def cmd_agent(argv):
     try:
         agent.init_host()
         agent.start()
+        service.settle_heap()
         service.wait_for_shutdown()
     finally:
         agent.stop()

@@ -1,5 +1,6 @@
 """Devices, deployables and attributes."""
 import json
+import re
 import uuid
 
 import pytest
@@ -70,6 +71,24 @@ def test_device_disable_enable(client, seed, placement):
     assert client.get(url, headers=mv('2.3')).json()['status'] == 'enabled'
     assert placement.calls[-1] == (seed['rp'], 'FPGA', 0)
     assert snapshot()['devices'] == before['devices']
+
+
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+def test_listings_and_shows_agree_on_timestamps(client, seed, placement):
+    """Listings read rows untyped (SQLite's stored text), shows read datetimes: both
+    print the same ISO 8601 instants, on both databases."""
+    url = f'/v2/devices/{seed["device"]}'
+    assert client.post(url + '/disable').status_code == 200     # sets updated_at
+    latest = mv('latest')
+    shown = client.get(url, headers=latest).json()
+    listed = client.get('/v2/devices', headers=latest).json()['devices']
+    assert listed == [shown]
+    for stamp in (shown['created_at'], shown['updated_at']):
+        assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00', stamp), stamp
+    assert shown['updated_at'] >= shown['created_at']
+    dep = client.get(f'/v2/deployables/{seed["deployable"]}').json()
+    assert client.get('/v2/deployables').json()['deployables'] == [dep]
+    assert dep['created_at'] == shown['created_at'][:11] + dep['created_at'][11:]
 
 
 def test_device_enable_errors(client, seed):
