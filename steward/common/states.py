@@ -169,10 +169,6 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     Raises InvalidStateTransition (or ConcurrentUpdate when the row moved under us).
     """
     kind = kind or model.__state_kind__
-    # Core, not ORM, UPDATE: same SQL, a fraction of the Python (the hot path's
-    # biggest cost was building ORM updates).
-    table = model.__table__
-    column = table.c[model.__state_column__]
     current = getattr(row, model.__state_column__)
     allowed = sources(kind, target, event)
     if current not in allowed:
@@ -190,23 +186,47 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
             changes['last_error'] = None
     # Compare-and-swap on the state we read: whoever changed the row in between
     # wins and we report the conflict rather than overwrite it.
-    same = column.is_(None) if current is None else column == current
-    result = session.execute(
-        table.update().where(table.c.id == row.id, same).values(**changes))
+    params = {f'new_{key}': value for key, value in changes.items()}
+    params['row_id'] = row.id
+    if current is not None:
+        params['current'] = current
+    result = session.execute(_update_statement(model, tuple(sorted(changes)),
+                                               current is None), params)
     if result.rowcount != 1:
         raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
     for key, value in changes.items():
         set_committed_value(row, key, value)
     if history is not None:
-        session.add(history(uuid=uuidutils.generate_uuid(), device_uuid=row.uuid,
-                            created_at=now, event=event or 'transition',
-                            source_state=current, target_state=target,
-                            reason=reason or None, request_id=request_id,
-                            actor=(actor or default_actor())[:255]))
+        # Core INSERT, not session.add(): the unit of work's flush at commit was a
+        # tenth of a bind's time.
+        session.execute(history.__table__.insert(), [dict(
+            uuid=uuidutils.generate_uuid(), device_uuid=row.uuid, created_at=now,
+            event=event or 'transition', source_state=current, target_state=target,
+            reason=reason or None, request_id=request_id,
+            actor=(actor or default_actor())[:255])])
     _log_after_commit(session, '%s %s: %s -> %s (%s)%s%s', kind, row.uuid, current,
                       target, event or 'transition', f' reason={reason}' if reason else '',
                       f' request_id={request_id}' if request_id else '')
     return row
+
+
+_UPDATES = {}
+
+
+def _update_statement(model, columns, from_null):
+    """The compare-and-swap UPDATE of ``model`` writing ``columns``, built once per
+    shape with bound parameters (Core, not ORM: same SQL, a fraction of the Python;
+    and a statement built once keeps its compiled form cached)."""
+    key = (model, columns, from_null)
+    stmt = _UPDATES.get(key)
+    if stmt is None:
+        table = model.__table__
+        column = table.c[model.__state_column__]
+        same = column.is_(None) if from_null else column == sa.bindparam('current')
+        stmt = _UPDATES[key] = table.update().where(
+            table.c.id == sa.bindparam('row_id'), same).values(
+            {c: sa.bindparam(f'new_{c}') for c in columns})
+    return stmt
 
 
 # A transition that is rolled back did not happen: its line is held until the

@@ -12,7 +12,6 @@ import logging
 from oslo_messaging import exceptions as messaging_exc
 from oslo_utils import uuidutils
 import sqlalchemy as sa
-from sqlalchemy import orm
 
 from steward.common import exception
 from steward.common import states
@@ -63,7 +62,7 @@ def bind(clients, ctx, bindings):
     if len(set(uuids)) != len(uuids):
         raise exception.PatchInvalid(reason='an ARQ appears twice')
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
-    reserve = []
+    reserve, handles = [], {}
     with db_session.writer() as s:
         arqs = db.arq_get_many(s, uuids, project_scope)
         for arq in arqs:
@@ -96,11 +95,11 @@ def bind(clients, ctx, bindings):
             states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
                            values={'attach_handle_id': handle.id},
                            request_id=ctx.request_id)
-            orm.attributes.set_committed_value(arq, 'attach_handle', handle)
+            handles[arq.id] = handle
             if device_ops.mark_allocated(s, device, ctx) and reservation.policy(
                     s, device, accelerators=locked[dep.device_id][1]).single:
                 reserve.append(dep)
-        records = [db.arq_record(a) for a in arqs]
+        records = [db.arq_record(a, handles.get(a.id)) for a in arqs]
     try:
         for dep in reserve:
             device_ops.reserve(clients, dep, reserve=True)

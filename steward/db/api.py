@@ -242,11 +242,17 @@ def device_profile_get(session, uuid=None, name=None):
     return row
 
 
+_PROFILES = sa.select(*m.DeviceProfile.__table__.c).order_by(m.DeviceProfile.__table__.c.id)
+_PROFILES_NAMED = _PROFILES.where(m.DeviceProfile.__table__.c.name.in_(
+    sa.bindparam('names', expanding=True)))
+
+
 def device_profile_list(session, names=None):
-    stmt = sa.select(m.DeviceProfile)
-    if names is not None:
-        stmt = stmt.where(m.DeviceProfile.name.in_(names))
-    return session.execute(stmt.order_by(m.DeviceProfile.id)).scalars().all()
+    """Profiles as read-only rows (attribute access like the model), optionally
+    only those of ``names``: Nova's ``?name=`` before every boot."""
+    if names is None:
+        return session.execute(_PROFILES).all()
+    return session.execute(_PROFILES_NAMED, {'names': list(names)}).all()
 
 
 def device_profile_create(session, name, groups, description=None, uuid=None):
@@ -291,11 +297,14 @@ _FREE_HANDLE_ID = (sa.select(m.AttachHandle.id)
                    .where(m.AttachHandle.deployable_id == sa.bindparam('dep_id'),
                           m.AttachHandle.in_use.is_(False))
                    .order_by(m.AttachHandle.id).limit(1).scalar_subquery())
-_TAKE_FREE_HANDLE = (sa.update(m.AttachHandle)
-                     .where(m.AttachHandle.id == _FREE_HANDLE_ID,
-                            m.AttachHandle.in_use.is_(False))
-                     .values(in_use=True).returning(m.AttachHandle)
-                     .execution_options(synchronize_session=False))
+_HANDLES = m.AttachHandle.__table__
+# The handle comes back as a read-only row (id, uuid, attach_type, attach_info), not
+# an ORM object: loading an entity from RETURNING was a quarter of a bind.
+_TAKE_FREE_HANDLE = (sa.update(_HANDLES)
+                     .where(_HANDLES.c.id == _FREE_HANDLE_ID, _HANDLES.c.in_use.is_(False))
+                     .values(in_use=True)
+                     .returning(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
+                                _HANDLES.c.attach_info))
 _ANY_FREE_HANDLE = (sa.select(m.AttachHandle.id)
                     .where(m.AttachHandle.deployable_id == sa.bindparam('dep_id'),
                            m.AttachHandle.in_use.is_(False)).limit(1))
@@ -308,7 +317,7 @@ def attach_handle_allocate(session, deployable):
     handle: the loser updates nothing and retries with the next free one."""
     params = {'dep_id': deployable.id}
     for _ in range(16):
-        handle = session.execute(_TAKE_FREE_HANDLE, params).scalar_one_or_none()
+        handle = session.execute(_TAKE_FREE_HANDLE, params).first()
         if handle is not None:
             return handle
         # Nothing taken: none free, or another transaction took the one we saw.
@@ -441,20 +450,78 @@ def arqs_create(session, dp, group_ids, project_id):
         device_profile=dp, attach_handle=None, **row)) for row in rows]
 
 
-def arq_record(arq, deployable_uuid=None):
-    """Storage-neutral view of an ARQ (the API formats it per microversion)."""
-    handle = arq.attach_handle if arq.state == states.ARQ_BOUND else None
+def arq_record(arq, handle=None):
+    """Storage-neutral view of an ARQ (the API formats it per microversion).
+    ``handle``: the attach handle just taken, when ``arq.attach_handle`` is not
+    loaded with it."""
+    if arq.state != states.ARQ_BOUND:
+        handle = None
+    elif handle is None:
+        handle = arq.attach_handle
+    return _record(arq, arq.device_profile.name, handle.attach_type if handle else '',
+                   handle.uuid if handle else None, handle.attach_info if handle else None)
+
+
+def _record(arq, profile_name, handle_type, handle_uuid, handle_info):
     return {
         'uuid': arq.uuid, 'state': arq.state,
-        'device_profile_name': arq.device_profile.name,
+        'device_profile_name': profile_name,
         'device_profile_group_id': arq.device_profile_group_id,
         'hostname': arq.hostname, 'device_rp_uuid': arq.device_rp_uuid,
         'instance_uuid': arq.instance_uuid, 'project_id': arq.project_id,
-        'attach_handle_type': handle.attach_type if handle else '',
-        'attach_handle_uuid': handle.uuid if handle else None,
-        'attach_handle_info': json.loads(handle.attach_info) if handle else {},
+        'attach_handle_type': handle_type,
+        'attach_handle_uuid': handle_uuid,
+        'attach_handle_info': json.loads(handle_info) if handle_info else {},
         'created_at': timestamp(arq.created_at), 'updated_at': timestamp(arq.updated_at),
     }
+
+
+_ARQ_T, _PROFILE_T = m.ExtARQ.__table__, m.DeviceProfile.__table__
+# What an ARQ's record is made of, in one Core query: the API's reads need no ORM
+# objects, and loading them (with their profile and handle) was most of a read.
+_ARQ_RECORD_SELECT = (
+    sa.select(*_ARQ_T.c, _PROFILE_T.c.name.label('profile_name'),
+              _HANDLES.c.attach_type.label('handle_type'),
+              _HANDLES.c.uuid.label('handle_uuid'),
+              _HANDLES.c.attach_info.label('handle_info'))
+    .select_from(_ARQ_T.join(_PROFILE_T, _PROFILE_T.c.id == _ARQ_T.c.device_profile_id)
+                 .outerjoin(_HANDLES, _HANDLES.c.id == _ARQ_T.c.attach_handle_id)))
+_RECORDS_BY_INSTANCE = (_ARQ_RECORD_SELECT
+                        .where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'))
+                        .order_by(_ARQ_T.c.id))
+
+
+def _records(rows):
+    bound = states.ARQ_BOUND
+    return [_record(r, r.profile_name, r.handle_type or '', r.handle_uuid,
+                    r.handle_info) if r.state == bound else
+            _record(r, r.profile_name, '', None, None) for r in rows]
+
+
+def arq_records(session, project_id=None, instance_uuid=None, states_in=None):
+    """arq_list's ARQs as records (arq_record), read without the ORM."""
+    if instance_uuid is not None and states_in is None and project_id is None:
+        return _records(session.execute(_RECORDS_BY_INSTANCE,
+                                        {'instance': instance_uuid}))
+    stmt = _ARQ_RECORD_SELECT
+    if project_id is not None:
+        stmt = stmt.where(_ARQ_T.c.project_id == project_id)
+    if instance_uuid is not None:
+        stmt = stmt.where(_ARQ_T.c.instance_uuid == instance_uuid)
+    if states_in is not None:
+        stmt = stmt.where(_ARQ_T.c.state.in_(states_in))
+    return _records(session.execute(stmt.order_by(_ARQ_T.c.id)))
+
+
+def arq_get_record(session, uuid, project_id=None):
+    """One ARQ's record (arq_record); ARQNotFound also for another project's."""
+    stmt = _ARQ_RECORD_SELECT.where(_ARQ_T.c.uuid == uuid)
+    if project_id is not None:
+        stmt = stmt.where(_ARQ_T.c.project_id == project_id)
+    records = _records(session.execute(stmt))
+    if not records:
+        raise exception.ARQNotFound(resource='Accelerator request', key='uuid', value=uuid)
+    return records[0]
 
 
 def timestamp(value):

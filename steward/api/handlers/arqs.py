@@ -56,13 +56,13 @@ def list_arqs(req):
     scope = handlers.project_scope(ctx)
     with session.reader() as s:
         if instance is not None and bind_state:
-            rows = db.arq_list(s, project_id=scope, instance_uuid=instance)
-            if any(r.state not in states.ARQ_RESOLVED for r in rows):
+            records = db.arq_records(s, project_id=scope, instance_uuid=instance)
+            if any(r['state'] not in states.ARQ_RESOLVED for r in records):
                 return handlers.empty(423)
         else:
-            rows = db.arq_list(s, project_id=scope, instance_uuid=instance,
-                               states_in=states.ARQ_RESOLVED if bind_state else None)
-        records = [db.arq_record(r) for r in rows]
+            records = db.arq_records(
+                s, project_id=scope, instance_uuid=instance,
+                states_in=states.ARQ_RESOLVED if bind_state else None)
     return _render(req, records)
 
 
@@ -72,7 +72,7 @@ def get_arq(req):
     req.query_args(())
     uuid = handlers.check_uuid('accelerator request uuid', req.params['uuid'])
     with session.reader() as s:
-        record = db.arq_record(db.arq_get(s, uuid, handlers.project_scope(req.ctx)))
+        record = db.arq_get_record(s, uuid, handlers.project_scope(req.ctx))
     return handlers.json_response(views.arq(req, record))
 
 
