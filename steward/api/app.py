@@ -12,7 +12,6 @@ import anyio
 from anyio import lowlevel
 from anyio import to_thread
 import fastapi
-from starlette import datastructures
 from starlette import routing
 
 from steward.api import auth
@@ -239,7 +238,7 @@ def _api_request(scope, app):
     return ApiRequest(
         ctx=scope.get('steward.context'), version=scope.get('steward.version'),
         method=scope['method'], params=scope.get('path_params', {}),
-        query=datastructures.QueryParams(scope.get('query_string', b'')),
+        query=scope.get('query_string', b''),
         body=scope.get('steward.body', b''), conductor=app.state.conductor,
         scheme=scope.get('scheme', 'http'), host=host,
         root_path=scope.get('root_path', ''))

@@ -156,7 +156,8 @@ def actor_of(ctx):
 
 def advance(session, model, row, target, *, event=None, reason='', values=None,
             kind=None, request_id=None, actor=None):
-    """Move ``row`` (an ORM object of ``model``) to ``target``: the only way any
+    """Move ``row`` (an ORM object of ``model``, or a plain row of its columns
+    such as db.ArqRow) to ``target``: the only way any
     ARQ ``state`` or device ``device_state`` changes.
 
     The UPDATE is conditional on the current state being a declared source, so a
@@ -194,8 +195,11 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
                                                current is None), params)
     if result.rowcount != 1:
         raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
+    # An ORM object learns its new values as committed ones (nothing to flush);
+    # a plain row (db.ArqRow) simply takes them.
+    write = set_committed_value if hasattr(row, '_sa_instance_state') else setattr
     for key, value in changes.items():
-        set_committed_value(row, key, value)
+        write(row, key, value)
     if history is not None:
         # Core INSERT, not session.add(): the unit of work's flush at commit was a
         # tenth of a bind's time.

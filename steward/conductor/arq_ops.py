@@ -193,7 +193,6 @@ def _remove(s, ctx, arq):
     do once committed."""
     handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
     s.execute(_DELETE_ARQ, {'arq_id': arq.id})
-    s.expunge(arq)
     if handle_id is None:
         return []
     db.attach_handle_release(s, handle_id)

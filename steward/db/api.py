@@ -344,32 +344,37 @@ def _arq_select():
     return _ARQ_SELECT
 
 
+class ArqRow(types.SimpleNamespace):
+    """An ARQ as the conductor reads it to change it: its columns and its
+    profile's name (``profile_name``), a plain object that ``states.advance``
+    updates in place. Loading ORM entities with their relationships was the
+    biggest cost of a bind and a delete, and nothing here needs an identity map."""
+
+
+_ARQ_T, _PROFILE_T = m.ExtARQ.__table__, m.DeviceProfile.__table__
+_ARQ_ROWS = (sa.select(*_ARQ_T.c, _PROFILE_T.c.name.label('profile_name'))
+             .select_from(_ARQ_T.join(_PROFILE_T,
+                                      _PROFILE_T.c.id == _ARQ_T.c.device_profile_id)))
 # Nova's calls (by uuid, by instance), built once, with and without a project scope.
-_ARQS_BY_UUID = _ARQ_SELECT.where(m.ExtARQ.uuid.in_(sa.bindparam('uuids', expanding=True)))
-_ARQS_BY_UUID_SCOPED = _ARQS_BY_UUID.where(m.ExtARQ.project_id == sa.bindparam('project_id'))
-_ARQS_BY_INSTANCE = (_ARQ_SELECT.where(m.ExtARQ.instance_uuid == sa.bindparam('instance'))
-                     .order_by(m.ExtARQ.id))
+_ARQS_BY_UUID = _ARQ_ROWS.where(_ARQ_T.c.uuid.in_(sa.bindparam('uuids', expanding=True)))
+_ARQS_BY_UUID_SCOPED = _ARQS_BY_UUID.where(_ARQ_T.c.project_id == sa.bindparam('project_id'))
+_ARQS_BY_INSTANCE = (_ARQ_ROWS.where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'))
+                     .order_by(_ARQ_T.c.id))
 _ARQS_BY_INSTANCE_SCOPED = (
-    _ARQ_SELECT.where(m.ExtARQ.instance_uuid == sa.bindparam('instance'),
-                      m.ExtARQ.project_id == sa.bindparam('project_id'))
-    .order_by(m.ExtARQ.id))
+    _ARQ_ROWS.where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'),
+                    _ARQ_T.c.project_id == sa.bindparam('project_id'))
+    .order_by(_ARQ_T.c.id))
 
 
-def _scoped(stmt, project_id):
-    return stmt if project_id is None else stmt.where(m.ExtARQ.project_id == project_id)
-
-
-def arq_get(session, uuid, project_id=None):
-    return _one(session, _scoped(_arq_select().where(m.ExtARQ.uuid == uuid), project_id),
-                exception.ARQNotFound, 'Accelerator request', 'uuid', uuid)
+def _arq_rows(result):
+    return [ArqRow(**row._mapping) for row in result]
 
 
 def arq_get_many(session, uuids, project_id=None):
-    """ARQs by uuid, in the order asked; raises for the first missing one."""
+    """ARQs (ArqRow) by uuid, in the order asked; raises for the first missing one."""
     stmt, params = (_ARQS_BY_UUID, {'uuids': list(uuids)}) if project_id is None else (
         _ARQS_BY_UUID_SCOPED, {'uuids': list(uuids), 'project_id': project_id})
-    rows = session.execute(stmt, params).unique().scalars().all()
-    by_uuid = {r.uuid: r for r in rows}
+    by_uuid = {r.uuid: r for r in _arq_rows(session.execute(stmt, params))}
     for uuid in uuids:
         if uuid not in by_uuid:
             raise exception.ARQNotFound(resource='Accelerator request', key='uuid',
@@ -378,17 +383,20 @@ def arq_get_many(session, uuids, project_id=None):
 
 
 def arq_list(session, project_id=None, instance_uuid=None, states_in=None):
+    """ARQs (ArqRow) in id order, filtered by project, instance and states."""
     if instance_uuid is not None and states_in is None:
         stmt, params = (_ARQS_BY_INSTANCE, {'instance': instance_uuid}) \
             if project_id is None else (_ARQS_BY_INSTANCE_SCOPED, {
                 'instance': instance_uuid, 'project_id': project_id})
-        return session.execute(stmt, params).unique().scalars().all()
-    stmt = _scoped(_arq_select(), project_id)
+        return _arq_rows(session.execute(stmt, params))
+    stmt = _ARQ_ROWS
+    if project_id is not None:
+        stmt = stmt.where(_ARQ_T.c.project_id == project_id)
     if instance_uuid is not None:
-        stmt = stmt.where(m.ExtARQ.instance_uuid == instance_uuid)
+        stmt = stmt.where(_ARQ_T.c.instance_uuid == instance_uuid)
     if states_in is not None:
-        stmt = stmt.where(m.ExtARQ.state.in_(states_in))
-    return session.execute(stmt.order_by(m.ExtARQ.id)).unique().scalars().all()
+        stmt = stmt.where(_ARQ_T.c.state.in_(states_in))
+    return _arq_rows(session.execute(stmt.order_by(_ARQ_T.c.id)))
 
 
 def arq_bound_instances(session):
@@ -458,7 +466,8 @@ def arq_record(arq, handle=None):
         handle = None
     elif handle is None:
         handle = arq.attach_handle
-    return _record(arq, arq.device_profile.name, handle.attach_type if handle else '',
+    name = arq.profile_name if isinstance(arq, ArqRow) else arq.device_profile.name
+    return _record(arq, name, handle.attach_type if handle else '',
                    handle.uuid if handle else None, handle.attach_info if handle else None)
 
 
@@ -476,7 +485,6 @@ def _record(arq, profile_name, handle_type, handle_uuid, handle_info):
     }
 
 
-_ARQ_T, _PROFILE_T = m.ExtARQ.__table__, m.DeviceProfile.__table__
 # What an ARQ's record is made of, in one Core query: the API's reads need no ORM
 # objects, and loading them (with their profile and handle) was most of a read.
 _ARQ_RECORD_SELECT = (
@@ -540,9 +548,10 @@ def arq_list_by_uuids_in_state(session, uuids, state):
         return []
     # Two conductors may finish the same deletes (reconciliation): each takes the
     # rows the other has not locked instead of both deleting one row.
-    stmt = (sa.select(m.ExtARQ).where(m.ExtARQ.uuid.in_(uuids), m.ExtARQ.state == state)
+    stmt = (sa.select(*_ARQ_T.c).where(_ARQ_T.c.uuid.in_(uuids), _ARQ_T.c.state == state)
             .with_for_update(skip_locked=True))
-    return session.execute(stmt.order_by(m.ExtARQ.id)).scalars().all()
+    return [ArqRow(profile_name=None, **row._mapping)
+            for row in session.execute(stmt.order_by(_ARQ_T.c.id))]
 
 
 # --- erase records (device cleanup attempts) ----------------------------------------

@@ -57,7 +57,7 @@ def test_bind_unbind_delete_restores_everything(db, conf):
         assert db_api.device_list(s)[0].device_state == states.DEV_ALLOCATED
     conductor.arq_unbind(cf.admin(), [arq['uuid']])
     with session.reader() as s:
-        a = db_api.arq_get(s, arq['uuid'])
+        a = db_api.arq_get_many(s, [arq['uuid']])[0]
         assert (a.state, a.attach_handle_id, a.instance_uuid) == (states.ARQ_UNBOUND, None, None)
         assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
     _bind(conductor, arq, dep)          # Unbound ARQs can be bound again
@@ -150,7 +150,7 @@ def test_leftover_deleting_rows_are_finished_at_start(db, conf):
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     _bind(conductor, arq, cf.deployable())
     with session.writer() as s:      # as if the process died right after Deleting
-        row = db_api.arq_get(s, arq['uuid'])
+        row = db_api.arq_get_many(s, [arq['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     conductor.init_host()
     snap = _snapshot()

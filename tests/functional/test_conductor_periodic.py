@@ -217,7 +217,7 @@ def test_deletes_left_in_deleting_are_finished_by_the_periodic_task(db, conf):
                                      'device_rp_uuid': dep.rp_uuid,
                                      'instance_uuid': str(uuid.uuid4())}])
     with session.writer() as s:         # what a conductor that died mid-delete leaves
-        row = db_api.arq_get(s, arq['uuid'])
+        row = db_api.arq_get_many(s, [arq['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     other = ConductorManager(None, notifier=cf.RecordingNotifier())
     other.start()

@@ -9,6 +9,7 @@ threadpool because the database layer is synchronous.
 Each handler's docstring lists the statuses it answers.
 """
 import json
+import urllib.parse
 
 from oslo_utils import uuidutils
 from starlette import responses
@@ -31,7 +32,7 @@ class ApiRequest:
         self.version = version
         self.method = method
         self.params = params
-        self.query = query          # starlette QueryParams
+        self.query = query          # the raw query string (bytes)
         self.body = body            # bytes
         self.conductor = conductor  # steward.conductor.rpcapi.ConductorAPI
         self._scheme, self._host, self._root_path = scheme, host, root_path
@@ -64,7 +65,10 @@ class ApiRequest:
         a parameter given twice is refused unless named in ``multi``; those named
         in ``ints`` are converted with int_arg."""
         result = {}
-        for name, value in self.query.multi_items():
+        # Parsed as Starlette's QueryParams does, only by the handlers that read it.
+        pairs = urllib.parse.parse_qsl(self.query.decode('latin-1'),
+                                       keep_blank_values=True) if self.query else ()
+        for name, value in pairs:
             if name not in allowed:
                 raise exception.InvalidQuery(
                     reason=f'unknown parameter {name!r}; expected one of '

@@ -117,7 +117,7 @@ def test_delete_finishes_an_arq_left_in_deleting(client, seed):
     arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
     assert client.patch(URL, json=_bind_body(arqs, seed['rp'], inst)).status_code == 202
     with session.writer() as s:
-        row = db.arq_get(s, arqs[0]['uuid'])
+        row = db.arq_get_many(s, [arqs[0]['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     assert client.delete(URL, params={'instance': inst}).status_code == 204
     with session.reader() as s:
