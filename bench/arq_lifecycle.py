@@ -23,12 +23,16 @@ lifecycle). Prints, with the machine's size and the date:
 import argparse
 import concurrent.futures
 import datetime
+import http.client
+import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 
 import httpx
@@ -74,9 +78,89 @@ class Tally:
                 del self.held[h]
 
 
+_dumps = json.dumps      # LeanClient.request's ``json`` argument hides the module
+
+
+class Response:
+    def __init__(self, status_code, body, url):
+        self.status_code, self.content, self.url = status_code, body, url
+
+    @property
+    def text(self):
+        return self.content.decode('utf-8', 'replace')
+
+    def json(self):
+        return json.loads(self.content)
+
+    def raise_for_status(self):
+        if self.status_code >= 400:
+            raise ClientError(f'{self.status_code} from {self.url}: {self.text[:200]}')
+        return self
+
+
+class ClientError(Exception):
+    pass
+
+
+class LeanClient:
+    """One keep-alive HTTP/1.1 connection (http.client), the calls this benchmark
+    makes and nothing else. The load generator shares the machine's 2 cores with
+    the server it measures: httpx spent about as much CPU per instance as the
+    server itself, so it was measuring itself. Each run prints the load
+    generator's CPU per instance beside the figures."""
+
+    def __init__(self, url, tally=None, timeout=60):
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port, self.timeout, self.tally = (parts.hostname, parts.port,
+                                                          timeout, tally)
+        self.conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.conn is not None:
+            self.conn.close()
+
+    def request(self, method, path, params=None, json=None, headers=None):
+        if params:
+            path = f'{path}?{urllib.parse.urlencode(params)}'
+        body = None if json is None else _dumps(json).encode()
+        hdrs = {'Content-Type': 'application/json'} if body is not None else {}
+        hdrs.update(headers or {})
+        for attempt in (1, 2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port,
+                                                       timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=body, headers=hdrs)
+                reply = self.conn.getresponse()
+                response = Response(reply.status, reply.read(), path)
+                break
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt == 2:
+                    raise
+        if self.tally is not None:
+            self.tally.response(response)
+        return response
+
+    def get(self, path, **kw):
+        return self.request('GET', path, **kw)
+
+    def post(self, path, **kw):
+        return self.request('POST', path, **kw)
+
+    def patch(self, path, **kw):
+        return self.request('PATCH', path, **kw)
+
+    def delete(self, path, **kw):
+        return self.request('DELETE', path, **kw)
+
+
 def client(url, tally=None, timeout=60):
-    hooks = {'response': [tally.response]} if tally else {}
-    return httpx.Client(base_url=url, timeout=timeout, event_hooks=hooks)
+    return LeanClient(url, tally, timeout)
 
 
 def bind_body(arqs, host, rp_uuid, inst):
@@ -121,7 +205,19 @@ def watch_bound(url, tally, stop):
                     tally.double.append(('snapshot', sorted(handles)))
 
 
-def concurrent_run(url, rp_uuid, clients, per_client, tally):
+def cpu_seconds(pid=None):
+    """CPU time (user + system) of process ``pid``, or of this one."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def concurrent_run(url, rp_uuid, clients, per_client, tally, server_pid):
+    """(instances/s, bind times, failures, server and load-generator CPU ms per
+    instance)."""
     binds, failures = [], []
 
     def loop(_):
@@ -129,21 +225,25 @@ def concurrent_run(url, rp_uuid, clients, per_client, tally):
             for _ in range(per_client):
                 try:
                     one_instance(c, rp_uuid, binds, tally)
-                except (httpx.HTTPError, AssertionError) as err:
+                except (ClientError, OSError, http.client.HTTPException,
+                        AssertionError) as err:
                     failures.append(err)
 
     stop = threading.Event()
     watcher = threading.Thread(target=watch_bound, args=(url, tally, stop))
     watcher.start()
     t0 = time.perf_counter()
+    cpu0 = cpu_seconds(server_pid), cpu_seconds()
     try:
         with concurrent.futures.ThreadPoolExecutor(clients) as pool:
             list(pool.map(loop, range(clients)))
         elapsed = time.perf_counter() - t0
+        cpu = [(after - before) * 1000 / (clients * per_client) for before, after in
+               zip(cpu0, (cpu_seconds(server_pid), cpu_seconds()))]
     finally:
         stop.set()
         watcher.join()
-    return clients * per_client / elapsed, binds, failures
+    return clients * per_client / elapsed, binds, failures, cpu
 
 
 def pct(values, p):
@@ -213,7 +313,7 @@ def main():
     ap.add_argument('--sequential', type=int, default=50)
     ap.add_argument('--clients', default='4,16',
                     help='comma-separated numbers of concurrent clients')
-    ap.add_argument('--per-client', type=int, default=10)
+    ap.add_argument('--per-client', type=int, default=25)
     ap.add_argument('--single', type=int, default=50,
                     help='instances on the single-accelerator device (0: skip)')
     ap.add_argument('--nova', type=int, default=50,
@@ -236,7 +336,8 @@ def main():
             seq = args.sequential / (time.perf_counter() - t0)
             nova = [nova_sequence(c, rp_uuid, PROFILE) for _ in range(args.nova)]
         for n in [int(x) for x in args.clients.split(',') if x.strip()]:
-            runs.append((n,) + concurrent_run(url, rp_uuid, n, args.per_client, tally))
+            runs.append((n,) + concurrent_run(url, rp_uuid, n, args.per_client, tally,
+                                              stack.proc.pid))
     single = single_accelerator(args.single) if args.single else None
 
     print(f'machine: {os.cpu_count()} cores; '
@@ -244,9 +345,10 @@ def main():
     print(f'sequential: {args.sequential} instances, {seq:.1f} instances/s')
     print(f'  bind latency p50 {ms(statistics.median(binds))}, p90 {ms(pct(binds, 90))}, '
           f'p99 {ms(pct(binds, 99))}')
-    for n, rate, conc_binds, failures in runs:
+    for n, rate, conc_binds, failures, (server_cpu, client_cpu) in runs:
         print(f'concurrent: {n} clients x {args.per_client}, {rate:.1f} instances/s'
-              f'{f", {len(failures)} failed instances" if failures else ""}')
+              f'{f", {len(failures)} failed instances" if failures else ""}; CPU per '
+              f'instance: server {server_cpu:.1f} ms, load generator {client_cpu:.1f} ms')
         print(f'  bind latency p50 {ms(statistics.median(conc_binds))}, '
               f'p90 {ms(pct(conc_binds, 90))}, p99 {ms(pct(conc_binds, 99))}')
     print(f'double allocations: {len(tally.double)}; 5xx answers: {tally.server_errors}')

@@ -143,16 +143,17 @@ def deployable_get_by_rp_uuid(session, rp_uuid):
                 'rp_uuid', rp_uuid)
 
 
-_DEPLOYABLES_BY_RP = sa.select(m.Deployable).where(
-    m.Deployable.rp_uuid.in_(sa.bindparam('rp_uuids', expanding=True)))
+_DEPLOYABLES_T = m.Deployable.__table__
+_DEPLOYABLES_BY_RP = sa.select(*_DEPLOYABLES_T.c).where(
+    _DEPLOYABLES_T.c.rp_uuid.in_(sa.bindparam('rp_uuids', expanding=True)))
 
 
 def deployables_by_rp_uuids(session, rp_uuids):
-    """{rp_uuid: Deployable} for every one of ``rp_uuids`` in one query (the
-    device is not loaded: a bind locks and re-reads it); raises for the first
-    unknown one."""
-    found = {d.rp_uuid: d for d in session.execute(
-        _DEPLOYABLES_BY_RP, {'rp_uuids': list(rp_uuids)}).scalars()}
+    """{rp_uuid: deployable row} (read-only, the Deployable's columns) for every
+    one of ``rp_uuids`` in one query (the device is not loaded: a bind locks and
+    re-reads it); raises for the first unknown one."""
+    found = {d.rp_uuid: d for d in session.connection().execute(
+        _DEPLOYABLES_BY_RP, {'rp_uuids': list(rp_uuids)})}
     for rp_uuid in rp_uuids:
         if rp_uuid not in found:
             raise exception.DeployableNotFound(resource='Deployable', key='rp_uuid',
@@ -293,11 +294,13 @@ def device_profile_groups(dp):
 # --- attach handles ---------------------------------------------------------------
 # The hot path's statements are built once: building a statement and computing its
 # cache key cost more than SQLite takes to run it.
-_FREE_HANDLE_ID = (sa.select(m.AttachHandle.id)
-                   .where(m.AttachHandle.deployable_id == sa.bindparam('dep_id'),
-                          m.AttachHandle.in_use.is_(False))
-                   .order_by(m.AttachHandle.id).limit(1).scalar_subquery())
 _HANDLES = m.AttachHandle.__table__
+# Table columns, not the mapped class's: a statement naming mapped attributes runs
+# through the ORM's bulk-update machinery, which cost more than the UPDATE itself.
+_FREE_HANDLE_ID = (sa.select(_HANDLES.c.id)
+                   .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
+                          _HANDLES.c.in_use.is_(False))
+                   .order_by(_HANDLES.c.id).limit(1).scalar_subquery())
 # The handle comes back as a read-only row (id, uuid, attach_type, attach_info), not
 # an ORM object: loading an entity from RETURNING was a quarter of a bind.
 _TAKE_FREE_HANDLE = (sa.update(_HANDLES)
@@ -305,9 +308,9 @@ _TAKE_FREE_HANDLE = (sa.update(_HANDLES)
                      .values(in_use=True)
                      .returning(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
                                 _HANDLES.c.attach_info))
-_ANY_FREE_HANDLE = (sa.select(m.AttachHandle.id)
-                    .where(m.AttachHandle.deployable_id == sa.bindparam('dep_id'),
-                           m.AttachHandle.in_use.is_(False)).limit(1))
+_ANY_FREE_HANDLE = (sa.select(_HANDLES.c.id)
+                    .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
+                           _HANDLES.c.in_use.is_(False)).limit(1))
 
 
 def attach_handle_allocate(session, deployable):
@@ -317,7 +320,7 @@ def attach_handle_allocate(session, deployable):
     handle: the loser updates nothing and retries with the next free one."""
     params = {'dep_id': deployable.id}
     for _ in range(16):
-        handle = session.execute(_TAKE_FREE_HANDLE, params).first()
+        handle = session.connection().execute(_TAKE_FREE_HANDLE, params).first()
         if handle is not None:
             return handle
         # Nothing taken: none free, or another transaction took the one we saw.
