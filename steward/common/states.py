@@ -191,8 +191,11 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     params['row_id'] = row.id
     if current is not None:
         params['current'] = current
-    result = session.execute(_update_statement(model, tuple(sorted(changes)),
-                                               current is None), params)
+    # On the session's connection: Core statements need none of the ORM's
+    # execution layer.
+    conn = session.connection()
+    result = conn.execute(_update_statement(model, tuple(sorted(changes)),
+                                            current is None), params)
     if result.rowcount != 1:
         raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
     # An ORM object learns its new values as committed ones (nothing to flush);
@@ -203,7 +206,7 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     if history is not None:
         # Core INSERT, not session.add(): the unit of work's flush at commit was a
         # tenth of a bind's time.
-        session.execute(history.__table__.insert(), [dict(
+        conn.execute(history.__table__.insert(), [dict(
             uuid=uuidutils.generate_uuid(), device_uuid=row.uuid, created_at=now,
             event=event or 'transition', source_state=current, target_state=target,
             reason=reason or None, request_id=request_id,
