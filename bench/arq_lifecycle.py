@@ -82,8 +82,9 @@ _dumps = json.dumps      # LeanClient.request's ``json`` argument hides the modu
 
 
 class Response:
-    def __init__(self, status_code, body, url):
-        self.status_code, self.content, self.url = status_code, body, url
+    def __init__(self, status_code, body, method, url):
+        self.status_code, self.content, self.method, self.url = (status_code, body,
+                                                                  method, url)
 
     @property
     def text(self):
@@ -94,12 +95,15 @@ class Response:
 
     def raise_for_status(self):
         if self.status_code >= 400:
-            raise ClientError(f'{self.status_code} from {self.url}: {self.text[:200]}')
+            raise ClientError(self)
         return self
 
 
 class ClientError(Exception):
-    pass
+    def __init__(self, response):
+        super().__init__(f'{response.method} {response.url} -> {response.status_code}: '
+                         f'{response.text[:200]}')
+        self.response = response
 
 
 class LeanClient:
@@ -109,10 +113,12 @@ class LeanClient:
     server itself, so it was measuring itself. Each run prints the load
     generator's CPU per instance beside the figures."""
 
-    def __init__(self, url, tally=None, timeout=60):
+    def __init__(self, url, tally=None, timeout=60, headers=None, on_request=None):
         parts = urllib.parse.urlsplit(url)
         self.host, self.port, self.timeout, self.tally = (parts.hostname, parts.port,
                                                           timeout, tally)
+        self.headers = dict(headers or {})
+        self.on_request = on_request    # called with (method, path, body) first
         self.conn = None
 
     def __enter__(self):
@@ -126,8 +132,12 @@ class LeanClient:
         if params:
             path = f'{path}?{urllib.parse.urlencode(params)}'
         body = None if json is None else _dumps(json).encode()
-        hdrs = {'Content-Type': 'application/json'} if body is not None else {}
+        hdrs = dict(self.headers)
+        if body is not None:
+            hdrs['Content-Type'] = 'application/json'
         hdrs.update(headers or {})
+        if self.on_request is not None:
+            self.on_request(method, path, body)
         for attempt in (1, 2):
             if self.conn is None:
                 self.conn = http.client.HTTPConnection(self.host, self.port,
@@ -135,7 +145,7 @@ class LeanClient:
             try:
                 self.conn.request(method, path, body=body, headers=hdrs)
                 reply = self.conn.getresponse()
-                response = Response(reply.status, reply.read(), path)
+                response = Response(reply.status, reply.read(), method, path)
                 break
             except (http.client.HTTPException, OSError):
                 self.conn.close()

@@ -47,6 +47,7 @@ import argparse
 import collections
 import concurrent.futures
 import datetime
+import http.client
 import http.server
 import json
 import os
@@ -296,7 +297,7 @@ def offered_rp(api_url, placement_url):
 # -- measurement ------------------------------------------------------------------
 def describe(err):
     """One line per kind of failed instance: the call, the status and Cyborg's reason."""
-    if not isinstance(err, httpx.HTTPStatusError):
+    if not isinstance(err, lifecycle.ClientError):
         return f'{type(err).__name__}: {str(err)[:120]}'
     r = err.response
     reason = r.text
@@ -306,15 +307,16 @@ def describe(err):
         pass
     reason = reason.split('Traceback (most recent call last)')[0]
     reason = re.sub(r'[0-9a-f]{8}-[0-9a-f-]{27}', '<uuid>', ' '.join(reason.split()))
-    return f'{r.request.method} {r.request.url.path} -> {r.status_code}: {reason[:110]}'
+    path = r.url.split('?', 1)[0]
+    return f'{r.method} {path} -> {r.status_code}: {reason[:110]}'
 
 
-def bound_instance(request):
+def bound_instance(method, body):
     """The instance a bind request names, else None."""
-    if request.method != 'PATCH':
+    if method != 'PATCH' or not body:
         return None
     try:
-        patches = json.loads(request.content)
+        patches = json.loads(body)
     except ValueError:
         return None
     for patch in patches.values():
@@ -333,19 +335,20 @@ def run_concurrent(url, rp_uuid, clients, per_client, tally):
     def loop(_):
         last = {}
 
-        def remember(request):
-            inst = bound_instance(request)
+        def remember(method, _path, body):
+            inst = bound_instance(method, body)
             if inst:
                 last['instance'] = inst
 
-        with httpx.Client(base_url=url, timeout=120, headers=IDENTITY,
-                          event_hooks={'request': [remember],
-                                       'response': [tally.response]}) as c:
+        # The same lean client as bench/arq_lifecycle.py uses against Steward.
+        with lifecycle.LeanClient(url, tally, timeout=120, headers=IDENTITY,
+                                  on_request=remember) as c:
             for _ in range(per_client):
                 last.clear()
                 try:
                     lifecycle.one_instance(c, rp_uuid, binds, tally)
-                except (httpx.HTTPError, AssertionError) as err:
+                except (lifecycle.ClientError, OSError, http.client.HTTPException,
+                        AssertionError) as err:
                     failures.append(err)
                     for _ in range(5):
                         if 'instance' not in last or c.delete(
@@ -406,8 +409,7 @@ def measure_cyborg(args, tmp):
 
         tally = lifecycle.Tally()
         before = load()
-        with httpx.Client(base_url=url, timeout=120, headers=IDENTITY,
-                          event_hooks={'response': [tally.response]}) as c:
+        with lifecycle.LeanClient(url, tally, timeout=120, headers=IDENTITY) as c:
             c.post('/v2/device_profiles', json=[{
                 'name': lifecycle.PROFILE, 'groups': [{'resources:FPGA': '1'}]}]
             ).raise_for_status()
