@@ -339,14 +339,6 @@ def attach_handle_release(session, handle_id):
 
 
 # --- accelerator requests ---------------------------------------------------------
-_ARQ_SELECT = sa.select(m.ExtARQ).options(orm.joinedload(m.ExtARQ.device_profile),
-                                          orm.joinedload(m.ExtARQ.attach_handle))
-
-
-def _arq_select():
-    return _ARQ_SELECT
-
-
 class ArqRow(types.SimpleNamespace):
     """An ARQ as the conductor reads it to change it: its columns and its
     profile's name (``profile_name``), a plain object that ``states.advance``
@@ -392,14 +384,19 @@ def arq_list(session, project_id=None, instance_uuid=None, states_in=None):
             if project_id is None else (_ARQS_BY_INSTANCE_SCOPED, {
                 'instance': instance_uuid, 'project_id': project_id})
         return _arq_rows(session.execute(stmt, params))
-    stmt = _ARQ_ROWS
+    return _arq_rows(session.execute(
+        _arq_filtered(_ARQ_ROWS, project_id, instance_uuid, states_in)))
+
+
+def _arq_filtered(stmt, project_id, instance_uuid, states_in):
+    """``stmt`` (a select of ARQs) narrowed to what arq_list takes, in id order."""
     if project_id is not None:
         stmt = stmt.where(_ARQ_T.c.project_id == project_id)
     if instance_uuid is not None:
         stmt = stmt.where(_ARQ_T.c.instance_uuid == instance_uuid)
     if states_in is not None:
         stmt = stmt.where(_ARQ_T.c.state.in_(states_in))
-    return _arq_rows(session.execute(stmt.order_by(_ARQ_T.c.id)))
+    return stmt.order_by(_ARQ_T.c.id)
 
 
 def arq_bound_instances(session):
@@ -514,14 +511,8 @@ def arq_records(session, project_id=None, instance_uuid=None, states_in=None):
     if instance_uuid is not None and states_in is None and project_id is None:
         return _records(session.execute(_RECORDS_BY_INSTANCE,
                                         {'instance': instance_uuid}))
-    stmt = _ARQ_RECORD_SELECT
-    if project_id is not None:
-        stmt = stmt.where(_ARQ_T.c.project_id == project_id)
-    if instance_uuid is not None:
-        stmt = stmt.where(_ARQ_T.c.instance_uuid == instance_uuid)
-    if states_in is not None:
-        stmt = stmt.where(_ARQ_T.c.state.in_(states_in))
-    return _records(session.execute(stmt.order_by(_ARQ_T.c.id)))
+    return _records(session.execute(
+        _arq_filtered(_ARQ_RECORD_SELECT, project_id, instance_uuid, states_in)))
 
 
 def arq_get_record(session, uuid, project_id=None):
