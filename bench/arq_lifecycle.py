@@ -5,8 +5,11 @@ One instance = GET device_profiles?name= -> POST ARQs -> collection PATCH bind -
 GET ?instance=&bind_state=resolved -> DELETE ?instance= (the issue's Nova-shaped
 lifecycle). Prints, with the machine's size and the date:
 
-* instances/second for sequential instances, and for 4 and 16 concurrent clients
-  (throughput should grow with clients), with bind latency percentiles;
+* instances/second for sequential instances, and for 4 and 16 concurrent clients,
+  with bind latency percentiles and, for the concurrent runs, the CPU per instance
+  of the server and of this load generator (a lean keep-alive http.client client:
+  both share the machine's cores, and once the server's one process is busy a
+  whole core, more clients cannot add throughput);
 * double allocations (one attach handle held by two live instances: seen by the
   clients, and in snapshots of every Bound ARQ the API lists meanwhile) and 5xx
   answers, both of which must be 0;
