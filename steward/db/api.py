@@ -453,28 +453,24 @@ def arqs_create(session, dp, group_ids, project_id):
             for group_id in group_ids]
     if rows:
         session.execute(sa.insert(m.ExtARQ.__table__), rows)
-    return [arq_record(types.SimpleNamespace(
+    return [arq_record(ArqRow(
         hostname=None, device_rp_uuid=None, instance_uuid=None, updated_at=None,
-        device_profile=dp, attach_handle=None, **row)) for row in rows]
+        profile_name=dp.name, **row)) for row in rows]
 
 
 def arq_record(arq, handle=None):
     """Storage-neutral view of an ARQ (the API formats it per microversion).
-    ``handle``: the attach handle just taken, when ``arq.attach_handle`` is not
-    loaded with it."""
-    if arq.state != states.ARQ_BOUND:
-        handle = None
-    elif handle is None:
-        handle = arq.attach_handle
-    name = arq.profile_name if isinstance(arq, ArqRow) else arq.device_profile.name
-    return _record(arq, name, handle.attach_type if handle else '',
-                   handle.uuid if handle else None, handle.attach_info if handle else None)
+    ``arq``: an ArqRow (its columns and ``profile_name``); ``handle``: the attach
+    handle row it holds, when Bound."""
+    if handle is None or arq.state != states.ARQ_BOUND:
+        return _record(arq, '', None, None)
+    return _record(arq, handle.attach_type, handle.uuid, handle.attach_info)
 
 
-def _record(arq, profile_name, handle_type, handle_uuid, handle_info):
+def _record(arq, handle_type, handle_uuid, handle_info):
     return {
         'uuid': arq.uuid, 'state': arq.state,
-        'device_profile_name': profile_name,
+        'device_profile_name': arq.profile_name,
         'device_profile_group_id': arq.device_profile_group_id,
         'hostname': arq.hostname, 'device_rp_uuid': arq.device_rp_uuid,
         'instance_uuid': arq.instance_uuid, 'project_id': arq.project_id,
@@ -485,15 +481,14 @@ def _record(arq, profile_name, handle_type, handle_uuid, handle_info):
     }
 
 
-# What an ARQ's record is made of, in one Core query: the API's reads need no ORM
-# objects, and loading them (with their profile and handle) was most of a read.
+# What an ARQ's record is made of, in one Core query (an ArqRow's join and its
+# handle): the API's reads need no ORM objects, and loading them (with their
+# profile and handle) was most of a read.
 _ARQ_RECORD_SELECT = (
-    sa.select(*_ARQ_T.c, _PROFILE_T.c.name.label('profile_name'),
-              _HANDLES.c.attach_type.label('handle_type'),
-              _HANDLES.c.uuid.label('handle_uuid'),
-              _HANDLES.c.attach_info.label('handle_info'))
-    .select_from(_ARQ_T.join(_PROFILE_T, _PROFILE_T.c.id == _ARQ_T.c.device_profile_id)
-                 .outerjoin(_HANDLES, _HANDLES.c.id == _ARQ_T.c.attach_handle_id)))
+    _ARQ_ROWS.add_columns(_HANDLES.c.attach_type.label('handle_type'),
+                          _HANDLES.c.uuid.label('handle_uuid'),
+                          _HANDLES.c.attach_info.label('handle_info'))
+    .outerjoin(_HANDLES, _HANDLES.c.id == _ARQ_T.c.attach_handle_id))
 _RECORDS_BY_INSTANCE = (_ARQ_RECORD_SELECT
                         .where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'))
                         .order_by(_ARQ_T.c.id))
@@ -501,9 +496,8 @@ _RECORDS_BY_INSTANCE = (_ARQ_RECORD_SELECT
 
 def _records(rows):
     bound = states.ARQ_BOUND
-    return [_record(r, r.profile_name, r.handle_type or '', r.handle_uuid,
-                    r.handle_info) if r.state == bound else
-            _record(r, r.profile_name, '', None, None) for r in rows]
+    return [_record(r, r.handle_type or '', r.handle_uuid, r.handle_info)
+            if r.state == bound else _record(r, '', None, None) for r in rows]
 
 
 def arq_records(session, project_id=None, instance_uuid=None, states_in=None):

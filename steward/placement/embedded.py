@@ -236,13 +236,14 @@ def _serialize_sqlite_writers(engine):
     # Placement threads spent most of a first registration asleep there. Other
     # processes on the file still meet SQLite's own lock.
     writers = threading.Lock()
+    file_backed = bool(_sqlite_path(str(engine.url)))
 
     @sqlalchemy.event.listens_for(engine, 'connect')
     def _connect(dbapi_conn, _record):
         # WAL: readers beside a writer, and a commit without a sync of the whole
         # journal (synchronous=NORMAL syncs at checkpoints), as Steward's own
         # database; the mode is kept in the file.
-        if _sqlite_path(str(engine.url)):
+        if file_backed:
             cur = dbapi_conn.cursor()
             cur.execute('PRAGMA journal_mode=WAL')
             cur.execute('PRAGMA synchronous=NORMAL')
