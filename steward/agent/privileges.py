@@ -75,6 +75,13 @@ def switch_user(user, group=None):
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)      # root -> uid: the kernel clears every capability
+    if not os.access('.', os.R_OK | os.X_OK):
+        # Started by root from a directory the new user may not enter (a 0700
+        # checkout, /root): every relative stat then fails with EACCES instead of
+        # ENOENT, which stevedore's entry-point cache does not survive.
+        LOG.info('working directory %s is closed to uid %d; moving to /', os.getcwd(),
+                 uid)
+        os.chdir('/')
     _no_capabilities_left()
 
 

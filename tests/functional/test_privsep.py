@@ -380,10 +380,14 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
         steward = os.path.join(os.path.dirname(sys.executable), 'steward')
         prefix = _opened_for_nobody(base, _closed_to(nobody, [
             sys.base_prefix, sys.prefix, sim.env['LD_PRELOAD']]))
+        # Started from a directory nobody may not enter, as from a 0700 checkout or
+        # root's home: the agent must not depend on its working directory.
+        closed = os.path.join(base, 'closed')
+        os.mkdir(closed, 0o700)
         with open(log_path, 'w') as log:
             proc = subprocess.Popen(prefix + [steward, 'serve', '--config-file', conf],
                                     stdout=log, stderr=subprocess.STDOUT,
-                                    env=sim.environ())
+                                    env=sim.environ(), cwd=closed)
         url = f'http://127.0.0.1:{api_port}'
         placement_url = f'http://127.0.0.1:{placement_port}'
 
