@@ -108,13 +108,20 @@ def _quiet_exit_server(config):
     return Server(config)
 
 
+# Seconds an idle client connection is kept open. uvicorn's 5 s closes the pooled
+# connection of a client (Nova between two boots) just as it may send on it again:
+# a POST that meets the close is lost ("server disconnected"), and is not retried.
+# 75 s, nginx's default, leaves that race to clients idle for over a minute.
+HTTP_KEEP_ALIVE = 75
+
+
 def run_http(app, host, port, workers=1):
     """Serve ``app`` until SIGTERM/SIGINT. With ``workers`` > 1, ``app`` is an
     import string of an app factory (uvicorn starts that many worker processes,
     each building its own app, and restarts a worker that dies)."""
     import uvicorn
     kwargs = dict(host=host, port=port, log_level='warning', access_log=False,
-                  lifespan='off')
+                  lifespan='off', timeout_keep_alive=HTTP_KEEP_ALIVE)
     LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))', host, port,
              workers)
     if workers > 1:
