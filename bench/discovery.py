@@ -113,10 +113,19 @@ def requests_of(placement, before):
 
 
 def cpu_seconds(pid):
-    """utime + stime of a process (fields 14 and 15 of /proc/<pid>/stat)."""
-    with open(f'/proc/{pid}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+    """utime + stime of a process and its children (fields 14 and 15 of
+    /proc/<pid>/stat): the embedded Placement serves from worker processes."""
+    with open(f'/proc/{pid}/task/{pid}/children') as f:
+        pids = [pid] + [int(p) for p in f.read().split()]
+    ticks = 0
+    for p in pids:
+        try:
+            with open(f'/proc/{p}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except FileNotFoundError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf('SC_CLK_TCK')
 
 
 def run(tmp, args, tree, placement=None, label='', placement_pid=None):

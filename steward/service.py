@@ -62,7 +62,7 @@ def start_embedded_placement(wait=True):
     proc = embedded.start_subprocess(CONF.placement.embedded_connection,
                                      CONF.placement.embedded_host,
                                      CONF.placement.embedded_port, log_file=log_file,
-                                     wait=wait)
+                                     wait=wait, workers=CONF.placement.embedded_workers)
     # One start-up line per component: embedded.start_subprocess() logs the URL.
     LOG.debug('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
     return proc

@@ -16,6 +16,12 @@ opts = [
     cfg.StrOpt('embedded_connection', secret=True,
                default='sqlite:///$state_path/placement.sqlite',
                help='Database of the embedded Placement.'),
+    cfg.IntOpt('embedded_workers', default=2, min=1,
+               help='Processes serving the embedded Placement. Each handles one '
+                    'request at a time (Placement is CPU-bound under one Python '
+                    'interpreter), so more processes use more cores: a first '
+                    'registration of thousands of providers is bounded by this. '
+                    'Each process takes about 90 MB.'),
     cfg.StrOpt('compute_node_name',
                help='Deprecated alias of [agent] resource_provider_name.'),
     cfg.BoolOpt('create_compute_node', default=True,

@@ -4,19 +4,20 @@ Three layers, each usable alone:
 
 * ``build_app(url)`` - the Placement WSGI app on a private config (noauth2, schema
   migrated on load), with SQLite writers serialised (see ``_serialize_sqlite_writers``).
-* ``serve(app, host, port)`` - a threaded wsgiref server in a daemon thread.
-* ``start_subprocess(...)`` / ``main()`` - the same in a child process that dies with
-  its parent, which is how ``steward serve`` runs it.
+* ``serve(app, host, port)`` - a threaded wsgiref server in a daemon thread (tests).
+* ``start_subprocess(...)`` / ``main()`` - the app in a child process that dies with
+  its parent, served by worker processes (``workers.py``): how ``steward serve``
+  runs it.
 
 Placement's database layer is global and configured once per process (its
 ``db_api.configure`` is ``@run_once``), so a process serves at most one Placement
 database; ``build_app`` enforces that instead of silently using the first one.
 """
 import argparse
+import fcntl
 import json
 import logging
 import os
-import signal
 import socket
 import socketserver
 import subprocess
@@ -92,8 +93,10 @@ def build_app(connection_url):
             _built['engine'] = _start_engine()
         import placement.deploy
         _check_schemas_once()
+        _share_table_aliases()
         # Migrates the schema and syncs standard traits and resource classes.
         _built['app'] = placement.deploy.loadapp(_built['conf'])
+        _policy_from_defaults_only(_built['conf'])
         return _built['app']
 
 
@@ -161,7 +164,9 @@ def _pool_sqlite_connections(engine):
     engine.pool = sqlalchemy.pool.QueuePool(
         old._creator, pool_size=_POOL_SIZE, max_overflow=_POOL_SIZE,
         recycle=old._recycle, echo=old.echo, logging_name=old._orig_logging_name,
-        reset_on_return=old._reset_on_return, pre_ping=old._pre_ping,
+        # No ping before each use: a file database does not go away under an open
+        # connection, and the ping was a query per transaction.
+        reset_on_return=old._reset_on_return, pre_ping=False,
         _dispatch=old.dispatch, dialect=old._dialect)
     old.dispose()
 
@@ -192,6 +197,58 @@ def _check_schemas_once():
     util.jsonschema = types.SimpleNamespace(
         validate=validate, ValidationError=jsonschema.ValidationError,
         FormatChecker=jsonschema.FormatChecker)
+
+
+def _share_table_aliases():
+    """Placement builds its queries from ``sa.alias(TABLE, name=...)`` of its module
+    tables on every request, and SQLAlchemy then builds a fresh column collection
+    for each alias: a quarter of the CPU of a provider creation. An alias of a
+    table is an immutable construct, so one per (table, name) is built once and
+    shared; aliases of anything else (subqueries) are built as before."""
+    import importlib
+    import pkgutil
+    import types
+
+    import sqlalchemy
+    import placement.objects
+
+    made = {}
+    lock = threading.Lock()
+
+    def alias(selectable, name=None, flat=False):
+        if not isinstance(selectable, sqlalchemy.Table):
+            return sqlalchemy.alias(selectable, name=name, flat=flat)
+        key = (selectable, name, flat)
+        found = made.get(key)
+        if found is None:
+            found = sqlalchemy.alias(selectable, name=name, flat=flat)
+            # Its column collection is built here, not by two requests at once.
+            found.c  # noqa: B018
+            with lock:
+                found = made.setdefault(key, found)
+        return found
+
+    shared = types.SimpleNamespace(**{k: v for k, v in vars(sqlalchemy).items()
+                                      if not k.startswith('__')})
+    shared.alias = alias
+    for info in pkgutil.iter_modules(placement.objects.__path__):
+        module = importlib.import_module(f'placement.objects.{info.name}')
+        if getattr(module, 'sa', None) is sqlalchemy:
+            module.sa = shared
+
+
+def _policy_from_defaults_only(conf):
+    """The embedded Placement's policy is its defaults (noauth2, no files: see
+    _configure_db). oslo.policy still looks for a policy file and policy
+    directories on every request, raising and catching ConfigFilesNotFoundError
+    each time; with the rules loaded once, it stops looking. (loadapp made the
+    enforcer; placement.policy.get_enforcer() would parse the global cfg.CONF.)"""
+    import placement.policy
+
+    placement.policy.init(conf)
+    enforcer = placement.policy._ENFORCER
+    enforcer.load_rules()
+    enforcer.use_conf = False
 
 
 def _register_quietly(conf):
@@ -230,13 +287,39 @@ def _serialize_sqlite_writers(engine):
     import sqlalchemy
 
     depth = threading.local()
-    # The outermost transactions of this process queue on a lock of their own
-    # before BEGIN IMMEDIATE: SQLite's busy handler makes a waiting writer sleep
-    # and poll (up to 100 ms a nap), and with a few requests in flight the
-    # Placement threads spent most of a first registration asleep there. Other
-    # processes on the file still meet SQLite's own lock.
+    # The outermost transactions queue on a lock of their own before BEGIN
+    # IMMEDIATE: SQLite's busy handler makes a waiting writer sleep and poll (up to
+    # 100 ms a nap), and with a few requests in flight the Placement threads spent
+    # most of a first registration asleep there. Threads of a process queue on a
+    # thread lock, processes (the child's workers) on a file lock beside the
+    # database; the kernel wakes the next waiter when it is released.
     writers = threading.Lock()
-    file_backed = bool(_sqlite_path(str(engine.url)))
+    path = _sqlite_path(str(engine.url))
+    file_backed = bool(path)
+    lock_file = {'pid': None, 'fd': None}
+
+    def _lock_fd():
+        # flock() locks belong to an open file, which a fork shares: each process
+        # opens its own, or a worker would take its parent's lock as its own.
+        if lock_file['pid'] != os.getpid():
+            lock_file['fd'] = os.open(path + '-writers', os.O_RDWR | os.O_CREAT
+                                      | os.O_CLOEXEC, 0o600)
+            lock_file['pid'] = os.getpid()
+        return lock_file['fd']
+
+    def _lock():
+        writers.acquire()
+        if file_backed:
+            try:
+                fcntl.flock(_lock_fd(), fcntl.LOCK_EX)
+            except BaseException:
+                writers.release()
+                raise
+
+    def _unlock():
+        if file_backed:
+            fcntl.flock(lock_file['fd'], fcntl.LOCK_UN)
+        writers.release()
 
     @sqlalchemy.event.listens_for(engine, 'connect')
     def _connect(dbapi_conn, _record):
@@ -258,13 +341,13 @@ def _serialize_sqlite_writers(engine):
         if 'in_transaction' not in conn.info:
             level = getattr(depth, 'n', 0)
             if not level:
-                writers.acquire()
+                _lock()
                 conn.info['steward_writer_lock'] = True
             try:
                 conn.exec_driver_sql('BEGIN' if level else 'BEGIN IMMEDIATE')
             except BaseException:
                 if conn.info.pop('steward_writer_lock', None):
-                    writers.release()
+                    _unlock()
                 raise
             conn.info['in_transaction'] = True
             conn.info['steward_tx_counted'] = True
@@ -276,7 +359,7 @@ def _serialize_sqlite_writers(engine):
         if conn.info.pop('steward_tx_counted', None):
             depth.n = max(0, getattr(depth, 'n', 1) - 1)
         if conn.info.pop('steward_writer_lock', None):
-            writers.release()
+            _unlock()
 
 
 # -- serving ------------------------------------------------------------------------
@@ -352,6 +435,15 @@ def _with_pid_header(app):
     return wrapped
 
 
+def _check_port_free(host, port):
+    """Fail at once, naming the port, when it is taken: gunicorn would retry the
+    bind for five seconds first."""
+    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip('[]'), port))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog='python -m steward.placement.embedded',
@@ -360,35 +452,40 @@ def main(argv=None):
                         help='database URL (default: $%s)' % CONNECTION_ENV)
     parser.add_argument('--host', default='127.0.0.1')
     parser.add_argument('--port', type=int, default=8778)
+    parser.add_argument('--workers', type=int, default=2,
+                        help='processes serving requests (one request at a time each)')
     parser.add_argument('--log-level', default='INFO',
                         help='INFO logs one line per request (Placement requestlog)')
     args = parser.parse_args(argv)
     if not args.connection:
         parser.error('--connection or $%s is required' % CONNECTION_ENV)
+    if args.workers < 1:
+        parser.error('--workers must be at least 1')
 
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format='%(asctime)s %(process)d %(levelname)s %(name)s %(message)s')
-    # No Python signal handler at all: a handler that takes a lock (Event.set) can be
-    # re-entered by a second signal (the group's SIGTERM plus PDEATHSIG) on the same
-    # thread and deadlock, leaving an orphan that keeps the port. SIGTERM/SIGINT are
-    # blocked before any thread starts (threads inherit the mask) and taken with
-    # sigwait; from then on they have their default action, so another one ends the
-    # process at once, whatever the shutdown is doing.
-    signals = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    # Until gunicorn's arbiter takes SIGTERM/SIGINT (its handler only queues them,
+    # on a reentrant queue), they have their default action: a stop during start-up
+    # ends the process before it listens.
+    url = netutils.local_url(args.host, args.port)
     try:
-        server = serve(_with_pid_header(build_app(args.connection)), args.host, args.port)
+        _check_port_free(args.host, args.port)
+        app = _with_pid_header(build_app(args.connection))
     except Exception as exc:  # noqa: BLE001 - the parent reads this from the log
         LOG.error('Embedded Placement failed to start on %s:%s: %s', args.host,
                   args.port, exc, exc_info=not isinstance(exc, OSError))
         return 1
-    LOG.info('Placement listening on %s (pid %d)', server.url, os.getpid())
-    signum = signal.sigwait(signals)
-    for sig in signals:
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
-    LOG.info('Placement on %s stopping (%s)', server.url, signal.Signals(signum).name)
-    server.shutdown()
+    engine = _built['engine']
+    # The workers are forked from here: none may inherit a pooled connection.
+    engine.dispose()
+
+    def on_ready():
+        LOG.info('Placement listening on %s (pid %d, %d worker(s))', url, os.getpid(),
+                 args.workers)
+
+    from steward.placement import workers
+    workers.serve_forever(app, args.host, args.port, args.workers,
+                          on_fork=lambda: engine.dispose(close=False), on_ready=on_ready)
     return 0
 
 
@@ -481,7 +578,7 @@ class EmbeddedProcess:
 
 
 def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
-                     timeout=30.0, wait=True):
+                     timeout=30.0, wait=True, workers=2):
     """Start Placement in a child process and wait until it answers ``GET /``
     (``wait=False``: return at once; the caller calls ``wait_ready()`` later and
     does its own start-up meanwhile, on the other core).
@@ -516,7 +613,7 @@ def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
     with log:
         proc = subprocess.Popen(
             [sys.executable, '-m', 'steward.placement.embedded',
-             '--host', host, '--port', str(port)],
+             '--host', host, '--port', str(port), '--workers', str(workers)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             close_fds=True, preexec_fn=lifetime.preexec_die_with_parent())
     child = EmbeddedProcess(proc, url, log_file, owns_log, host, port)
