@@ -84,6 +84,35 @@ for _outcome in BIND_OUTCOMES:
 
 
 # --- observed where things happen ---------------------------------------------------
+# In an API worker process of steward serve (steward/serve_workers.py): where its
+# observations go, since only the serve process's registry is scraped.
+_forward = None
+
+
+def forward_to(fn):
+    """Send every observation of this process to ``fn(kind, values)`` instead of
+    recording it here; the receiving process calls record(kind, *values)."""
+    global _forward
+    _forward = fn
+
+
+def record(kind, *values):
+    """One observation: ``bind`` (outcome, seconds) or ``cleanup`` (action,
+    outcome, seconds or None)."""
+    if _forward is not None:
+        _forward(kind, values)
+    elif kind == 'bind':
+        outcome, seconds = values
+        BIND_SECONDS.labels(outcome).observe(seconds)
+    elif kind == 'cleanup':
+        action, outcome, seconds = values
+        CLEANUPS.labels(action, outcome).inc()
+        if seconds is not None:
+            CLEANUP_SECONDS.labels(action, outcome).observe(seconds)
+    else:
+        raise ValueError(f'unknown observation {kind!r}')
+
+
 @contextlib.contextmanager
 def bind_timer():
     """Time the block as one bind: ``failed`` when it raises."""
@@ -93,7 +122,7 @@ def bind_timer():
         yield
         outcome = 'bound'
     finally:
-        BIND_SECONDS.labels(outcome).observe(time.monotonic() - start)
+        record('bind', outcome, time.monotonic() - start)
 
 
 def cleanup_ended(action, outcome, started_at=None, finished_at=None):
@@ -101,11 +130,10 @@ def cleanup_ended(action, outcome, started_at=None, finished_at=None):
     known (naive UTC datetimes, as the erase records hold them)."""
     if outcome not in CLEANUP_OUTCOMES:
         raise ValueError(f'unknown cleanup outcome {outcome!r}')
-    action = action or 'none'
-    CLEANUPS.labels(action, outcome).inc()
+    seconds = None
     if started_at is not None and finished_at is not None:
         seconds = max((finished_at - started_at).total_seconds(), 0.0)
-        CLEANUP_SECONDS.labels(action, outcome).observe(seconds)
+    record('cleanup', action or 'none', outcome, seconds)
 
 
 def orphan_arqs_released(count):

@@ -115,23 +115,49 @@ def _quiet_exit_server(config):
 HTTP_KEEP_ALIVE = 75
 
 
+_HTTP_OPTIONS = dict(log_level='warning', access_log=False, lifespan='off',
+                     timeout_keep_alive=HTTP_KEEP_ALIVE)
+
+
 def run_http(app, host, port, workers=1):
     """Serve ``app`` until SIGTERM/SIGINT. With ``workers`` > 1, ``app`` is an
     import string of an app factory (uvicorn starts that many worker processes,
     each building its own app, and restarts a worker that dies)."""
     import uvicorn
-    kwargs = dict(host=host, port=port, log_level='warning', access_log=False,
-                  lifespan='off', timeout_keep_alive=HTTP_KEEP_ALIVE)
     LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))', host, port,
              workers)
     if workers > 1:
-        uvicorn.run(app, factory=True, workers=workers, **kwargs)
+        uvicorn.run(app, factory=True, workers=workers, host=host, port=port,
+                    **_HTTP_OPTIONS)
         return
-    server = _quiet_exit_server(uvicorn.Config(app, **kwargs))
+    serve_http_on(app, bind_http(host, port))
+
+
+def bind_http(host, port):
+    """The API's listening socket, bound here so that worker processes started
+    later can accept on it too (steward/serve_workers.py)."""
+    import socket
+    family = socket.getaddrinfo(host.strip('[]'), port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip('[]'), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve_http_on(app, sock):
+    """Serve ``app`` on the listening socket ``sock`` until SIGTERM/SIGINT or
+    stop_process()."""
+    import uvicorn
+    server = _quiet_exit_server(uvicorn.Config(app, **_HTTP_OPTIONS))
     _exit['server'] = server            # stop_process() ends it
     if _stop_requested.is_set():
         return
-    server.run()
+    server.run(sockets=[sock])
 
 
 # -- separate services (steward api | conductor | agent) ---------------------------

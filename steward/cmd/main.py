@@ -51,7 +51,7 @@ def cmd_serve(argv):
     # No [nova] on one host: events are off. `steward compute boot`, like Nova, finds
     # its ARQs already resolved and waits for no event.
     servers = []
-    agent = conductor = None
+    agent = conductor = helpers = None
     try:
         service.sync_database()
         if placement_proc is not None:
@@ -70,9 +70,19 @@ def cmd_serve(argv):
         agent.start()
         conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor))
+        sock = service.bind_http(CONF.api.host_ip, CONF.api.port)
+        LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))',
+                 CONF.api.host_ip, CONF.api.port, CONF.api.workers)
+        if CONF.api.workers > 1:
+            from steward import serve_workers
+            helpers = serve_workers.Helpers(CONF.api.workers - 1, sock, argv,
+                                            conductor.agent_api)
+            helpers.start()
         service.settle_heap()
-        service.run_http(app, CONF.api.host_ip, CONF.api.port)
+        service.serve_http_on(app, sock)
     finally:
+        if helpers is not None:
+            helpers.stop()          # first: they reach the agent through this process
         if agent is not None:
             agent.stop()
         for srv in servers:

@@ -54,7 +54,9 @@ class ServerLookup:
     see every project's servers (admin, as Nova's external events API requires):
     a 404 is taken to mean the server is gone."""
 
-    def __init__(self, conf=CONF, adapter=None):
+    def __init__(self, conf=CONF, adapter=None, announce=True):
+        """``announce=False``: no start-up line (another notifier of the same
+        service, an API worker of steward serve, said it already)."""
         self.conf = conf
         self._adapter = adapter
 
@@ -81,14 +83,16 @@ CONNECT_BACKOFF_FIRST = 0.5
 
 
 class NovaNotifier:
-    def __init__(self, conf=CONF, adapter=None):
+    def __init__(self, conf=CONF, adapter=None, announce=True):
+        """``announce=False``: no start-up line (another notifier of the same
+        service, an API worker of steward serve, said it already)."""
         self.conf = conf
         self._adapter = adapter
         self._pool = futurist.ThreadPoolExecutor(max_workers=4)
         self.sent = 0
         self.connect_failures = 0
         self.enabled = adapter is not None or configured(conf)
-        if not self.enabled:
+        if not self.enabled and announce:
             # Said once here: a bind must not pay for (or log) events nobody receives.
             LOG.info('Nova events are off: [nova] names no endpoint, so '
                      '%s events are not sent', EVENT_NAME)

@@ -37,10 +37,17 @@ opts = [
                     'it on loopback or a management network. IPv6: [::1]:6667. '
                     'Empty: no metrics endpoint. With workers > 1 the parent '
                     'process serves it: the families read from the database are '
-                    'complete, the bind latency histogram (observed in the worker '
-                    'that served each bind) is not exported.'),
-    cfg.IntOpt('workers', default=1, min=1,
-               help='Worker processes of the standalone API service.'),
+                    'complete; steward serve\'s API workers send it their bind and '
+                    'cleanup observations, steward api\'s uvicorn workers do not '
+                    '(their bind latency histogram is not exported).'),
+    cfg.IntOpt('workers', default=2, min=1,
+               help='Processes serving the API; one process serves one request '
+                    'at a time, so more processes use more cores. steward api: '
+                    'uvicorn worker processes. steward serve: the serve process and '
+                    'workers - 1 API worker processes beside it on the same port, '
+                    'each with a conductor of its own for the API\'s requests (the '
+                    'agent and the periodic tasks stay in the serve process). Each '
+                    'takes about 100 MB.'),
 ]
 
 

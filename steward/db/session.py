@@ -12,6 +12,7 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy import event, orm
 
+from steward.common import sqlite_writers
 from steward.conf import CONF
 
 _lock = threading.Lock()
@@ -19,6 +20,9 @@ _engine = None
 _url = None
 _factory = None
 _writer_factory = None
+# SQLite: where writers queue, across this process's threads and the processes of
+# `steward serve` (its API workers) on the same file. None on other databases.
+_writers = None
 
 
 def _sqlite_setup(engine):
@@ -43,7 +47,7 @@ def _sqlite_setup(engine):
 
 
 def get_engine():
-    global _engine, _url, _factory, _writer_factory
+    global _engine, _url, _factory, _writer_factory, _writers
     url = CONF.database.connection
     with _lock:
         if _engine is None or url != _url:
@@ -55,8 +59,12 @@ def get_engine():
             else:
                 kwargs.update(pool_size=CONF.database.max_pool_size, pool_pre_ping=True)
             engine = sa.create_engine(url, **kwargs)
+            _writers = None
             if engine.dialect.name == 'sqlite':
                 _sqlite_setup(engine)
+                path = engine.url.database
+                _writers = sqlite_writers.WriterQueue(
+                    path if path not in (None, '', ':memory:') else None)
             _engine, _url = engine, url
             _factory = orm.sessionmaker(bind=engine, expire_on_commit=False)
             _writer_factory = orm.sessionmaker(
@@ -81,18 +89,13 @@ def reader():
             yield session
 
 
-# SQLite admits one writer at a time and makes the others poll with growing sleeps
-# (busy_timeout), which turned a burst of 16 concurrent binds into 250 ms tails.
-# Writers of this process therefore queue on a lock first; other processes still
-# meet SQLite's own locking, which is what correctness rests on.
-_sqlite_writer_lock = threading.RLock()
-
-
 @contextlib.contextmanager
 def writer():
-    engine = get_engine()
-    queue = (_sqlite_writer_lock if engine.dialect.name == 'sqlite'
-             else contextlib.nullcontext())
+    # SQLite admits one writer at a time and makes the others poll with growing
+    # sleeps, which turned a burst of 16 concurrent binds into 250 ms tails:
+    # writers queue first (steward/common/sqlite_writers.py).
+    get_engine()
+    queue = _writers or contextlib.nullcontext()
     with queue, _writer_factory() as session:
         with session.begin():
             yield session

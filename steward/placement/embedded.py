@@ -14,10 +14,10 @@ Placement's database layer is global and configured once per process (its
 database; ``build_app`` enforces that instead of silently using the first one.
 """
 import argparse
-import fcntl
 import json
 import logging
 import os
+import signal
 import socket
 import socketserver
 import subprocess
@@ -32,6 +32,7 @@ from wsgiref import simple_server
 from steward.common import exception
 from steward.common import lifetime
 from steward.common import netutils
+from steward.common import sqlite_writers
 
 LOG = logging.getLogger(__name__)
 
@@ -287,39 +288,13 @@ def _serialize_sqlite_writers(engine):
     import sqlalchemy
 
     depth = threading.local()
-    # The outermost transactions queue on a lock of their own before BEGIN
-    # IMMEDIATE: SQLite's busy handler makes a waiting writer sleep and poll (up to
-    # 100 ms a nap), and with a few requests in flight the Placement threads spent
-    # most of a first registration asleep there. Threads of a process queue on a
-    # thread lock, processes (the child's workers) on a file lock beside the
-    # database; the kernel wakes the next waiter when it is released.
-    writers = threading.Lock()
+    # The outermost transactions queue before BEGIN IMMEDIATE, across threads and
+    # the child's worker processes: SQLite's busy handler makes a waiting writer
+    # sleep and poll, and the Placement threads spent most of a first registration
+    # asleep there.
     path = _sqlite_path(str(engine.url))
     file_backed = bool(path)
-    lock_file = {'pid': None, 'fd': None}
-
-    def _lock_fd():
-        # flock() locks belong to an open file, which a fork shares: each process
-        # opens its own, or a worker would take its parent's lock as its own.
-        if lock_file['pid'] != os.getpid():
-            lock_file['fd'] = os.open(path + '-writers', os.O_RDWR | os.O_CREAT
-                                      | os.O_CLOEXEC, 0o600)
-            lock_file['pid'] = os.getpid()
-        return lock_file['fd']
-
-    def _lock():
-        writers.acquire()
-        if file_backed:
-            try:
-                fcntl.flock(_lock_fd(), fcntl.LOCK_EX)
-            except BaseException:
-                writers.release()
-                raise
-
-    def _unlock():
-        if file_backed:
-            fcntl.flock(lock_file['fd'], fcntl.LOCK_UN)
-        writers.release()
+    writers = sqlite_writers.WriterQueue(path or None)
 
     @sqlalchemy.event.listens_for(engine, 'connect')
     def _connect(dbapi_conn, _record):
@@ -341,13 +316,13 @@ def _serialize_sqlite_writers(engine):
         if 'in_transaction' not in conn.info:
             level = getattr(depth, 'n', 0)
             if not level:
-                _lock()
+                writers.acquire()
                 conn.info['steward_writer_lock'] = True
             try:
                 conn.exec_driver_sql('BEGIN' if level else 'BEGIN IMMEDIATE')
             except BaseException:
                 if conn.info.pop('steward_writer_lock', None):
-                    _unlock()
+                    writers.release()
                 raise
             conn.info['in_transaction'] = True
             conn.info['steward_tx_counted'] = True
@@ -359,7 +334,7 @@ def _serialize_sqlite_writers(engine):
         if conn.info.pop('steward_tx_counted', None):
             depth.n = max(0, getattr(depth, 'n', 1) - 1)
         if conn.info.pop('steward_writer_lock', None):
-            _unlock()
+            writers.release()
 
 
 # -- serving ------------------------------------------------------------------------
@@ -562,8 +537,12 @@ class EmbeddedProcess:
             time.sleep(0.02)
 
     def stop(self, timeout=10.0):
+        """Stop the child at once: SIGINT, which gunicorn takes as a quick stop.
+        (Its SIGTERM, which the child also gets when this process dies, lets kept-
+        alive connections linger for seconds; whoever calls stop() is done with
+        Placement.)"""
         if self._proc.poll() is None:
-            self._proc.terminate()
+            self._proc.send_signal(signal.SIGINT)
             try:
                 self._proc.wait(timeout)
             except subprocess.TimeoutExpired:

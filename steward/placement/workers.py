@@ -7,8 +7,9 @@ copy-on-write), each serving one request at a time on HTTP/1.1 keep-alive
 connections (gunicorn's gthread worker with one thread). On SQLite, writers of
 all the processes queue on one file lock (embedded._serialize_sqlite_writers).
 
-The master is gunicorn's arbiter: SIGTERM stops the workers gracefully, SIGINT at
-once, and a worker that dies is replaced. Workers follow the master's death
+The master is gunicorn's arbiter: SIGTERM stops the workers gracefully (kept-alive
+connections linger up to two seconds), SIGINT at once, and a worker that dies is
+replaced. Workers follow the master's death
 (PR_SET_PDEATHSIG), as the master follows Steward's.
 """
 import logging
@@ -20,8 +21,9 @@ from steward.common import lifetime
 
 LOG = logging.getLogger(__name__)
 
-# Seconds a stop waits for requests in flight; Placement answers in milliseconds.
-GRACEFUL_TIMEOUT = 5
+# Seconds a SIGTERM waits for requests in flight (Placement answers in
+# milliseconds) before the workers are killed.
+GRACEFUL_TIMEOUT = 2
 # A worker silent this long is killed and replaced; large enough for the largest
 # reshape or allocation-candidates query a host makes.
 WORKER_TIMEOUT = 120
