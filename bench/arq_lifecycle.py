@@ -7,9 +7,10 @@ lifecycle). Prints, with the machine's size and the date:
 
 * instances/second for sequential instances, and for 4 and 16 concurrent clients,
   with bind latency percentiles and, for the concurrent runs, the CPU per instance
-  of the server and of this load generator (a lean keep-alive http.client client:
-  both share the machine's cores, and once the server's one process is busy a
-  whole core, more clients cannot add throughput);
+  of the server's API processes (the serve process and its [api] workers) and of
+  this load generator (a lean keep-alive http.client client: both share the
+  machine's cores). One client's connection is served by one process, so the
+  sequential run uses one; concurrent clients spread over all of them;
 * double allocations (one attach handle held by two live instances: seen by the
   clients, and in snapshots of every Bound ARQ the API lists meanwhile) and 5xx
   answers, both of which must be 0;
@@ -41,7 +42,8 @@ import uuid
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.stack import running_stack  # noqa: E402
+from tests.stack import api_workers, running_stack  # noqa: E402
+from tests.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
 
 PROFILE = 'bench-fpga'
 URL = '/v2/accelerator_requests'
@@ -219,13 +221,12 @@ def watch_bound(url, tally, stop):
 
 
 def cpu_seconds(pid=None):
-    """CPU time (user + system) of process ``pid``, or of this one."""
+    """CPU time (user + system) of the API processes of the server ``pid`` (the
+    embedded Placement not included), or of this process."""
     if pid is None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
-    with open(f'/proc/{pid}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+    return stack_cpu_seconds([pid] + api_workers(pid))
 
 
 def concurrent_run(url, rp_uuid, clients, per_client, tally, server_pid):

@@ -34,6 +34,7 @@ from steward.conf import CONF  # noqa: E402
 from steward.db import migration  # noqa: E402
 from steward.db import session  # noqa: E402
 from steward.drivers import mdev  # noqa: E402
+from tests import stack  # noqa: E402
 from tests.mdev_tree import MdevTree  # noqa: E402
 
 
@@ -113,19 +114,9 @@ def requests_of(placement, before):
 
 
 def cpu_seconds(pid):
-    """utime + stime of a process and its children (fields 14 and 15 of
-    /proc/<pid>/stat): the embedded Placement serves from worker processes."""
-    with open(f'/proc/{pid}/task/{pid}/children') as f:
-        pids = [pid] + [int(p) for p in f.read().split()]
-    ticks = 0
-    for p in pids:
-        try:
-            with open(f'/proc/{p}/stat') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except FileNotFoundError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf('SC_CLK_TCK')
+    """CPU seconds of a process and its children: the embedded Placement serves
+    from worker processes."""
+    return stack.cpu_seconds([pid] + stack.children(pid))
 
 
 def run(tmp, args, tree, placement=None, label='', placement_pid=None):

@@ -45,6 +45,53 @@ def _offered(url, placement_url):
     return True
 
 
+def cpu_seconds(pids):
+    """utime + stime of the processes ``pids`` (fields 14 and 15 of
+    /proc/<pid>/stat); one gone already counts nothing."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except FileNotFoundError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf('SC_CLK_TCK')
+
+
+def children(pid):
+    """Pids of the children of ``pid``, whichever of its threads started them."""
+    found = []
+    for task in os.listdir(f'/proc/{pid}/task'):
+        try:
+            with open(f'/proc/{pid}/task/{task}/children') as f:
+                found += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def api_workers(pid):
+    """Pids of the API worker processes of the serve process ``pid``."""
+    found = []
+    for child in children(pid):
+        try:
+            with open(f'/proc/{child}/cmdline', 'rb') as f:
+                if b'steward.serve_workers' in f.read():
+                    found.append(child)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def _workers_serving(pid, log_path):
+    """Every API worker process has said it serves (they start beside a serve
+    process that already answers; a measurement must not race their start)."""
+    with open(log_path) as f:
+        log = f.read()
+    return all(f'API worker process {w} serving' in log for w in api_workers(pid))
+
+
 @contextlib.contextmanager
 def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
     with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
@@ -66,7 +113,8 @@ def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
                 if proc.poll() is not None:
                     raise RuntimeError('steward serve exited:\n' + open(log.name).read()[-3000:])
                 try:
-                    if _offered(url, f'http://127.0.0.1:{placement_port}'):
+                    if _offered(url, f'http://127.0.0.1:{placement_port}') and \
+                            _workers_serving(proc.pid, log.name):
                         break
                 except (httpx.HTTPError, ValueError):
                     pass
@@ -82,3 +130,42 @@ def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
             except subprocess.TimeoutExpired:
                 proc.kill()
             log.close()
+
+
+def bind_instance(url, placement_url, profile, rc, hostname):
+    """Nova's part and Cyborg's for one instance: an ARQ of ``profile``, the
+    instance's allocation of one ``rc`` on the deployable's provider, the ARQ bound
+    to it. Returns the instance uuid once the ARQ is Bound."""
+    import uuid
+    from tests import placement_fixture
+    with httpx.Client(base_url=url, timeout=30) as api, \
+            placement_fixture.admin_session(placement_url) as placement:
+        [dep] = api.get('/v2/deployables').json()['deployables']
+        arq = api.post('/v2/accelerator_requests',
+                       json={'device_profile_name': profile}).json()['arqs'][0]['uuid']
+        inst = str(uuid.uuid4())
+        r = placement.put(f'/allocations/{inst}', json={
+            'allocations': {dep['rp_uuid']: {'resources': {rc: 1}}},
+            'project_id': 'p', 'user_id': 'u', 'consumer_generation': None,
+            'consumer_type': 'INSTANCE'})
+        assert r.status_code == 204, r.text
+        r = api.patch('/v2/accelerator_requests', json={arq: [
+            {'op': 'add', 'path': '/hostname', 'value': hostname},
+            {'op': 'add', 'path': '/device_rp_uuid', 'value': dep['rp_uuid']},
+            {'op': 'add', 'path': '/instance_uuid', 'value': inst}]})
+        assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 30
+        while api.get(f'/v2/accelerator_requests/{arq}').json()['state'] != 'Bound':
+            assert time.monotonic() < deadline, 'ARQ never bound'
+            time.sleep(0.1)
+        return inst
+
+
+def release_instance(url, placement_url, inst):
+    """The instance deleted: its allocation, then its ARQs (Nova's order)."""
+    from tests import placement_fixture
+    with httpx.Client(base_url=url, timeout=30) as api, \
+            placement_fixture.admin_session(placement_url) as placement:
+        placement.delete(f'/allocations/{inst}')
+        r = api.delete(f'/v2/accelerator_requests?instance={inst}')
+        assert r.status_code == 204, r.text

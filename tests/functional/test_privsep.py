@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 import httpx
 import pytest
@@ -22,7 +21,6 @@ from steward.drivers import nvme_cli
 from steward import privsep
 from steward.privsep import blockdev
 from steward.privsep import nvme as privsep_nvme
-from tests import placement_fixture
 from tests import requirements
 from tests import stack
 from tests.nvme_sim import Simulation
@@ -265,43 +263,6 @@ def test_agent_given_ambient_capabilities_keeps_none_itself(tmp_path):
 
 
 # --- a real `steward serve` as nobody -------------------------------------------
-def _bind_and_release(url, placement_url, rc):
-    """Nova's part and Cyborg's: a device profile, an ARQ bound to the device's
-    resource provider, then the instance deleted (allocation, then ARQs)."""
-    with httpx.Client(base_url=url, timeout=30) as api, \
-            placement_fixture.admin_session(placement_url) as placement:
-        [dep] = api.get('/v2/deployables').json()['deployables']
-        r = api.post('/v2/device_profiles', json=[
-            {'name': 'nvme', 'groups': [{f'resources:{rc}': '1'}]}])
-        assert r.status_code == 201, r.text
-        arq = api.post('/v2/accelerator_requests', json={
-            'device_profile_name': 'nvme'}).json()['arqs'][0]['uuid']
-        inst = str(uuid.uuid4())
-        r = placement.put(f'/allocations/{inst}', json={
-            'allocations': {dep['rp_uuid']: {'resources': {rc: 1}}},
-            'project_id': 'p', 'user_id': 'u', 'consumer_generation': None,
-            'consumer_type': 'INSTANCE'})
-        assert r.status_code == 204, r.text
-        r = api.patch('/v2/accelerator_requests', json={arq: [
-            {'op': 'add', 'path': '/hostname', 'value': 'privsep-host'},
-            {'op': 'add', 'path': '/device_rp_uuid', 'value': dep['rp_uuid']},
-            {'op': 'add', 'path': '/instance_uuid', 'value': inst}]})
-        assert r.status_code == 202, r.text
-        deadline = time.monotonic() + 30
-        while api.get(f'/v2/accelerator_requests/{arq}').json()['state'] != 'Bound':
-            assert time.monotonic() < deadline, 'ARQ never bound'
-            time.sleep(0.1)
-        return inst
-
-
-def _release(url, placement_url, inst):
-    with httpx.Client(base_url=url, timeout=30) as api, \
-            placement_fixture.admin_session(placement_url) as placement:
-        placement.delete(f'/allocations/{inst}')
-        r = api.delete(f'/v2/accelerator_requests?instance={inst}')
-        assert r.status_code == 204, r.text
-
-
 def _wait(predicate, what, timeout=60):
     deadline = time.monotonic() + timeout
     while True:
@@ -415,8 +376,12 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
         for mask, cst in daemons.items():
             assert int(cst['CapBnd'], 16) == int(cst['CapPrm'], 16) == mask
 
-        inst = _bind_and_release(url, placement_url, 'CUSTOM_NVME_8086_0A54')
-        _release(url, placement_url, inst)
+        rc = 'CUSTOM_NVME_8086_0A54'
+        r = httpx.post(f'{url}/v2/device_profiles', timeout=30, json=[
+            {'name': 'nvme', 'groups': [{f'resources:{rc}': '1'}]}])
+        assert r.status_code == 201, r.text
+        inst = stack.bind_instance(url, placement_url, 'nvme', rc, 'privsep-host')
+        stack.release_instance(url, placement_url, inst)
         with httpx.Client(base_url=url, timeout=30, headers={
                 'OpenStack-API-Version': 'accelerator 2.5'}) as api:
             [dev] = api.get('/v2/devices').json()['devices']

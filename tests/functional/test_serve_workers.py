@@ -12,30 +12,13 @@ import uuid
 import httpx
 import pytest
 
-from tests import placement_fixture
 from tests import requirements
 from tests import stack
 
 LINE_PID = re.compile(r'^\S+ \S+ (\d+) ')
 
 
-def helpers_of(pid):
-    """Pids of the API worker processes of the serve process ``pid``."""
-    found, children = [], []
-    for task in os.listdir(f'/proc/{pid}/task'):      # a replaced one has another forker
-        try:
-            with open(f'/proc/{pid}/task/{task}/children') as f:
-                children += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
-            pass
-    for child in children:
-        try:
-            with open(f'/proc/{child}/cmdline', 'rb') as f:
-                if b'steward.serve_workers' in f.read():
-                    found.append(child)
-        except FileNotFoundError:
-            pass
-    return found
+helpers_of = stack.api_workers
 
 
 def serving_helpers(st, count):
@@ -146,12 +129,13 @@ def test_a_worker_reaches_the_agent_to_clean_an_nvme_device(tmp_path, monkeypatc
                     'name': 'nvme',
                     'groups': [{'resources:CUSTOM_NVME_8086_0A54': '1'}]}]).status_code == 201
                 [dev] = api.get('/v2/devices').json()['devices']
-                [dep] = api.get('/v2/deployables').json()['deployables']
             # Each cycle's delete goes out on a new connection, which any of the
             # three processes may accept: cycle until a worker has sent a cast.
             for cycle in range(12):
                 ctrl.write(2 ** 20, b'TENANT-%d' % cycle * 100)
-                _bind_and_delete(st, dep)
+                inst = stack.bind_instance(st.url, st.placement_url, 'nvme',
+                                           'CUSTOM_NVME_8086_0A54', 'bench-host')
+                stack.release_instance(st.url, st.placement_url, inst)
                 with httpx.Client(base_url=st.url, timeout=30, headers=headers) as api:
                     wait_for(lambda: api.get(f'/v2/devices/{dev["uuid"]}').json()
                              ['device_state'] == 'available', 'never cleaned', timeout=60)
@@ -164,27 +148,3 @@ def test_a_worker_reaches_the_agent_to_clean_an_nvme_device(tmp_path, monkeypatc
                 pytest.fail('no API worker ever sent a cleanup (12 deletes)')
     finally:
         sim.close()
-
-
-def _bind_and_delete(st, dep):
-    rc = 'CUSTOM_NVME_8086_0A54'
-    inst = str(uuid.uuid4())
-    with httpx.Client(base_url=st.url, timeout=30) as api, \
-            placement_fixture.admin_session(st.placement_url) as placement:
-        arq = api.post('/v2/accelerator_requests',
-                       json={'device_profile_name': 'nvme'}).json()['arqs'][0]['uuid']
-        r = placement.put(f'/allocations/{inst}', json={
-            'allocations': {dep['rp_uuid']: {'resources': {rc: 1}}},
-            'project_id': 'p', 'user_id': 'u', 'consumer_generation': None,
-            'consumer_type': 'INSTANCE'})
-        assert r.status_code == 204, r.text
-        r = api.patch('/v2/accelerator_requests', json={arq: [
-            {'op': 'add', 'path': '/hostname', 'value': 'bench-host'},
-            {'op': 'add', 'path': '/device_rp_uuid', 'value': dep['rp_uuid']},
-            {'op': 'add', 'path': '/instance_uuid', 'value': inst}]})
-        assert r.status_code == 202, r.text
-        wait_for(lambda: api.get(f'/v2/accelerator_requests/{arq}').json()['state']
-                 == 'Bound', 'ARQ never bound')
-        placement.delete(f'/allocations/{inst}')
-    with httpx.Client(base_url=st.url, timeout=30) as api:
-        assert api.delete(f'/v2/accelerator_requests?instance={inst}').status_code == 204
