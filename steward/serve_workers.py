@@ -122,15 +122,14 @@ class Helpers:
         self._stopping = threading.Event()
         self._watcher = None
 
-    def start(self):
-        """Start the helpers (from the main thread: they die with the thread that
-        forked them), and a thread that replaces one that dies."""
-        for slot in range(self._count):
-            self._spawn(slot)
-        self._watcher = threading.Thread(target=self._watch, daemon=True,
-                                         name='serve-helpers')
+    def start(self, when=lambda: True):
+        """Start the helpers once ``when()`` is true (the serve process answers:
+        their imports would otherwise take a core from its own start), from a
+        thread that then replaces one that dies. They die with that thread, which
+        lives until stop()."""
+        self._watcher = threading.Thread(target=self._watch, args=(when,),
+                                         daemon=True, name='serve-helpers')
         self._watcher.start()
-        LOG.debug('API worker processes %s started', self.pids())
 
     def _spawn(self, slot):
         ours, theirs = socket.socketpair()
@@ -149,7 +148,13 @@ class Helpers:
         with self._lock:
             self._procs[slot] = proc
 
-    def _watch(self):
+    def _watch(self, when):
+        while not when():
+            if self._stopping.wait(0.02):
+                return
+        for slot in range(self._count):
+            self._spawn(slot)
+        LOG.debug('API worker processes %s started', self.pids())
         while not self._stopping.wait(0.5):
             with self._lock:
                 dead = [(slot, p) for slot, p in self._procs.items()
@@ -161,8 +166,6 @@ class Helpers:
                     return
                 LOG.error('API worker process %d exited with status %s; starting '
                           'another', proc.pid, proc.returncode)
-                # Popen from this thread: the death signal follows this thread,
-                # which lives as long as the helpers are watched.
                 self._spawn(slot)
 
     def pids(self):
@@ -172,6 +175,8 @@ class Helpers:
     def stop(self):
         """SIGTERM every helper (each finishes its requests in flight) and wait."""
         self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(STOP_TIMEOUT)     # no start after this point
         with self._lock:
             procs = list(self._procs.values())
         for proc in procs:

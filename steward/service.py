@@ -149,6 +149,12 @@ def bind_http(host, port):
     return sock
 
 
+def http_started():
+    """True once this process's HTTP server (serve_http_on) accepts requests."""
+    server = _exit['server']
+    return server is not None and server.started
+
+
 def serve_http_on(app, sock):
     """Serve ``app`` on the listening socket ``sock`` until SIGTERM/SIGINT or
     stop_process()."""

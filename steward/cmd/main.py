@@ -77,7 +77,7 @@ def cmd_serve(argv):
             from steward import serve_workers
             helpers = serve_workers.Helpers(CONF.api.workers - 1, sock, argv,
                                             conductor.agent_api)
-            helpers.start()
+            helpers.start(when=service.http_started)
         service.settle_heap()
         service.serve_http_on(app, sock)
     finally:

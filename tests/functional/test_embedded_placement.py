@@ -101,3 +101,53 @@ def test_subprocess_dies_whatever_signals_arrive_at_once(tmp_path, first, second
     with socket.socket() as s:                       # the port is free again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(('127.0.0.1', port))
+
+
+def test_worker_processes_share_one_database_without_losing_a_write(tmp_path):
+    """Four worker processes on one SQLite file: concurrent writers queue across
+    processes (one 200, the rest Placement's 409, never a 500 'database is
+    locked'), and concurrent allocations never over-commit an inventory."""
+    import concurrent.futures
+    import uuid
+    port = _free_port()
+    child = embedded.start_subprocess('sqlite:///%s' % (tmp_path / 'p.sqlite'),
+                                      '127.0.0.1', port, log_file=str(tmp_path / 'log'),
+                                      workers=4)
+    headers = {'X-Auth-Token': 'admin', 'OpenStack-API-Version': 'placement 1.39'}
+    try:
+        import time
+        deadline = time.monotonic() + 20
+        while len(open(f'/proc/{child.pid}/task/{child.pid}/children').read().split()) < 4:
+            assert time.monotonic() < deadline, 'gunicorn never started 4 workers'
+            time.sleep(0.05)
+        rp = str(uuid.uuid4())
+        with httpx.Client(base_url=child.url, headers=headers, trust_env=False) as c:
+            assert c.post('/resource_providers',
+                          json={'uuid': rp, 'name': 'shared'}).status_code == 200
+
+        def put_inventory(total):
+            # A connection each, so the requests spread over the workers.
+            with httpx.Client(base_url=child.url, headers=headers, trust_env=False) as c:
+                return c.put(f'/resource_providers/{rp}/inventories', json={
+                    'resource_provider_generation': 0,
+                    'inventories': {'VCPU': {'total': total}}}).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            codes = list(pool.map(put_inventory, [4] * 16))
+        assert sorted(codes) == [200] + [409] * 15, codes
+
+        def allocate(_):
+            with httpx.Client(base_url=child.url, headers=headers, trust_env=False) as c:
+                return c.put(f'/allocations/{uuid.uuid4()}', json={
+                    'allocations': {rp: {'resources': {'VCPU': 1}}},
+                    'project_id': 'p', 'user_id': 'u', 'consumer_generation': None,
+                    'consumer_type': 'INSTANCE'}).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            codes = list(pool.map(allocate, range(16)))
+        assert 500 not in codes and codes.count(204) <= 4, codes
+        with httpx.Client(base_url=child.url, headers=headers, trust_env=False) as c:
+            used = c.get(f'/resource_providers/{rp}/usages').json()['usages']['VCPU']
+        assert used == codes.count(204)
+    finally:
+        assert child.stop() == 0
