@@ -41,8 +41,9 @@ opts = [
                     'cleanup observations, steward api\'s uvicorn workers do not '
                     '(their bind latency histogram is not exported).'),
     cfg.IntOpt('workers', default=2, min=1,
-               help='Processes serving the API; one process serves one request '
-                    'at a time, so more processes use more cores. steward api: '
+               help='Processes serving the API; one Python process uses at most '
+                    'one core, so more processes serve more clients at once. '
+                    'steward api: '
                     'uvicorn worker processes. steward serve: the serve process and '
                     'workers - 1 API worker processes beside it on the same port, '
                     'each with a conductor of its own for the API\'s requests (the '
