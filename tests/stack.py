@@ -45,6 +45,18 @@ def _offered(url, placement_url):
     return True
 
 
+def wait_for(predicate, what, timeout=30):
+    """The predicate's first true value; fails naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out waiting for {what}')
+        time.sleep(0.02)
+
+
 def cpu_seconds(pids):
     """utime + stime of the processes ``pids`` (fields 14 and 15 of
     /proc/<pid>/stat); one gone already counts nothing."""

@@ -29,6 +29,7 @@ from steward.drivers import objects
 from steward.placement import client as placement_client
 from tests import placement_fixture
 from tests.functional import conductor_fixtures as cf
+from tests.stack import wait_for
 
 V26 = {'OpenStack-API-Version': 'accelerator 2.6'}
 RC = 'CUSTOM_NVME_8086_0A54'
@@ -218,18 +219,6 @@ class LifeStack:
             s.delete(f'/allocations/{inst}')
         r = self.api.delete(f'/v2/accelerator_requests?instance={inst}')
         assert r.status_code == 204, r.text
-
-
-def wait_for(predicate, what, timeout=30):
-    """The predicate's first true value; fails naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f'timed out waiting for {what}')
-        time.sleep(0.02)
 
 
 class LifeEnv:

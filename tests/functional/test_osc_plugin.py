@@ -187,15 +187,8 @@ NVME_RC = 'CUSTOM_NVME_8086_0A54'
 def nvme_stack(tmp_path, monkeypatch):
     """`steward serve` with the nvme driver over simulated controllers (the shim
     rides along in the service's environment, as on a test host)."""
-    import shutil
-    from tests import requirements
-    if not shutil.which('nvme'):
-        requirements.need('nvme', 'nvme-cli is not installed')
-    from tests.nvme_sim import BuildError, Simulation
-    try:
-        sim = Simulation(tmp_path / 'sim')
-    except BuildError as err:
-        requirements.need('nvme', f'the NVMe simulator cannot be built: {err}')
+    from tests.nvme_sim import simulation_for_test
+    sim = simulation_for_test(tmp_path / 'sim')
     ctrl = sim.add_controller(sanitize_seconds=2)
     for key, value in sim.env.items():
         monkeypatch.setenv(key, value)

@@ -183,7 +183,8 @@ def test_daemon_started_by_helper_command_is_fenced_in_the_same_way(sim, conf):
         assert int(st[field], 16) == DECLARED['nvme_admin'], (field, st[field])
     assert st['NoNewPrivs'] == '1'
     privsep.nvme_admin.stop()
-    _wait(lambda: not alive(daemons[0]), 'the helper daemon outlived its channel', 5)
+    stack.wait_for(lambda: not alive(daemons[0]),
+                   'the helper daemon to die with its channel', timeout=5)
 
 
 def test_a_daemon_dies_with_its_agent_killed(tmp_path):
@@ -263,16 +264,6 @@ def test_agent_given_ambient_capabilities_keeps_none_itself(tmp_path):
 
 
 # --- a real `steward serve` as nobody -------------------------------------------
-def _wait(predicate, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def _closed_to(user, paths):
     """The directories on the way to ``paths`` that ``user`` cannot traverse."""
     closed = []
@@ -358,7 +349,7 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
                 return stack._offered(url, placement_url)
             except (httpx.HTTPError, ValueError):
                 return False
-        _wait(ready, 'steward serve never offered the device', timeout=90)
+        stack.wait_for(ready, 'steward serve to offer the device', timeout=90)
 
         # The agent process: nobody, no capability at all, and no way back.
         st = status(proc.pid)
@@ -392,7 +383,7 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
                     f'/v2/devices/{dev["uuid"]}/erase_records').json()
                 return d['device_state'] == 'available' and api.get(
                     f'/v2/devices/{dev["uuid"]}/erase_records').json()['erase_records']
-            [rec] = _wait(cleaned, 'the device was never cleaned')
+            [rec] = stack.wait_for(cleaned, 'the device to be cleaned', timeout=60)
         assert (rec['status'], rec['action'], rec['verification']) == \
             ('succeeded', 'sanitize_crypto', 'passed'), rec
         assert ctrl.sanitize_state()['status'] == 'success'
@@ -402,8 +393,8 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
         proc.kill()
         proc.wait()
         pids = [int(c['Pid']) for c in daemons.values()]
-        _wait(lambda: not any(alive(p) for p in pids), 'a privsep daemon survived',
-              timeout=5)
+        stack.wait_for(lambda: not any(alive(p) for p in pids),
+                       'the privsep daemons to die with the agent', timeout=5)
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()

@@ -12,7 +12,6 @@ import uuid
 import httpx
 import pytest
 
-from tests import requirements
 from tests import stack
 
 LINE_PID = re.compile(r'^\S+ \S+ (\d+) ')
@@ -27,23 +26,13 @@ def serving_helpers(st, count):
         helpers = helpers_of(st.proc.pid)
         serving = pids_logging(st.log(), 'serving beside steward serve')
         return len(helpers) == count and set(helpers) <= serving and helpers
-    return wait_for(ready, f'{count} API worker processes never served')
+    return stack.wait_for(ready, f'{count} API worker processes never served')
 
 
 def pids_logging(log, text):
     """The pids of the processes that logged a line containing ``text``."""
     return {int(m.group(1)) for line in log.splitlines() if text in line
             for m in [LINE_PID.match(line)] if m}
-
-
-def wait_for(predicate, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def test_binds_spread_over_the_workers_without_a_double_allocation():
@@ -91,7 +80,7 @@ def test_a_worker_that_dies_is_replaced():
     with stack.running_stack('[api]\nworkers = 2\n') as st:
         [helper] = serving_helpers(st, 1)
         os.kill(helper, signal.SIGKILL)
-        [new] = wait_for(lambda: [p for p in serving_helpers(st, 1) if p != helper],
+        [new] = stack.wait_for(lambda: [p for p in serving_helpers(st, 1) if p != helper],
                          'no API worker replaced the one killed')
         assert f'API worker process {helper} exited' in st.log()
         for _ in range(20):
@@ -103,14 +92,8 @@ def test_a_worker_that_dies_is_replaced():
 def test_a_worker_reaches_the_agent_to_clean_an_nvme_device(tmp_path, monkeypatch):
     """A delete served by an API worker casts cleanup_device to the agent, which
     lives in the serve process, through the relay; the device is cleaned."""
-    import shutil
-    if not shutil.which('nvme'):
-        requirements.need('nvme', 'nvme-cli is not installed')
-    from tests.nvme_sim import BuildError, Simulation
-    try:
-        sim = Simulation(tmp_path / 'sim')
-    except BuildError as err:
-        requirements.need('nvme', f'the NVMe simulator cannot be built: {err}')
+    from tests.nvme_sim import simulation_for_test
+    sim = simulation_for_test(tmp_path / 'sim')
     try:
         ctrl = sim.add_controller(namespaces=[16 * 2 ** 20], ces=True,
                                   sanitize_seconds=0.1)
@@ -137,7 +120,7 @@ def test_a_worker_reaches_the_agent_to_clean_an_nvme_device(tmp_path, monkeypatc
                                            'CUSTOM_NVME_8086_0A54', 'bench-host')
                 stack.release_instance(st.url, st.placement_url, inst)
                 with httpx.Client(base_url=st.url, timeout=30, headers=headers) as api:
-                    wait_for(lambda: api.get(f'/v2/devices/{dev["uuid"]}').json()
+                    stack.wait_for(lambda: api.get(f'/v2/devices/{dev["uuid"]}').json()
                              ['device_state'] == 'available', 'never cleaned', timeout=60)
                     records = api.get(f'/v2/devices/{dev["uuid"]}/erase_records').json()
                 assert records['erase_records'][0]['status'] == 'succeeded', records

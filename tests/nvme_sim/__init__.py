@@ -9,4 +9,18 @@
 from tests.nvme_sim.build import BuildError
 from tests.nvme_sim.controller import Controller, SimError, Simulation
 
-__all__ = ['BuildError', 'Controller', 'SimError', 'Simulation']
+__all__ = ['BuildError', 'Controller', 'SimError', 'Simulation', 'simulation_for_test']
+
+
+def simulation_for_test(path):
+    """A Simulation under ``path``, or the test skipped (failed where nvme is
+    required: tests/requirements.py) when nvme-cli or the simulator's build is
+    missing."""
+    import shutil
+    from tests import requirements
+    if not shutil.which('nvme'):
+        requirements.need('nvme', 'nvme-cli is not installed')
+    try:
+        return Simulation(path)
+    except BuildError as err:
+        requirements.need('nvme', f'the NVMe simulator cannot be built: {err}')
