@@ -207,6 +207,26 @@ def check_service_config(role):
     rpc_version_cap('agent')
 
 
+def check_serve_workers():
+    """``steward serve`` with API worker processes needs a database they all
+    reach: an in-memory SQLite database is private to each process."""
+    from steward.common import exception
+    if CONF.api.workers <= 1:
+        return
+    import sqlalchemy
+    try:
+        url = sqlalchemy.engine.make_url(CONF.database.connection)
+    except Exception:  # noqa: BLE001 - the database layer reports a bad URL itself
+        return
+    if url.drivername.startswith('sqlite') and (
+            url.database in (None, '', ':memory:') or url.query.get('mode') == 'memory'):
+        raise exception.InvalidConfiguration(
+            reason=f'[api] workers = {CONF.api.workers} with an in-memory SQLite '
+                   f'[database] connection: each API worker process would have a '
+                   f'database of its own; use a file (the default) or set [api] '
+                   f'workers = 1')
+
+
 def is_loopback(host):
     """True when every address ``host`` names is a loopback address (an address
     that does not resolve is not)."""

@@ -35,6 +35,7 @@ plugin): see doc/cli.md.
 def cmd_serve(argv):
     service.prepare(argv)
     service.check_exposure(_serve_listeners())
+    service.check_serve_workers()
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
     # A bad [api] metrics_listen stops serve before anything else starts.

@@ -131,3 +131,18 @@ def test_a_worker_reaches_the_agent_to_clean_an_nvme_device(tmp_path, monkeypatc
                 pytest.fail('no API worker ever sent a cleanup (12 deletes)')
     finally:
         sim.close()
+
+
+def test_workers_refuse_an_in_memory_database(tmp_path):
+    """Each worker process would get a database of its own: refused at start."""
+    import subprocess
+    import sys
+    conf = tmp_path / 'steward.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n[database]\nconnection = sqlite://\n'
+                    f'[api]\nport = {stack.free_port()}\nworkers = 2\n')
+    steward = os.path.join(os.path.dirname(sys.executable), 'steward')
+    out = subprocess.run([steward, 'serve', '--config-file', str(conf)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out
+    assert 'in-memory SQLite' in out.stderr and '[api] workers = 1' in out.stderr
+    assert 'Traceback' not in out.stderr
