@@ -30,7 +30,8 @@ import oslo_messaging as messaging
 from steward.common import exception
 from steward.common import lifetime
 
-LOG = logging.getLogger(__name__)
+# Named, not __name__: a worker runs this module as __main__.
+LOG = logging.getLogger('steward.serve_workers')
 
 # "LISTEN_FD,RELAY_FD" in a helper's environment, and the serve command's argv.
 FDS_ENV = 'STEWARD_SERVE_HELPER_FDS'
