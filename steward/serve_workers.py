@@ -78,7 +78,8 @@ class Relay:
                 metrics.record(args['kind'], *args['values'])
                 return None
             if op == 'record_host_version':
-                return {'result': api.record_host_version(args['host'], args['version'])}
+                api.record_host_version(args['host'], args['version'])
+                return None
             if op == 'can_send_version':
                 return {'result': api.can_send_version(args['version'],
                                                        host=args.get('host'))}

@@ -211,15 +211,14 @@ def check_serve_workers():
     """``steward serve`` with API worker processes needs a database they all
     reach: an in-memory SQLite database is private to each process."""
     from steward.common import exception
+    from steward.common import sqlite_writers
     if CONF.api.workers <= 1:
         return
-    import sqlalchemy
     try:
-        url = sqlalchemy.engine.make_url(CONF.database.connection)
+        path = sqlite_writers.sqlite_file(CONF.database.connection)
     except Exception:  # noqa: BLE001 - the database layer reports a bad URL itself
         return
-    if url.drivername.startswith('sqlite') and (
-            url.database in (None, '', ':memory:') or url.query.get('mode') == 'memory'):
+    if path == '':
         raise exception.InvalidConfiguration(
             reason=f'[api] workers = {CONF.api.workers} with an in-memory SQLite '
                    f'[database] connection: each API worker process would have a '

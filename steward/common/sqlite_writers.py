@@ -13,6 +13,18 @@ import os
 import threading
 
 
+def sqlite_file(url):
+    """The file of a file-backed SQLite URL (a string or a SQLAlchemy URL), ''
+    for an in-memory database, None for any other database."""
+    import sqlalchemy
+    u = sqlalchemy.engine.make_url(url)
+    if not u.drivername.startswith('sqlite'):
+        return None
+    if not u.database or u.database == ':memory:' or u.query.get('mode') == 'memory':
+        return ''
+    return u.database
+
+
 class WriterQueue:
     """Reentrant per thread: a writer nested in another of the same thread passes.
     ``path`` None (an in-memory database): threads only."""

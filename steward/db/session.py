@@ -35,7 +35,7 @@ def _sqlite_setup(engine):
         cur = dbapi_conn.cursor()
         cur.execute('PRAGMA foreign_keys=ON')
         cur.execute(f'PRAGMA busy_timeout={int(busy)}')
-        if engine.url.database not in (None, '', ':memory:'):
+        if sqlite_writers.sqlite_file(engine.url):
             cur.execute('PRAGMA journal_mode=WAL')
             cur.execute('PRAGMA synchronous=NORMAL')
         cur.close()
@@ -62,9 +62,8 @@ def get_engine():
             _writers = None
             if engine.dialect.name == 'sqlite':
                 _sqlite_setup(engine)
-                path = engine.url.database
                 _writers = sqlite_writers.WriterQueue(
-                    path if path not in (None, '', ':memory:') else None)
+                    sqlite_writers.sqlite_file(engine.url) or None)
             _engine, _url = engine, url
             _factory = orm.sessionmaker(bind=engine, expire_on_commit=False)
             _writer_factory = orm.sessionmaker(

@@ -58,17 +58,6 @@ def _redact(url):
         return '<unparseable URL>'
 
 
-def _sqlite_path(url):
-    """File path of a file-backed SQLite URL, '' for in-memory, None otherwise."""
-    import sqlalchemy
-    u = sqlalchemy.engine.make_url(url)
-    if not u.drivername.startswith('sqlite'):
-        return None
-    if not u.database or u.database == ':memory:' or u.query.get('mode') == 'memory':
-        return ''
-    return u.database
-
-
 def build_app(connection_url):
     """The Placement WSGI app on ``connection_url``; one database per process.
 
@@ -109,7 +98,7 @@ def _configure_db(connection_url):
         raise exception.InvalidConfiguration(
             reason="Placement's database layer was already configured in this "
                    'process by other code (an upstream PlacementFixture?)')
-    path = _sqlite_path(connection_url)
+    path = sqlite_writers.sqlite_file(connection_url)
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
@@ -310,7 +299,7 @@ def _serialize_sqlite_writers(engine):
     # the child's worker processes: SQLite's busy handler makes a waiting writer
     # sleep and poll, and the Placement threads spent most of a first registration
     # asleep there.
-    path = _sqlite_path(str(engine.url))
+    path = sqlite_writers.sqlite_file(engine.url)
     file_backed = bool(path)
     writers = sqlite_writers.WriterQueue(path or None)
 
@@ -331,24 +320,25 @@ def _serialize_sqlite_writers(engine):
 
     @sqlalchemy.event.listens_for(engine, 'begin')
     def _begin(conn):
-        if 'in_transaction' not in conn.info and \
-                conn.get_execution_options().get('steward_reader'):
+        if 'in_transaction' in conn.info:
+            return
+        if conn.get_execution_options().get('steward_reader'):
             conn.exec_driver_sql('BEGIN')       # see _readers_apart
             conn.info['in_transaction'] = True
-        elif 'in_transaction' not in conn.info:
-            level = getattr(depth, 'n', 0)
-            if not level:
-                writers.acquire()
-                conn.info['steward_writer_lock'] = True
-            try:
-                conn.exec_driver_sql('BEGIN' if level else 'BEGIN IMMEDIATE')
-            except BaseException:
-                if conn.info.pop('steward_writer_lock', None):
-                    writers.release()
-                raise
-            conn.info['in_transaction'] = True
-            conn.info['steward_tx_counted'] = True
-            depth.n = level + 1
+            return
+        level = getattr(depth, 'n', 0)
+        if not level:
+            writers.acquire()
+            conn.info['steward_writer_lock'] = True
+        try:
+            conn.exec_driver_sql('BEGIN' if level else 'BEGIN IMMEDIATE')
+        except BaseException:
+            if conn.info.pop('steward_writer_lock', None):
+                writers.release()
+            raise
+        conn.info['in_transaction'] = True
+        conn.info['steward_tx_counted'] = True
+        depth.n = level + 1
 
     @sqlalchemy.event.listens_for(engine, 'commit')
     @sqlalchemy.event.listens_for(engine, 'rollback')
@@ -407,7 +397,7 @@ class EmbeddedServer:
 def serve(app, host='127.0.0.1', port=0):
     """Serve ``app`` on host:port (0 = a free port); returns once listening."""
     url = _built.get('url')
-    if url is not None and _sqlite_path(url) == '':
+    if url is not None and sqlite_writers.sqlite_file(url) == '':
         # In-memory SQLite is one connection shared by all threads: concurrent
         # requests over-commit allocations and can hang the server.
         raise exception.InvalidConfiguration(
