@@ -31,7 +31,7 @@ def series():
 def run_script(action, timeout=900):
     """``tools/nova-series.sh <action>`` under a lock (one builder at a time)."""
     os.makedirs(VENV, exist_ok=True)
-    with open(os.path.join(ROOT, '.venv-nova.lock'), 'w') as lock:
+    with open(os.path.join(VENV, '.steward-lock'), 'w') as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return subprocess.run(['bash', SCRIPT, action], capture_output=True, text=True,
                               timeout=timeout, cwd=ROOT)
