@@ -21,8 +21,9 @@ opts = [
                                    'the copy (its compute reads the bound ARQs '
                                    'after it has a host) and logged it as an '
                                    'unexpected event. The value is ignored.',
-                 help='Ignored. Was: seconds before an event Nova answered 422 was '
-                      'sent once more.'),
+                 help='Deprecated for removal, and ignored: an event Nova answers '
+                      '422 is no longer sent again (doc/nova.md). Was: seconds '
+                      'before such an event was sent once more.'),
     cfg.IntOpt('event_connect_attempts', default=4, min=1,
                help='Attempts to reach Nova before events are given up (Nova being '
                     'restarted, a load balancer failing over): keystoneauth '
