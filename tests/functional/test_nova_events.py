@@ -136,3 +136,21 @@ def test_nothing_listening_is_a_warning_not_an_error(conf, caplog):
         == ['WARNING']
     assert not any(r.exc_info for r in caplog.records)
     assert 'after 2 attempt(s) (ConnectFailure)' in caplog.records[-1].getMessage()
+
+
+def test_keystoneauth_connect_retries_takes_precedence(conf, caplog):
+    """``[nova] connect_retries`` (keystoneauth's adapter option), when set, is the
+    number of retries; event_connect_attempts is only its default."""
+    port = _closed_port()
+    conf.set_override('event_connect_attempts', 4, group='nova')
+    conf.set_override('connect_retries', 0, group='nova')
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
+    try:
+        with caplog.at_level('WARNING'):
+            assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
+    finally:
+        for name in ('connect_retries', 'auth_type', 'endpoint_override'):
+            conf.clear_override(name, group='nova')
+    assert not any('Retrying in' in r.getMessage() for r in caplog.records)
+    assert 'after 1 attempt(s) (ConnectFailure)' in caplog.records[-1].getMessage()
