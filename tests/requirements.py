@@ -26,6 +26,10 @@ DEPENDENCIES = {
     'pci': 'at least one real PCI function under /sys/bus/pci/devices',
     'root': 'uid 0: privsep daemons started with ambient capabilities, and a '
             'service that drops to another user',
+    'nova': 'a side venv .venv-nova with nova==34.0.0 and its unit-test packages, '
+            'built by tools/nova-series.sh (pip: the package index or its cache)',
+    'cyborg': 'a side venv .venv-cyborg with openstack-cyborg==17.0.0 '
+              '(bench/upstream_cyborg.py; pip: the package index or its cache)',
 }
 
 ENV = 'STEWARD_REQUIRE'

@@ -2,16 +2,23 @@
 
 Nothing configured in ``[nova]``: no event is sent and nothing is logged per bind
 (one INFO line at start). Otherwise sent off the request path from a small pool,
-retrying a failure to connect a few times with a doubling delay, then giving up with
-one WARNING line. A synchronous bind finishes before Nova's instance is on a
-host, Nova answers 207 with per-event 422 and drops the
-event, so such an event is sent once more after ``[nova] event_retry_delay``
-(harmless when Nova already proceeded; it makes late binds reliable). One keystone
-session for the process: upstream built a new SDK connection (plus version
-discovery) per bind, a third of its bind latency.
+once per bind: one POST carrying one event per ARQ. A failure to connect is retried
+by keystoneauth itself (``connect_retries``, 0.5 s apart and doubling), then given
+up with one WARNING line. One keystone session for the process: upstream built a
+new SDK connection (plus version discovery) per bind, a third of its bind latency.
+
+An event Nova answers 207 with a per-event 422 (the instance has no host yet) is
+not sent again. Nova 34 never needs it (doc/nova.md, "accelerator-request-bound
+events"): nova-api drops an event only while ``instance.host`` is unset; the build
+path sets the host in the compute's claim (compute/manager.py
+``_build_and_run_instance``) before ``_get_bound_arq_resources`` registers its
+waiters and reads the resolved ARQs, and Steward's bind has committed the ARQs
+Bound before it sends the event, so that read finds them and the wait ends early.
+Unshelve waits before its claim, with no host: every event is dropped whenever it
+is sent, and the same read is what ends the wait. A second copy only reached a
+compute that had stopped waiting ("Received unexpected event", a WARNING per boot).
 """
 import logging
-import time
 
 import futurist
 from keystoneauth1 import exceptions as ks_exc
@@ -79,9 +86,6 @@ class ServerLookup:
         raise ServerStatusUnknown(f'HTTP {resp.status_code}')
 
 
-CONNECT_BACKOFF_FIRST = 0.5
-
-
 class NovaNotifier:
     def __init__(self, conf=CONF, adapter=None, announce=True):
         """``announce=False``: no start-up line (another notifier of the same
@@ -90,7 +94,6 @@ class NovaNotifier:
         self._adapter = adapter
         self._pool = futurist.ThreadPoolExecutor(max_workers=4)
         self.sent = 0
-        self.connect_failures = 0
         self.enabled = adapter is not None or configured(conf)
         if not self.enabled and announce:
             # Said once here: a bind must not pay for (or log) events nobody receives.
@@ -110,54 +113,51 @@ class NovaNotifier:
         return self._pool.submit(self._send, events)
 
     def _post(self, body):
-        """One POST, retrying only failures to connect, with a bounded backoff."""
-        attempts = self.conf.nova.event_connect_attempts
-        delay = CONNECT_BACKOFF_FIRST
-        for attempt in range(1, attempts + 1):
-            try:
-                return self._get_adapter().post(
-                    '/os-server-external-events', json=body, raise_exc=False,
-                    microversion=MICROVERSION, timeout=self.conf.nova.event_timeout)
-            except ks_exc.ConnectFailure as err:
-                self.connect_failures += 1
-                if attempt == attempts:
-                    raise
-                LOG.debug('Nova events endpoint not reachable (%s); attempt %d of %d '
-                          'in %.1f s', type(err).__name__, attempt + 1, attempts, delay)
-                time.sleep(delay)
-                delay *= 2
+        """One POST; keystoneauth retries a failure to connect (``[nova]
+        connect_retries`` when set, else ``event_connect_attempts`` - 1)."""
+        kwargs = {}
+        if self.conf.nova.connect_retries is None:
+            kwargs['connect_retries'] = self.conf.nova.event_connect_attempts - 1
+        return self._get_adapter().post(
+            '/os-server-external-events', json=body, raise_exc=False,
+            microversion=MICROVERSION, timeout=self.conf.nova.event_timeout,
+            **kwargs)
+
+    def _attempts(self):
+        retries = self.conf.nova.connect_retries
+        return (retries if retries is not None
+                else self.conf.nova.event_connect_attempts - 1) + 1
 
     def _send(self, events):
         body = {'events': [{'name': EVENT_NAME, 'server_uuid': inst, 'tag': arq,
                             'status': status} for inst, arq, status in events]}
-        for attempt in (1, 2):
-            try:
-                resp = self._post(body)
-            except ks_exc.ConnectFailure as err:
-                # The bind stands and Nova's own check of resolved ARQs finds it; one
-                # line, no traceback: keystoneauth's text repeats urllib3's chain.
-                LOG.warning('Nova events endpoint unreachable after %d attempt(s) (%s); '
-                            '%d %s event(s) not delivered',
-                            self.conf.nova.event_connect_attempts, type(err).__name__,
-                            len(events), EVENT_NAME)
-                return False
-            except ks_exc.ClientException as err:
-                LOG.warning('Sending %s events to Nova failed (%s: %s)', EVENT_NAME,
-                            type(err).__name__, str(err).splitlines()[0][:200])
-                return False
-            self.sent += 1
-            if resp.status_code == 200:
-                return True
-            if resp.status_code == 207:
-                codes = [e.get('code') for e in resp.json().get('events', [])]
-                if codes and all(c == 422 for c in codes) and attempt == 1:
-                    time.sleep(self.conf.nova.event_retry_delay)
-                    continue
-                return True
-            LOG.error('Nova answered %s to %s events: %s', resp.status_code,
-                      EVENT_NAME, resp.text[:300])
+        try:
+            resp = self._post(body)
+        except ks_exc.ConnectFailure as err:
+            # The bind stands and Nova's own check of resolved ARQs finds it; one
+            # line, no traceback: keystoneauth's text repeats urllib3's chain.
+            LOG.warning('Nova events endpoint unreachable after %d attempt(s) (%s); '
+                        '%d %s event(s) not delivered', self._attempts(),
+                        type(err).__name__, len(events), EVENT_NAME)
             return False
-        return True
+        except ks_exc.ClientException as err:
+            LOG.warning('Sending %s events to Nova failed (%s: %s)', EVENT_NAME,
+                        type(err).__name__, str(err).splitlines()[0][:200])
+            return False
+        self.sent += 1
+        if resp.status_code == 200:
+            return True
+        if resp.status_code == 207:
+            # 422: the instance has no host yet, so Nova dropped the event; its
+            # compute reads the ARQs Bound (see the module docstring). 404: no such
+            # instance (deleted meanwhile).
+            LOG.debug('Nova answered 207 to %s events: %s', EVENT_NAME,
+                      [(e.get('tag'), e.get('code'))
+                       for e in resp.json().get('events', [])])
+            return True
+        LOG.error('Nova answered %s to %s events: %s', resp.status_code,
+                  EVENT_NAME, resp.text[:300])
+        return False
 
     def stop(self):
         self._pool.shutdown(wait=False)

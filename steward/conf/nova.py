@@ -15,12 +15,21 @@ opts = [
                       '/os-server-external-events, GET /servers/{id} of the '
                       'orphan check).'),
     cfg.FloatOpt('event_retry_delay', default=2.0, min=0,
-                 help='Seconds before an event Nova answered 422 (instance not yet '
-                      'on a host) is sent once more.'),
+                 deprecated_for_removal=True,
+                 deprecated_reason='Events Nova answers 422 (instance not yet on a '
+                                   'host) are no longer sent again: Nova never needs '
+                                   'the copy (its compute reads the bound ARQs '
+                                   'after it has a host) and logged it as an '
+                                   'unexpected event. The value is ignored.',
+                 help='Deprecated for removal, and ignored: an event Nova answers '
+                      '422 is no longer sent again (doc/nova.md). Was: seconds '
+                      'before such an event was sent once more.'),
     cfg.IntOpt('event_connect_attempts', default=4, min=1,
                help='Attempts to reach Nova before events are given up (Nova being '
-                    'restarted, a load balancer failing over), 0.5 s apart and '
-                    'doubling; then one WARNING line.'),
+                    'restarted, a load balancer failing over): keystoneauth '
+                    'retries the connection (connect_retries = attempts - 1), 0.5 s '
+                    'apart and doubling; then one WARNING line. [nova] '
+                    'connect_retries, when set, takes precedence.'),
 ]
 
 

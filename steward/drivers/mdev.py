@@ -202,6 +202,7 @@ class MdevDriver(base.Driver):
                           'mdev: parent %s of %s is not in %s; its types are not '
                           'reported', address, OPTION, self._bus_path)
         present = set(parents)
+        self._warn_not_pci(parents)
         self._pci_ids = {p: d for p, d in self._pci_ids.items() if p in present}
         devices = []
         for parent in parents:
@@ -210,6 +211,21 @@ class MdevDriver(base.Driver):
             if device is not None:
                 devices.append(device)
         return devices
+
+    def _warn_not_pci(self, parents):
+        """Nova (34 and earlier, with or without contrib/nova) creates a Cyborg mdev
+        through libvirt under the node device ``pci_<domain>_<bus>_<device>_<function>``
+        built from the handle: a parent that is not a PCI function has no such node
+        device, so its mdevs work with ``steward compute`` only. Said once, in one
+        line, while such parents are reported."""
+        virtual = [p for p in parents if not pci_sysfs.BDF_RE.match(p)]
+        if virtual:
+            self._problem(('not-pci', tuple(virtual)), logging.WARNING,
+                          'mdev: parent(s) %s: not a PCI device, so Nova cannot '
+                          'create their mdevs (it names a Cyborg mdev parent '
+                          'pci_<domain>_<bus>_<device>_<function>); their types work '
+                          'with steward compute only (doc/nova.md)',
+                          ', '.join(virtual))
 
     def _device(self, parent, entries):
         offered = {t['type_name']: t for t in self._bus.get_mdev_types(
