@@ -26,6 +26,8 @@ DEPENDENCIES = {
     'pci': 'at least one real PCI function under /sys/bus/pci/devices',
     'root': 'uid 0: privsep daemons started with ambient capabilities, and a '
             'service that drops to another user',
+    'cyborg': 'upstream OpenStack Cyborg 17.0.0 in .venv-cyborg (built on first use '
+              'by tests/cyborg_upstream.py: pip install from the package index)',
 }
 
 ENV = 'STEWARD_REQUIRE'
