@@ -65,8 +65,10 @@ ACTOR = 'import-cyborg'
 IMPORTED_FROM = 'cyborg'
 
 # Cyborg driver names Steward has no driver for: their devices are kept, not offered.
-UNSUPPORTED_DRIVERS = {'spdk': 'SPDK', 'intel_fpga': 'Intel FPGA (bitstream)',
-                       'xilinx': 'Xilinx FPGA (bitstream)', 'inspur': 'Inspur FPGA'}
+# Every FPGA but the fake one is too (intel, XILINX, INSPUR: bitstream programming);
+# their driver names say less than their type (Intel's NIC and QAT drivers are
+# "intel" as well).
+UNSUPPORTED_DRIVERS = {'spdk': 'SPDK'}
 
 
 # -- reading Cyborg ------------------------------------------------------------------
@@ -516,6 +518,9 @@ class Importer:
                          f'switch cut off; Nova deletes it)')
             dep_id = self.ids['deployables'].get(row['deployable_id']) \
                 if row.get('deployable_id') is not None else None
+            if dep_id is None and handle_id is not None:
+                # The release finds the device through it.
+                dep_id = s.get(m.AttachHandle, handle_id).deployable_id
             s.add(m.ExtARQ(uuid=row['uuid'], project_id=row.get('project_id'), state=state,
                            device_profile_id=dp_id,
                            device_profile_group_id=row.get('device_profile_group_id') or 0,

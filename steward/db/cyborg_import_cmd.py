@@ -33,9 +33,10 @@ def main(argv):
                      'providers the import adopts')
     from steward.db import cyborg_import
     from steward.db import migration
+    if migration.current_revision() != migration.head_revision():
+        service.fail("Steward's database is not at the current schema: run "
+                     '`steward db sync` first')
     try:
-        if not args.dry_run:
-            migration.upgrade()
         result = cyborg_import.run(args.cyborg_connection, dry_run=args.dry_run,
                                    merge=args.merge, placement=service.placement_client())
     except exception.StewardError as err:
