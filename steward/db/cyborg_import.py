@@ -543,8 +543,7 @@ class Importer:
         s.flush()
         for cyborg_id, device_id in self.ids['devices'].items():
             device = s.get(m.Device, device_id)
-            if device.imported_from != IMPORTED_FROM or \
-                    device.device_state != states.DEV_AVAILABLE:
+            if device.device_state != states.DEV_AVAILABLE:
                 continue
             in_use = s.execute(
                 sa.select(sa.func.count()).select_from(m.AttachHandle)

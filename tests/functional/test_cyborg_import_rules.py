@@ -319,3 +319,37 @@ def test_a_conflict_stops_the_import_with_nothing_written(cyborg, db):
     assert "Cyborg has 1 handles, Steward's fake driver reports 16" in str(err.value)
     with session.reader() as s:
         assert s.execute(sa.select(sa.func.count()).select_from(m.Device)).scalar() == 0
+
+
+def test_merge_into_steward_that_discovered_the_device_first(cyborg, db, conf):
+    conductor, agent = stack(conf, host=HOST)       # Steward's agent ran already
+    try:
+        dev, dep, handles = cyborg.device(
+            'FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake', 'TEST_PCI',
+            [_pci('0', str(fn), '{"domain":"0000","bus":"0c","device":"%s",'
+                                '"function":"%s"}') for fn in range(1, 17)], 'FPGA')
+        dp = cyborg.profile()
+        inst = str(uuid.uuid4())
+        arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
+        with pytest.raises(exception.CyborgImportRefused):
+            cyborg_import.run(cyborg.url)
+        result = cyborg_import.run(cyborg.url, merge='keep-steward')
+        assert result.written == {'device_profiles': 1,
+                                  'extended_accelerator_requests': 1}
+        assert result.kept == {'devices': 1, 'deployables': 1, 'attributes': 1,
+                               'attach_handles': 16}
+        arq, handle = _arq(arq_uuid)
+        assert arq.state == 'Bound' and handle.in_use
+        # Steward's own handle at the address Cyborg's maps to, showing what Cyborg
+        # gave the instance until it is released.
+        assert handle.discovered_as == objects.pci_info('0000', '0c', '00', '0')
+        assert handle.attach_info == \
+            '{"domain":"0000","bus":"0c","device":"0","function":"1"}'
+        with session.reader() as s:
+            [device] = s.execute(sa.select(m.Device)).scalars().all()
+        assert device.device_state == 'allocated' and device.imported_from is None
+        conductor.arq_delete(admin(), instance_uuid=inst)
+        assert _device(device.uuid).device_state == 'available'
+    finally:
+        agent.stop()
+        conductor.stop()
