@@ -128,6 +128,25 @@ def normalized_info(text):
     return json.dumps(out, sort_keys=True)
 
 
+# Keys of upstream attach infos Steward's drivers do not report: upstream's NVIDIA
+# vGPU driver numbers each mdev handle (``vgpu_mark: <type>_<n>``); Steward's mdev
+# handles of one type are all alike (steward/drivers/mdev.py).
+UPSTREAM_ONLY_KEYS = {'MDEV': ('vgpu_mark',)}
+
+
+def steward_form(handle):
+    """The attach info a driver of Steward's reports for an upstream handle."""
+    text = normalized_info(handle['attach_info']) or handle['attach_info']
+    drop = UPSTREAM_ONLY_KEYS.get(handle['attach_type'], ())
+    if not drop:
+        return text
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps({k: v for k, v in info.items() if k not in drop}, sort_keys=True)
+
+
 def _address_order(text):
     info = json.loads(normalized_info(text) or '{}')
     return tuple(int(info.get(k, '0'), 16) for k in _PCI_KEYS)
@@ -424,8 +443,7 @@ class Importer:
                                   f'{len(ordered)} handles, Steward\'s fake driver '
                                   f'reports {len(wanted)}')
                 return {h['id']: info for h, info in zip(ordered, wanted)}
-        return {h['id']: normalized_info(h['attach_info']) or h['attach_info']
-                for h in handles}
+        return {h['id']: steward_form(h) for h in handles}
 
     def _handles(self, s):
         by_dep = {}

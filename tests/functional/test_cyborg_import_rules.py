@@ -5,6 +5,7 @@ conductor and agent (fake driver, and a driver that names a deployable otherwise
 then run on the imported rows. The whole switch from a running Cyborg is
 tests/functional/test_cyborg_import.py."""
 import datetime
+import json
 import os
 import shutil
 import uuid
@@ -353,3 +354,14 @@ def test_merge_into_steward_that_discovered_the_device_first(cyborg, db, conf):
     finally:
         agent.stop()
         conductor.stop()
+
+
+def test_vgpu_handles_take_the_mdev_driver_form():
+    """Upstream numbers each vGPU handle; Steward's mdev handles of a type are alike."""
+    info = ('{"asked_type": "nvidia-222", "bus": "84", "device": "0", "domain": "0000", '
+            '"function": "0", "vgpu_mark": "nvidia-222_3"}')
+    from steward.drivers import mdev
+    reported = json.dumps(dict(mdev.address_fields('0000:84:00.0'),
+                               asked_type='nvidia-222'), sort_keys=True)
+    assert cyborg_import.steward_form({'attach_type': 'MDEV', 'attach_info': info}) == \
+        reported
