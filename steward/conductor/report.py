@@ -535,6 +535,17 @@ class Reporter:
     def _diff_attributes(s, dep, reported, existing):
         by_key = {a.key: a for a in existing}
         wanted = {a.key: a.value for a in reported}
+        # A trait stored under another trait key (upstream's fake driver says
+        # traits1, Steward's trait0: a device imported from Cyborg) is the same
+        # attribute renamed, not a new one.
+        for key, value in wanted.items():
+            if key.startswith('trait') and key not in by_key:
+                old = next((a for k, a in by_key.items() if k.startswith('trait')
+                            and k not in wanted and a.value == value), None)
+                if old is not None:
+                    del by_key[old.key]
+                    old.key = key
+                    by_key[key] = old
         for key, value in wanted.items():
             attr = by_key.get(key)
             if attr is None:

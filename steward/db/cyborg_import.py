@@ -197,8 +197,8 @@ class Result:
 
 
 class Importer:
-    def __init__(self, revision, data, not_carried, merge=None, dry_run=False):
-        self.data, self.merge, self.dry_run = data, merge, dry_run
+    def __init__(self, revision, data, not_carried, merge=None):
+        self.data, self.merge = data, merge
         self.result = Result(revision=revision, not_carried=not_carried)
         # Cyborg row id -> Steward row id, per table.
         self.ids = {t: {} for t in TABLES}
@@ -579,7 +579,8 @@ class Importer:
 # -- Placement -----------------------------------------------------------------------------
 def adopt_providers(placement, data, dry_run, result):
     """Add OWNER_CYBORG to every imported deployable's provider that lacks it; the
-    import's only Placement write."""
+    import's only Placement write. Through the client's plain request method, not
+    sync_provider(): that one would also rewrite names, inventories and reserved."""
     for row in data['deployables']:
         rp = row.get('rp_uuid')
         if not rp:
@@ -621,7 +622,7 @@ def run(cyborg_url, dry_run=False, merge=None, placement=None):
         raise exception.CyborgImportRefused(
             reason=f'unknown merge policy {merge!r} (known: {", ".join(MERGE_POLICIES)})')
     revision, data, not_carried = read_cyborg(cyborg_url)
-    importer = Importer(revision, data, not_carried, merge=merge, dry_run=dry_run)
+    importer = Importer(revision, data, not_carried, merge=merge)
     result = importer.result
     try:
         with db_session.writer() as s:

@@ -104,13 +104,17 @@ def _api_view(url, headers=None):
         deployables = {d['uuid']: {k: d[k] for k in ('name', 'rp_uuid',
                                                      'num_accelerators', 'driver_name')}
                        for d in c.get('/v2/deployables').json()['deployables']}
+        # Attributes by uuid and value: a trait's key may differ (upstream's fake
+        # driver says traits1, Steward's trait0).
+        attributes = {a['uuid']: a['value']
+                      for a in c.get('/v2/attributes').json()['attributes']}
         arqs = {a['uuid']: {k: a[k] for k in (
             'state', 'device_profile_name', 'device_profile_group_id', 'hostname',
             'device_rp_uuid', 'instance_uuid', 'project_id', 'attach_handle_type',
             'attach_handle_uuid', 'attach_handle_info')}
             for a in c.get('/v2/accelerator_requests').json()['arqs']}
     return {'device_profiles': profiles, 'devices': devices, 'deployables': deployables,
-            'arqs': arqs}
+            'attributes': attributes, 'arqs': arqs}
 
 
 def _nova_boots(cyborg, placement_url, rp_uuid, n):
