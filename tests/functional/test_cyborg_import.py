@@ -152,6 +152,7 @@ connection = {db_url}
 
 [api]
 port = {api_port}
+metrics_listen = 127.0.0.1:{free_port()}
 
 [agent]
 enabled_drivers = fake
