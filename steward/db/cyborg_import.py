@@ -110,6 +110,13 @@ def url_for_humans(url):
     return sa.engine.make_url(url).render_as_string(hide_password=True)
 
 
+def _json(text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
 # -- attach info -------------------------------------------------------------------
 _PCI_KEYS = {'domain': 4, 'bus': 2, 'device': 2, 'function': 1}
 
@@ -233,10 +240,6 @@ class Importer:
         self._handles(session)
         self._arqs(session)
         self._device_states(session)
-        if self.result.conflicts:
-            raise exception.CyborgImportConflict(
-                count=len(self.result.conflicts),
-                conflicts='; '.join(self.result.conflicts))
         return self.result
 
     @staticmethod
@@ -280,18 +283,21 @@ class Importer:
             existing = s.execute(sa.select(m.DeviceProfile).where(sa.or_(
                 m.DeviceProfile.uuid == row['uuid'],
                 m.DeviceProfile.name == row['name']))).scalars().all()
-            if existing:
-                dp = existing[0]
-                if dp.uuid != row['uuid'] or dp.name != row['name'] or \
-                        json.loads(dp.profile_json) != json.loads(row['profile_json']):
-                    self.conflict(f'device profile {row["name"]} ({row["uuid"]}): Steward '
-                                  f'has {dp.name} ({dp.uuid}) with other groups')
-                self.ids['device_profiles'][row['id']] = dp.id
-                self.result.count('device_profiles', kept=True)
-                continue
-            groups = json.loads(row['profile_json'])
+            groups = _json(row['profile_json'])
             if not isinstance(groups, dict) or not isinstance(groups.get('groups'), list):
                 self.conflict(f'device profile {row["name"]}: profile_json has no groups')
+                continue
+            if existing:
+                dp = existing[0]
+                if dp.name != row['name'] or \
+                        _json(dp.profile_json).get('groups') != groups['groups']:
+                    self.conflict(f'device profile {row["name"]} ({row["uuid"]}): Steward '
+                                  f'has {dp.name} ({dp.uuid}) with other groups')
+                elif dp.uuid != row['uuid']:
+                    self.say(f'device profile {row["name"]}: Steward\'s ({dp.uuid}) kept, '
+                             f'Cyborg\'s uuid {row["uuid"]} is not')
+                self.ids['device_profiles'][row['id']] = dp.id
+                self.result.count('device_profiles', kept=True)
                 continue
             dp = m.DeviceProfile(uuid=row['uuid'], name=row['name'],
                                  profile_json=json.dumps({'groups': groups['groups']}),
@@ -628,7 +634,9 @@ def run(cyborg_url, dry_run=False, merge=None, placement=None):
         with db_session.writer() as s:
             importer.run(s)
             if placement is not None:
-                adopt_providers(placement, data, dry_run, result)
+                # With conflicts, only said: the import will not happen.
+                adopt_providers(placement, data, dry_run or bool(result.conflicts),
+                                result)
             if result.conflicts:
                 raise exception.CyborgImportConflict(
                     count=len(result.conflicts), conflicts='; '.join(result.conflicts))

@@ -366,3 +366,39 @@ def test_vgpu_handles_take_the_mdev_driver_form():
                                asked_type='nvidia-222'), sort_keys=True)
     assert cyborg_import.steward_form({'attach_type': 'MDEV', 'attach_info': info}) == \
         reported
+
+
+def test_command_prints_every_conflict_and_refuses_unknown_schemas(cyborg, tmp_path):
+    """`steward db import-cyborg` as an operator runs it: a dry run lists the plan and
+    every conflict and exits 1; an unknown revision is named; nothing is written."""
+    import subprocess
+    import sys
+    from tests.stack import free_port
+    steward_db = f'sqlite:///{tmp_path}/steward.db'
+    conf = tmp_path / 'steward.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n[database]\n'
+                    f'connection = {steward_db}\n[placement]\nauth_type = admin_token\n'
+                    f'token = admin\nendpoint_override = http://127.0.0.1:{free_port()}\n')
+    steward = os.path.join(os.path.dirname(sys.executable), 'steward')
+
+    def run(*args):
+        return subprocess.run([steward, 'db', *args, '--config-file', str(conf)],
+                              capture_output=True, text=True, timeout=120)
+
+    out = run('import-cyborg', '--cyborg-connection', cyborg.url, '--dry-run')
+    assert out.returncode != 0 and 'steward db sync' in out.stderr
+    assert run('sync').returncode == 0
+    cyborg.device('FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake',
+                  'TEST_PCI', [_pci('0', '1')], 'FPGA')
+    out = run('import-cyborg', '--cyborg-connection', cyborg.url, '--dry-run')
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "CONFLICT: deployable host-a_FakeDevice: Cyborg has 1 handles" in out.stdout
+    assert 'refused (nothing written)' in out.stdout
+    assert 'cyb.cyborg_import.conflict' in out.stderr
+    cyborg.revision('0123456789ab')
+    out = run('import-cyborg', '--cyborg-connection', cyborg.url)
+    assert out.returncode == 1 and '0123456789ab' in out.stderr, out.stderr
+    engine = sa.create_engine(steward_db)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text('SELECT COUNT(*) FROM devices')).scalar() == 0
+    engine.dispose()
