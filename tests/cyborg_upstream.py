@@ -17,6 +17,7 @@ there ``create_schema`` runs with that ENUM named, as an operator would have to;
 itself dies at start under the threading backend, so ``cyborg.wsgi.api`` is
 served by gunicorn behind upstream's paste pipeline minus keystonemiddleware.
 """
+import fcntl
 import glob
 import http.server
 import json
@@ -65,6 +66,14 @@ paste.filter_factory = oslo_middleware.http_proxy_to_wsgi:HTTPProxyToWSGI.factor
 
 
 def ensure_venv():
+    """Build .venv-cyborg once; concurrent callers (pytest-xdist workers) wait for
+    the first one's pip instead of running their own into the same directory."""
+    with open(VENV + '.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ensure_venv()
+
+
+def _ensure_venv():
     python = os.path.join(VENV, 'bin', 'python')
     needed = [os.path.join(VENV, 'bin', name) for name in ('cyborg-agent', 'gunicorn')]
     # psycopg2: Cyborg on PostgreSQL (tests/functional/test_cyborg_import.py).

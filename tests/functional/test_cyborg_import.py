@@ -27,6 +27,9 @@ from tests import requirements
 from tests.multihost import rabbit as rabbit_mod
 from tests.stack import free_port, wait_for
 
+# One xdist worker runs the Cyborg tests one after another: two Cyborg deployments
+# at once would share the CI's two cores with everything else.
+pytestmark = pytest.mark.xdist_group('cyborg')
 STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
 PROFILE = 'fake-dp'
 DEVICE_VERSION = {'OpenStack-API-Version': 'accelerator 2.3'}

@@ -23,6 +23,9 @@ from tests import cyborg_upstream as cu
 from tests import requirements
 from tests.functional.conductor_fixtures import admin, make_profile, stack
 
+# One xdist worker runs the Cyborg tests one after another: two Cyborg deployments
+# at once would share the CI's two cores with everything else.
+pytestmark = pytest.mark.xdist_group('cyborg')
 HOST = 'host-a'
 NOW = datetime.datetime(2026, 11, 1, 12, 0, 0)
 
