@@ -209,6 +209,8 @@ class Importer:
         self.result = Result(revision=revision, not_carried=not_carried)
         # Cyborg row id -> Steward row id, per table.
         self.ids = {t: {} for t in TABLES}
+        self.rows = {t: {r['id']: r for r in data[t]} for t in TABLES}
+        self.cpid_of = {c['device_id']: c for c in data['controlpath_ids']}
         self.unsupported = {}           # Cyborg device id -> reason
 
     def say(self, line):
@@ -227,7 +229,10 @@ class Importer:
             self.result.already_imported = True
             self._compare(session)
             return self.result
-        if self._steward_rows(session) and self.merge is None:
+        # Into an empty database (the usual switch) no row can exist already: no
+        # look-up per row.
+        self.empty = not self._steward_rows(session)
+        if not self.empty and self.merge is None:
             raise exception.CyborgImportRefused(
                 reason='the Steward database is not empty (%s); run it with --merge '
                        'keep-steward to keep what Steward has and add the rest' %
@@ -280,9 +285,10 @@ class Importer:
     # -- device profiles -----------------------------------------------------------------
     def _profiles(self, s):
         for row in self.data['device_profiles']:
-            existing = s.execute(sa.select(m.DeviceProfile).where(sa.or_(
-                m.DeviceProfile.uuid == row['uuid'],
-                m.DeviceProfile.name == row['name']))).scalars().all()
+            existing = [] if self.empty else s.execute(
+                sa.select(m.DeviceProfile).where(sa.or_(
+                    m.DeviceProfile.uuid == row['uuid'],
+                    m.DeviceProfile.name == row['name']))).scalars().all()
             groups = _json(row['profile_json'])
             if not isinstance(groups, dict) or not isinstance(groups.get('groups'), list):
                 self.conflict(f'device profile {row["name"]}: profile_json has no groups')
@@ -331,11 +337,13 @@ class Importer:
                 continue
             cpid = row_cpids[0]
             info = normalized_info(cpid['cpid_info']) or cpid['cpid_info']
-            device = s.execute(sa.select(m.Device).where(
-                m.Device.uuid == row['uuid'])).scalar_one_or_none()
-            held = s.execute(sa.select(m.ControlpathID).where(
-                m.ControlpathID.hostname == row['hostname'],
-                m.ControlpathID.cpid_info == info)).scalar_one_or_none()
+            device = held = None
+            if not self.empty:
+                device = s.execute(sa.select(m.Device).where(
+                    m.Device.uuid == row['uuid'])).scalar_one_or_none()
+                held = s.execute(sa.select(m.ControlpathID).where(
+                    m.ControlpathID.hostname == row['hostname'],
+                    m.ControlpathID.cpid_info == info)).scalar_one_or_none()
             if device is None and held is not None:
                 device = s.get(m.Device, held.device_id)
             if device is not None:
@@ -387,7 +395,7 @@ class Importer:
             device_id = self.ids['devices'].get(row['device_id'])
             if device_id is None:
                 continue
-            dep = s.execute(sa.select(m.Deployable).where(sa.or_(
+            dep = None if self.empty else s.execute(sa.select(m.Deployable).where(sa.or_(
                 m.Deployable.uuid == row['uuid'],
                 m.Deployable.name == row['name']))).scalars().first()
             if dep is not None:
@@ -422,7 +430,7 @@ class Importer:
             dep_id = self.ids['deployables'].get(row['deployable_id'])
             if dep_id is None:
                 continue
-            if s.execute(sa.select(m.Attribute.id).where(
+            if not self.empty and s.execute(sa.select(m.Attribute.id).where(
                     sa.or_(m.Attribute.uuid == row['uuid'],
                            sa.and_(m.Attribute.deployable_id == dep_id,
                                    m.Attribute.key == row['key'])))).first():
@@ -436,9 +444,8 @@ class Importer:
     # -- attach handles --------------------------------------------------------------------
     def _steward_forms(self, dep_row, handles):
         """{Cyborg handle id: the attach info Steward's driver will report for it}."""
-        device = next(d for d in self.data['devices'] if d['id'] == dep_row['device_id'])
-        cpid = next((c for c in self.data['controlpath_ids']
-                     if c['device_id'] == device['id']), None)
+        device = self.rows['devices'][dep_row['device_id']]
+        cpid = self.cpid_of.get(device['id'])
         if dep_row.get('driver_name') == 'fake' and cpid is not None:
             wanted = fake_driver_infos(device['hostname'], cpid['cpid_info'],
                                        dep_row['name'])
@@ -464,6 +471,7 @@ class Importer:
             if dep_id is None or not handles:
                 continue
             forms = self._steward_forms(dep_row, handles)
+            added = []
             for h in handles:
                 form = forms.get(h['id'])
                 in_use = bool(h.get('in_use'))
@@ -471,8 +479,9 @@ class Importer:
                     self.warn(f'attach handle {h["uuid"]} ({h["attach_info"]}) is in use '
                               f'in Cyborg but no Bound ARQ holds it: imported free')
                     in_use = False
-                existing = s.execute(sa.select(m.AttachHandle).where(
-                    m.AttachHandle.uuid == h['uuid'])).scalar_one_or_none()
+                existing = None if self.empty else s.execute(
+                    sa.select(m.AttachHandle).where(
+                        m.AttachHandle.uuid == h['uuid'])).scalar_one_or_none()
                 if existing is None and self.merge is not None:
                     existing = next((x for x in s.execute(sa.select(m.AttachHandle).where(
                         m.AttachHandle.deployable_id == dep_id)).scalars()
@@ -501,12 +510,15 @@ class Importer:
                     discovered_as=form if in_use and form != info else None,
                     created_at=h['created_at'], updated_at=h.get('updated_at'))
                 s.add(handle)
-                s.flush()
-                self.ids['attach_handles'][h['id']] = handle.id
+                added.append((h['id'], handle))
                 self.result.count('attach_handles')
                 if in_use or form != h['attach_info']:
                     self.say(f'attach handle {h["uuid"]}: {h["attach_info"]} -> '
                              f'{form}{" (in use: after release)" if in_use else ""}')
+            # One flush per deployable (the ARQs need the ids), not one per handle.
+            s.flush()
+            for cyborg_id, handle in added:
+                self.ids['attach_handles'][cyborg_id] = handle.id
 
     # -- ARQs --------------------------------------------------------------------------------
     @staticmethod
@@ -516,7 +528,7 @@ class Importer:
 
     def _arqs(self, s):
         for row in self.data['extended_accelerator_requests']:
-            if s.execute(sa.select(m.ExtARQ.id).where(
+            if not self.empty and s.execute(sa.select(m.ExtARQ.id).where(
                     m.ExtARQ.uuid == row['uuid'])).first():
                 self.result.count('extended_accelerator_requests', kept=True)
                 continue
@@ -559,27 +571,30 @@ class Importer:
                          f', handle {self._handle_uuid(row["attach_handle_id"])}')
 
     def _handle_uuid(self, cyborg_id):
-        return next((h['uuid'] for h in self.data['attach_handles']
-                     if h['id'] == cyborg_id), None)
+        row = self.rows['attach_handles'].get(cyborg_id)
+        return row and row['uuid']
 
     def _device_states(self, s):
         """Allocated when a handle is in use (Cyborg left such devices available)."""
         s.flush()
-        for cyborg_id, device_id in self.ids['devices'].items():
+        device_ids = list(set(self.ids['devices'].values()))
+        if not device_ids:
+            return
+        in_use = dict(s.execute(
+            sa.select(m.Deployable.device_id, sa.func.count())
+            .join(m.AttachHandle, m.AttachHandle.deployable_id == m.Deployable.id)
+            .where(m.Deployable.device_id.in_(device_ids),
+                   m.AttachHandle.in_use.is_(True))
+            .group_by(m.Deployable.device_id)).all())
+        for device_id, count in sorted(in_use.items()):
             device = s.get(m.Device, device_id)
             if device.device_state != states.DEV_AVAILABLE:
                 continue
-            in_use = s.execute(
-                sa.select(sa.func.count()).select_from(m.AttachHandle)
-                .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
-                .where(m.Deployable.device_id == device.id,
-                       m.AttachHandle.in_use.is_(True))).scalar()
-            if in_use:
-                states.advance(s, m.Device, device, states.DEV_ALLOCATED, event='bind',
-                               reason=f'imported from Cyborg with {in_use} attach '
-                                      f'handle(s) in use', actor=ACTOR)
-                self.say(f'device {device.uuid}: allocated ({in_use} handle(s) in use; '
-                         f'Cyborg said available)')
+            states.advance(s, m.Device, device, states.DEV_ALLOCATED, event='bind',
+                           reason=f'imported from Cyborg with {count} attach handle(s) '
+                                  f'in use', actor=ACTOR)
+            self.say(f'device {device.uuid}: allocated ({count} handle(s) in use; '
+                     f'Cyborg said available)')
 
 
 # -- Placement -----------------------------------------------------------------------------
