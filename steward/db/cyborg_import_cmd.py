@@ -5,9 +5,8 @@ import sys
 from steward.common import exception
 
 USAGE = """steward db import-cyborg --cyborg-connection URL [--dry-run]
-    [--merge keep-steward] [--config-file FILE ...]
-
-Reads an upstream Cyborg database (SQLAlchemy URL, e.g.
+    [--merge keep-steward] [--config-file FILE ...]"""
+DESCRIPTION = """Reads an upstream Cyborg database (SQLAlchemy URL, e.g.
 mysql+pymysql://cyborg:PASS@db/cyborg) and writes Steward's ([database] connection),
 adopting Cyborg's resource providers in the Placement [placement] names. Stop
 cyborg-api, cyborg-conductor and every cyborg-agent first.
@@ -15,7 +14,9 @@ See doc/switching-from-cyborg.md."""
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog='steward db import-cyborg', usage=USAGE)
+    parser = argparse.ArgumentParser(
+        prog='steward db import-cyborg', usage=USAGE, description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--cyborg-connection', required=True,
                         help="Cyborg's [database] connection")
     parser.add_argument('--dry-run', action='store_true',

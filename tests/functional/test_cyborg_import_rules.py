@@ -405,3 +405,20 @@ def test_command_prints_every_conflict_and_refuses_unknown_schemas(cyborg, tmp_p
     with engine.connect() as conn:
         assert conn.execute(sa.text('SELECT COUNT(*) FROM devices')).scalar() == 0
     engine.dispose()
+
+
+def test_a_missing_or_unreachable_cyborg_database_is_a_clear_error(tmp_path, db):
+    missing = tmp_path / 'no-such.db'
+    with pytest.raises(exception.CyborgImportError, match='no SQLite database at'):
+        cyborg_import.run(f'sqlite:///{missing}')
+    assert not missing.exists()          # nothing created where Cyborg's was meant
+    from steward.db import migration
+    with pytest.raises(exception.CyborgSchemaUnknown,
+                       match=f'revision {migration.head_revision()},'):
+        cyborg_import.run(db)            # Steward's own database: its revision named
+    empty = tmp_path / 'empty.db'
+    sa.create_engine(f'sqlite:///{empty}').connect().close()
+    with pytest.raises(exception.CyborgImportError, match='not a Cyborg database'):
+        cyborg_import.run(f'sqlite:///{empty}')
+    with pytest.raises(exception.CyborgImportError, match='--cyborg-connection'):
+        cyborg_import.run('not a url')
