@@ -326,6 +326,15 @@ def test_switch_from_cyborg(backend, cyborg_venv, rabbit, tmp_path):
             assert arq['attach_handle_info'] == {
                 'domain': '0000', 'bus': '0c', 'device': '00', 'function': '0'}
         assert set(_placement_state(placement.url)) == set(placement_before)
+
+        # Once more after Nova acted on Steward: the deleted ARQs do not come back.
+        steward_view = _api_view(url)
+        late = _steward('db', 'import-cyborg', '--cyborg-connection', cyborg_db,
+                        conf=conf)
+        assert late.returncode == 0, late.stdout + late.stderr
+        assert late.stdout.count('(deleted since the import): not imported again') == 2
+        assert 'wrote nothing (already imported)' in late.stdout
+        assert _api_view(url) == steward_view
     finally:
         if serve is not None:
             serve.terminate()
