@@ -251,6 +251,12 @@ def test_device_steward_has_no_driver_for_is_kept_not_offered(cyborg, db, conf):
         assert _arq(arq_uuid) is None
         device = _device(device_uuid)
         assert (device.status, device.device_state) == ('maintaining', 'available')
+        # Not offered anew: Placement reserves it whole, a bind is refused.
+        from steward.conductor import reservation
+        with session.reader() as s:
+            rule = reservation.policy(s, s.get(m.Device, device.id), [deployable])
+            assert rule.reserved_for(deployable) == deployable.num_accelerators
+            assert isinstance(rule.refusal, exception.DeviceMaintaining)
         # Available now, still not found: kept (reported missing), never deleted.
         agent.run_cycle()
         device = _device(device_uuid)
