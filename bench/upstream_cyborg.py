@@ -48,17 +48,14 @@ import collections
 import concurrent.futures
 import datetime
 import http.client
-import http.server
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 
@@ -67,232 +64,10 @@ import httpx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench import arq_lifecycle as lifecycle  # noqa: E402
+from tests.cyborg_upstream import (  # noqa: E402
+    API_THREADS, API_WORKERS, HOST, IDENTITY, PLACEMENT_HEADERS, Deployment, ensure_venv,
+    installed_versions)
 from tests.multihost.rabbit import RabbitServer, free_port, installed  # noqa: E402
-
-CYBORG = 'openstack-cyborg==17.0.0'
-VENV = os.path.join(ROOT, '.venv-cyborg')
-HOST = 'bench-host'   # the hostname one_instance binds to
-PLACEMENT_HEADERS = {'X-Auth-Token': 'admin', 'OpenStack-API-Version': 'placement 1.39'}
-# What keystonemiddleware puts in the environ for a Nova call carrying a user token
-# and a service token.
-IDENTITY = {'X-Roles': 'admin,member,reader', 'X-Project-Id': uuid.uuid4().hex,
-            'X-User-Id': uuid.uuid4().hex, 'X-Service-Roles': 'service'}
-# One process per core, as cyborg-api's default api_workers.
-API_WORKERS = os.cpu_count() or 1
-API_THREADS = 4
-# Upstream's etc/cyborg/api-paste.ini without its authtoken filter.
-PASTE = """[pipeline:main]
-pipeline = cors http_proxy_to_wsgi request_id api_v2
-
-[app:api_v2]
-paste.app_factory = cyborg.api.app:app_factory
-
-[filter:request_id]
-paste.filter_factory = oslo_middleware:RequestId.factory
-
-[filter:cors]
-paste.filter_factory = oslo_middleware.cors:filter_factory
-oslo_config_project = cyborg
-
-[filter:http_proxy_to_wsgi]
-paste.filter_factory = oslo_middleware.http_proxy_to_wsgi:HTTPProxyToWSGI.factory
-"""
-
-
-def ensure_venv():
-    python = os.path.join(VENV, 'bin', 'python')
-    needed = [os.path.join(VENV, 'bin', name) for name in ('cyborg-agent', 'gunicorn')]
-    packages = [CYBORG, 'gunicorn']
-    if all(os.path.exists(path) for path in needed):
-        return
-    if not os.path.exists(python):
-        print(f'creating {VENV} (first run only)', flush=True)
-        subprocess.run([sys.executable, '-m', 'venv', VENV], check=True)
-    print(f'pip install {" ".join(packages)} into {VENV} ...', flush=True)
-    pip = subprocess.run([python, '-m', 'pip', 'install', '-q', *packages],
-                         capture_output=True, text=True)
-    if pip.returncode != 0 or not all(os.path.exists(path) for path in needed):
-        sys.exit(f'pip install {" ".join(packages)} failed ({pip.returncode}):\n'
-                 f'{pip.stderr[-4000:]}')
-
-
-def installed_versions():
-    out = subprocess.run([os.path.join(VENV, 'bin', 'python'), '-c',
-                          'import importlib.metadata as m; print(" ".join('
-                          'f"{d}={m.version(d)}" for d in ("openstack-cyborg", '
-                          '"oslo.messaging", "oslo.service", "SQLAlchemy", "eventlet")))'],
-                         capture_output=True, text=True)
-    return out.stdout.strip() or out.stderr.strip()
-
-
-# -- a stub Nova: the conductor posts os-server-external-events after every bind -----
-class _NovaHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-
-    def _send(self, code, body):
-        raw = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def do_GET(self):   # openstacksdk's version discovery
-        base = f'http://{self.headers["Host"]}/v2.1'
-        self._send(200, {'version': {'id': 'v2.1', 'status': 'CURRENT', 'version': '2.96',
-                                     'min_version': '2.1', 'updated': '2013-07-23T11:33:21Z',
-                                     'links': [{'rel': 'self', 'href': base + '/'}]}})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get('Content-Length', 0))) or b'{}')
-        self.server.events += len(body.get('events', []))
-        self._send(200, {'events': [dict(e, code=200) for e in body.get('events', [])]})
-
-    def log_message(self, *args):
-        pass
-
-
-class _NovaServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    events = 0
-
-
-def start_nova_stub():
-    server = _NovaServer(('127.0.0.1', 0), _NovaHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-# -- Cyborg services --------------------------------------------------------------
-def write_config(tmp, rabbit_url, placement_url, nova_url, db_url):
-    paste = os.path.join(tmp, 'api-paste.ini')
-    with open(paste, 'w') as f:
-        f.write(PASTE)
-    conf = os.path.join(tmp, 'cyborg.conf')
-    with open(conf, 'w') as f:
-        f.write(f"""[DEFAULT]
-host = {HOST}
-transport_url = {rabbit_url}
-debug = False
-state_path = {tmp}
-
-[database]
-connection = {db_url}
-
-[api]
-api_paste_config = {paste}
-
-[agent]
-enabled_drivers = fake_driver
-resource_provider_name = {HOST}
-
-[placement]
-auth_type = admin_token
-token = admin
-endpoint = {placement_url}
-endpoint_override = {placement_url}
-
-[nova]
-auth_type = admin_token
-token = admin
-endpoint = {nova_url}
-endpoint_override = {nova_url}
-
-[oslo_concurrency]
-lock_path = {tmp}/locks
-""")
-    return conf
-
-
-def write_gunicorn_config(tmp, conf, port):
-    path = os.path.join(tmp, 'gunicorn.conf.py')
-    with open(path, 'w') as f:
-        f.write(f"""bind = '127.0.0.1:{port}'
-workers = {API_WORKERS}
-worker_class = 'gthread'
-threads = {API_THREADS}
-wsgi_app = 'cyborg.wsgi.api:application'
-loglevel = 'warning'
-
-
-def post_fork(server, worker):
-    # cyborg.wsgi.api parses sys.argv with oslo.config when a worker imports it.
-    import sys
-    sys.argv[1:] = ['--config-file', {conf!r}]
-""")
-    return path
-
-
-class Services:
-    def __init__(self, tmp, conf):
-        self.tmp, self.conf, self.procs = tmp, conf, {}
-
-    def log(self, name):
-        return os.path.join(self.tmp, f'{name}.log')
-
-    def run(self, name, *args):
-        cmd = [os.path.join(VENV, 'bin', name), *(args or ('--config-file', self.conf))]
-        with open(self.log(name), 'ab') as log:
-            # Own session: gunicorn forks its workers, stop() ends the whole group.
-            self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL,
-                                                start_new_session=True)
-
-    def check(self):
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f'{name} exited with {proc.returncode}:\n'
-                                   + self.tail(name))
-
-    def tail(self, name, n=3000):
-        try:
-            with open(self.log(name), errors='replace') as f:
-                return f.read()[-n:]
-        except OSError as exc:
-            return str(exc)
-
-    def stop(self):
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def wait_for(what, probe, services, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        services.check()
-        try:
-            found = probe()
-        except httpx.HTTPError:
-            found = None
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise RuntimeError(f'timed out waiting for {what}')
-        time.sleep(0.5)
-
-
-def offered_rp(api_url, placement_url):
-    """The deployable's provider once Cyborg lists it and Placement can allocate it."""
-    r = httpx.get(f'{api_url}/v2/deployables', headers=IDENTITY, timeout=5)
-    if r.status_code != 200:
-        return None
-    for dep in r.json().get('deployables', []):
-        rp = dep.get('rp_uuid')
-        if rp:
-            inv = httpx.get(f'{placement_url}/resource_providers/{rp}/inventories',
-                            headers=PLACEMENT_HEADERS, timeout=5)
-            if inv.status_code == 200 and inv.json()['inventories']:
-                return rp
-    return None
-
 
 # -- measurement ------------------------------------------------------------------
 def describe(err):
@@ -370,8 +145,7 @@ def load():
 
 def measure_cyborg(args, tmp):
     rabbit = RabbitServer(base=os.path.join(tmp, 'rabbit'))
-    nova = start_nova_stub()
-    placement = services = None
+    placement = cyborg = None
     try:
         rabbit.start()
         from steward.placement import embedded
@@ -380,32 +154,11 @@ def measure_cyborg(args, tmp):
             log_file=os.path.join(tmp, 'placement.log'))
         httpx.post(f'{placement.url}/resource_providers', headers=PLACEMENT_HEADERS,
                    json={'name': HOST, 'uuid': str(uuid.uuid4())}).raise_for_status()
-        api_port = free_port()
-        conf = write_config(tmp, rabbit.url(), placement.url,
-                            f'http://127.0.0.1:{nova.server_address[1]}/v2.1',
-                            f'sqlite:///{tmp}/cyborg.db')
-        services = Services(tmp, conf)
-        # Not 'upgrade': migration 589ff20545b7 sends ALTER TABLE ... ALTER COLUMN,
-        # which SQLite rejects.
-        dbsync = subprocess.run([os.path.join(VENV, 'bin', 'cyborg-dbsync'),
-                                 '--config-file', conf, 'create_schema'],
-                                capture_output=True, text=True)
-        if dbsync.returncode:
-            raise RuntimeError('cyborg-dbsync create_schema failed:\n'
-                               + (dbsync.stdout + dbsync.stderr)[-3000:])
+        cyborg = Deployment(tmp, rabbit, placement.url, f'sqlite:///{tmp}/cyborg.db')
         t0 = time.perf_counter()
-        services.run('cyborg-conductor')
-        services.run('gunicorn', '-c', write_gunicorn_config(tmp, conf, api_port))
-        # The agent's first report is an RPC call: sent before the conductor's queue
-        # exists, it is dropped and the agent waits 60 s for a reply, then 60 s more
-        # for its next periodic report.
-        wait_for('cyborg-conductor to consume its queue',
-                 lambda: rabbit.consumers('cyborg-conductor'), services)
-        services.run('cyborg-agent')
-        url = f'http://127.0.0.1:{api_port}'
-        rp_uuid = wait_for('the fake deployable in Cyborg and Placement',
-                           lambda: offered_rp(url, placement.url), services)
+        rp_uuid = cyborg.start()
         ready = time.perf_counter() - t0
+        url = cyborg.url
 
         tally = lifecycle.Tally()
         before = load()
@@ -423,15 +176,15 @@ def measure_cyborg(args, tmp):
             nova_totals = [lifecycle.nova_sequence(c, rp_uuid, lifecycle.PROFILE)
                            for _ in range(args.nova)]
         conc = run_concurrent(url, rp_uuid, args.clients, args.per_client, tally)
-        services.check()
+        cyborg.services.check()
         return {'seq': seq, 'binds': binds, 'conc': conc, 'nova': nova_totals,
-                'tally': tally, 'ready': ready, 'events': nova.events, 'load': before}
+                'tally': tally, 'ready': ready, 'events': cyborg.nova.events,
+                'load': before}
     finally:
-        if services:
-            services.stop()
+        if cyborg:
+            cyborg.stop()
         if placement:
             placement.stop()
-        nova.shutdown()
         rabbit.destroy()
 
 

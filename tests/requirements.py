@@ -28,8 +28,8 @@ DEPENDENCIES = {
             'service that drops to another user',
     'nova': 'a side venv .venv-nova with nova==34.0.0 and its unit-test packages, '
             'built by tools/nova-series.sh (pip: the package index or its cache)',
-    'cyborg': 'a side venv .venv-cyborg with openstack-cyborg==17.0.0 '
-              '(bench/upstream_cyborg.py; pip: the package index or its cache)',
+    'cyborg': 'upstream OpenStack Cyborg 17.0.0 in .venv-cyborg (built on first use '
+              'by tests/cyborg_upstream.py: pip install from the package index)',
 }
 
 ENV = 'STEWARD_REQUIRE'

@@ -21,6 +21,8 @@ Services:
 Administration:
   db sync                    apply schema migrations
   db online-data-migrations  backfill data (device_state, ...)
+  db import-cyborg           take over an upstream Cyborg's database
+                             (doc/switching-from-cyborg.md)
   status upgrade check       is this deployment ready for an upgrade?
 
 Compute side (reference flow, what Nova does; `steward compute -h`):
@@ -192,6 +194,9 @@ def cmd_agent(argv):
 
 
 def cmd_db(argv):
+    if argv[:1] == ['import-cyborg']:
+        from steward.db import cyborg_import_cmd
+        return cyborg_import_cmd.main(argv[1:])
     parser = argparse.ArgumentParser(prog='steward db')
     parser.add_argument('action', choices=['sync', 'online-data-migrations', 'version'])
     args, rest = parser.parse_known_args(argv)

@@ -522,3 +522,26 @@ class PrivsepRefused(StewardError):
     never a device's state."""
     code = 'cyb.privsep.refused'
     message = 'Privileged call %(call)s refused: %(reason)s'
+
+
+# Switching from upstream Cyborg (steward db import-cyborg) -------------------------
+class CyborgImportError(StewardError):
+    code = 'cyb.cyborg_import.failed'
+    message = 'Import from Cyborg failed: %(reason)s'
+
+
+class CyborgSchemaUnknown(CyborgImportError):
+    code = 'cyb.cyborg_import.schema_unknown'
+    message = ('The Cyborg database is at alembic revision %(revision)s, which this '
+               'import does not know (it reads %(known)s); upgrade Cyborg to a known '
+               'release first.')
+
+
+class CyborgImportRefused(CyborgImportError):
+    code = 'cyb.cyborg_import.refused'
+    message = 'Import from Cyborg refused: %(reason)s'
+
+
+class CyborgImportConflict(CyborgImportError):
+    code = 'cyb.cyborg_import.conflict'
+    message = 'Import from Cyborg stopped by %(count)d conflict(s): %(conflicts)s'

@@ -299,6 +299,8 @@ class Reporter:
                                    was_at.get(device.id))
                     self._update_device(device, rep)
                     self._exclude_if_needed(s, ctx, device, host)
+                    self._recognise_imported(device, rep.deployable_list,
+                                             deps_by_device.get(device.id, []))
                 seen.add(device.id)
                 removed_rps += self._diff_deployables(
                     s, device, cpid_by_device[device.id], rep.deployable_list,
@@ -306,7 +308,10 @@ class Reporter:
             for device in existing:
                 if device.id in seen:
                     continue
-                if device.device_state == states.DEV_AVAILABLE:
+                # An imported device no discovery has found yet is another
+                # driver's (or one Steward lacks): kept, never deleted.
+                if device.device_state == states.DEV_AVAILABLE and \
+                        device.imported_from is None:
                     removed_rps += self._remove_device(
                         s, device, cpid_by_device.get(device.id),
                         deps_by_device.get(device.id, []), attrs, handles)
@@ -366,6 +371,26 @@ class Reporter:
                      'still %s', device.uuid, device.hostname,
                      device.missing_since.isoformat(), device.device_state)
             device.missing_since = None
+
+    @staticmethod
+    def _recognise_imported(device, reported, existing):
+        """The first discovery of a device imported from Cyborg (steward db
+        import-cyborg): it is Steward's now. A deployable its driver names otherwise
+        keeps Cyborg's name, and so its provider; the reported name is recorded."""
+        if device.imported_from is None:
+            return
+        LOG.info('device %s (imported from %s): recognised by discovery on %s',
+                 device.uuid, device.imported_from, device.hostname)
+        device.imported_from = None
+        names = {d.name for d in existing} | {d.discovered_as for d in existing}
+        new = [r for r in reported if r.name not in names]
+        unreported = [d for d in existing
+                      if d.name not in {r.name for r in reported}]
+        if len(new) == 1 and len(unreported) == 1:
+            dep = unreported[0]
+            dep.discovered_as = new[0].name
+            LOG.info('deployable %s (imported) is reported as %s: it keeps its name '
+                     'and provider %s', dep.name, dep.discovered_as, dep.rp_uuid)
 
     def _keep_missing(self, device, host):
         """Not reported, not available: kept with its deployables and reservation."""
@@ -427,6 +452,10 @@ class Reporter:
     def _diff_deployables(self, s, device, cpid, reported, existing, attrs, handles):
         removed = []
         by_name = {d.name: d for d in existing}
+        # An imported deployable keeps Cyborg's name (its provider's) under the
+        # name Steward's driver reports.
+        by_name.update({d.discovered_as: d for d in existing
+                        if d.discovered_as and d.discovered_as not in by_name})
         names = set()
         held = self._held_single(s, device, existing, {r.name for r in reported},
                                  handles)
@@ -465,7 +494,7 @@ class Reporter:
             self._diff_handles(s, dep, cpid, rep.attach_handle_list,
                                handles.get(dep.id, []))
         for dep in existing:
-            if dep.name not in names:
+            if dep.name not in names and dep.discovered_as not in names:
                 removed += self._remove_deployable(s, dep, attrs, handles)
         return removed
 
@@ -506,6 +535,17 @@ class Reporter:
     def _diff_attributes(s, dep, reported, existing):
         by_key = {a.key: a for a in existing}
         wanted = {a.key: a.value for a in reported}
+        # A trait stored under another trait key (upstream's fake driver says
+        # traits1, Steward's trait0: a device imported from Cyborg) is the same
+        # attribute renamed, not a new one.
+        for key, value in wanted.items():
+            if key.startswith('trait') and key not in by_key:
+                old = next((a for k, a in by_key.items() if k.startswith('trait')
+                            and k not in wanted and a.value == value), None)
+                if old is not None:
+                    del by_key[old.key]
+                    old.key = key
+                    by_key[key] = old
         for key, value in wanted.items():
             attr = by_key.get(key)
             if attr is None:
@@ -523,7 +563,9 @@ class Reporter:
         instance, so counts matter, not just presence."""
         have, want = collections.defaultdict(list), collections.defaultdict(list)
         for h in sorted(existing, key=lambda h: (not h.in_use, h.id)):
-            have[handle_identity(h.attach_info)].append(h)
+            # A handle imported in use holds Cyborg's attach info until released;
+            # discovered_as is what Steward's driver reports for it.
+            have[handle_identity(h.discovered_as or h.attach_info)].append(h)
         for h in reported:
             want[handle_identity(h.attach_info)].append(h)
         for key in set(have) | set(want):
@@ -539,6 +581,9 @@ class Reporter:
                                     'applies once it is released', row.uuid, info)
                     else:
                         row.attach_info, row.attach_type = info, rep.attach_type
+                        row.discovered_as = None
+                elif row.discovered_as is not None and not row.in_use:
+                    row.discovered_as = None
             for rep in wanted[len(rows):]:
                 s.add(m.AttachHandle(uuid=uuidutils.generate_uuid(), deployable_id=dep.id,
                                      cpid_id=cpid.id, in_use=False,

@@ -329,9 +329,15 @@ def attach_handle_allocate(session, deployable):
     raise exception.NoFreeAttachHandle(deployable=deployable.name)
 
 
+# A handle imported from Cyborg in use takes the attach info Steward's driver
+# reports for it (discovered_as) once released: the next tenant gets Steward's.
 _RELEASE_HANDLE = (sa.update(m.AttachHandle.__table__)
                    .where(m.AttachHandle.__table__.c.id == sa.bindparam('handle_id'))
-                   .values(in_use=False))
+                   .values(in_use=False,
+                           attach_info=sa.func.coalesce(
+                               m.AttachHandle.__table__.c.discovered_as,
+                               m.AttachHandle.__table__.c.attach_info),
+                           discovered_as=None))
 
 
 def attach_handle_release(session, handle_id):

@@ -64,6 +64,9 @@ class Device(TimestampMixin, Base):
     # What survives a new PCI address (NVMe: serial + subsystem NQN); NULL when the
     # driver cannot tell, and then the control-path id is the identity.
     identity = orm.mapped_column(sa.String(255))
+    # Set by `steward db import-cyborg` (``cyborg``) until a discovery of Steward's
+    # recognises the device: until then it is kept (as missing) when not found.
+    imported_from = orm.mapped_column(sa.String(64))
 
     deployables = orm.relationship('Deployable', back_populates='device',
                                    lazy='raise')
@@ -132,6 +135,9 @@ class Deployable(TimestampMixin, Base):
     rp_uuid = orm.mapped_column(sa.String(36))
     driver_name = orm.mapped_column(sa.String(100))
     bitstream_id = orm.mapped_column(sa.String(36))
+    # The name Steward's driver reports for a deployable imported from Cyborg under
+    # another name: the row keeps Cyborg's name, so its resource provider.
+    discovered_as = orm.mapped_column(sa.String(255))
 
     device = orm.relationship('Device', back_populates='deployables', lazy='raise')
 
@@ -167,6 +173,9 @@ class AttachHandle(TimestampMixin, Base):
     in_use = orm.mapped_column(sa.Boolean, nullable=False, default=False)
     attach_type = orm.mapped_column(_enum('attach_type', ATTACH_TYPES), nullable=False)
     attach_info = orm.mapped_column(sa.String(255), nullable=False)
+    # The attach info Steward's driver reports for a handle imported from Cyborg
+    # while in use: attach_info keeps what Cyborg gave the instance until release.
+    discovered_as = orm.mapped_column(sa.String(255))
 
 
 class DeviceProfile(TimestampMixin, Base):
