@@ -2,8 +2,8 @@
 microversion 2.3 and answers 406 above it: Nova still reads the bound ARQs (no
 microversion asked) and builds the guest, as the released Nova does.
 
-Cyborg runs as bench/upstream_cyborg.py runs it (its functions are imported, not
-copied): .venv-cyborg with openstack-cyborg==17.0.0, a throw-away RabbitMQ, the
+Cyborg runs as tests/cyborg_upstream.py runs it for the bench and the import tests
+(its functions are imported, not copied): .venv-cyborg with openstack-cyborg==17.0.0, a throw-away RabbitMQ, the
 embedded Placement, cyborg-conductor, cyborg-agent with upstream's fake driver and
 the API under gunicorn. The API's paste pipeline gets, in place of
 keystonemiddleware's authtoken, a filter that sets the identity keystonemiddleware
@@ -43,12 +43,12 @@ def factory(global_conf, **local_conf):
 
 @pytest.fixture(scope='module')
 def cyborg(tmp_path_factory, request):
-    from bench import upstream_cyborg as up
+    from tests import cyborg_upstream as up
     if not rabbit_mod.installed():
         requirements.need('rabbitmq', 'rabbitmq-server is not installed')
     try:
         up.ensure_venv()
-    except SystemExit as err:
+    except (RuntimeError, OSError) as err:
         requirements.need('cyborg', f'cannot build {up.VENV}: {str(err)[-1500:]}')
     tmp = str(tmp_path_factory.mktemp('cyborg17'))
     rabbit = rabbit_mod.RabbitServer(base=os.path.join(tmp, 'rabbit'))
