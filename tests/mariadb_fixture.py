@@ -55,7 +55,8 @@ class MariaDBServer:
                               '--skip-test-db', '--auth-root-authentication-method=socket'],
                              capture_output=True, text=True, timeout=120)
         if out.returncode:
-            raise RuntimeError(f'mariadb-install-db failed:\n{(out.stdout + out.stderr)[-3000:]}')
+            raise RuntimeError('mariadb-install-db failed:\n'
+                               + (out.stdout + out.stderr)[-3000:])
         cmd = [_server_binary(), '--no-defaults', f'--datadir={self.datadir}',
                f'--socket={self.socket}', f'--port={self.port}',
                '--bind-address=127.0.0.1', f'--pid-file={self.base}/mariadb.pid',
@@ -102,8 +103,9 @@ class MariaDBServer:
 
 
 def _server_binary():
-    return shutil.which('mariadbd', path='/usr/sbin:/usr/bin:' + os.environ.get('PATH', '')) \
-        or shutil.which('mysqld', path='/usr/sbin:/usr/bin:' + os.environ.get('PATH', ''))
+    # /usr/sbin is not on every user's PATH.
+    path = '/usr/sbin:/usr/bin:' + os.environ.get('PATH', '')
+    return shutil.which('mariadbd', path=path) or shutil.which('mysqld', path=path)
 
 
 def _client():
