@@ -16,6 +16,8 @@ name``: the models and migration c1b5abada09c leave the ARQ state ENUM unnamed),
 there ``create_schema`` runs with that ENUM named, as an operator would have to; ``cyborg-api``
 itself dies at start under the threading backend, so ``cyborg.wsgi.api`` is
 served by gunicorn behind upstream's paste pipeline minus keystonemiddleware.
+On MySQL/MariaDB, upstream's own backend, ``cyborg-dbsync upgrade`` (every
+migration, as a deployment runs them) works unchanged and is what runs.
 """
 import fcntl
 import glob
@@ -76,9 +78,10 @@ def ensure_venv():
 def _ensure_venv():
     python = os.path.join(VENV, 'bin', 'python')
     needed = [os.path.join(VENV, 'bin', name) for name in ('cyborg-agent', 'gunicorn')]
-    # psycopg2: Cyborg on PostgreSQL (tests/functional/test_cyborg_import.py).
-    packages = [CYBORG, 'gunicorn', 'psycopg2-binary']
-    if all(os.path.exists(path) for path in needed) and _has_psycopg2():
+    # psycopg2: Cyborg on PostgreSQL, PyMySQL: on MariaDB, as deployed
+    # (tests/functional/test_cyborg_import.py).
+    packages = [CYBORG, 'gunicorn', 'psycopg2-binary', 'PyMySQL']
+    if all(os.path.exists(path) for path in needed) and _has_drivers():
         return
     if not os.path.exists(python):
         print(f'creating {VENV} (first run only)', flush=True)
@@ -91,9 +94,9 @@ def _ensure_venv():
                            f'{pip.stderr[-4000:]}')
 
 
-def _has_psycopg2():
-    return bool(glob.glob(os.path.join(VENV, 'lib', 'python*', 'site-packages',
-                                       'psycopg2')))
+def _has_drivers():
+    return all(glob.glob(os.path.join(VENV, 'lib', 'python*', 'site-packages', name))
+               for name in ('psycopg2', 'pymysql'))
 
 
 def installed_versions():
@@ -291,9 +294,14 @@ sys.exit(dbsync.main())
 
 
 def dbsync(conf, db_url):
-    """Cyborg's schema at its head, made by Cyborg's own ``create_schema`` (see the
-    module docstring for why not ``upgrade``)."""
-    if db_url.startswith('sqlite'):
+    """Cyborg's schema at its head, made by Cyborg's own tools: ``upgrade`` (its
+    migrations, as a deployment runs them) on MySQL/MariaDB, ``create_schema`` on
+    SQLite and PostgreSQL (see the module docstring for why)."""
+    step = 'upgrade' if db_url.startswith('mysql') else 'create_schema'
+    if step == 'upgrade':
+        cmd = [os.path.join(VENV, 'bin', 'cyborg-dbsync'), '--config-file', conf,
+               'upgrade']
+    elif db_url.startswith('sqlite'):
         cmd = [os.path.join(VENV, 'bin', 'cyborg-dbsync'), '--config-file', conf,
                'create_schema']
     else:
@@ -301,7 +309,7 @@ def dbsync(conf, db_url):
                conf]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode:
-        raise RuntimeError('cyborg-dbsync create_schema failed:\n'
+        raise RuntimeError(f'cyborg-dbsync {step} failed:\n'
                            + (out.stdout + out.stderr)[-3000:])
 
 

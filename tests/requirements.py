@@ -30,6 +30,8 @@ DEPENDENCIES = {
             'built by tools/nova-series.sh (pip: the package index or its cache)',
     'cyborg': 'upstream OpenStack Cyborg 17.0.0 in .venv-cyborg (built on first use '
               'by tests/cyborg_upstream.py: pip install from the package index)',
+    'mariadb': 'a MariaDB server (Debian mariadb-server): tests start one of their own '
+               '(tests/mariadb_fixture.py), as the database of an upstream Cyborg',
 }
 
 ENV = 'STEWARD_REQUIRE'

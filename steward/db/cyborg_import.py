@@ -617,34 +617,30 @@ class Importer:
 # -- Placement -----------------------------------------------------------------------------
 def adopt_providers(placement, data, dry_run, result):
     """Add OWNER_CYBORG to every imported deployable's provider that lacks it; the
-    import's only Placement write. Through the client's plain request method, not
+    import's only Placement write. Through PlacementClient.add_traits, not
     sync_provider(): that one would also rewrite names, inventories and reserved."""
     for row in data['deployables']:
         rp = row.get('rp_uuid')
         if not rp:
             continue
         try:
-            body = placement._call('GET', f'/resource_providers/{rp}/traits',
-                                   ok=(200, 404))
+            traits = placement.get_traits(rp)
         except exception.PlacementError as err:
-            result.conflicts.append(f'provider {rp} of {row["name"]}: {err}')
+            if getattr(err, 'http_status', None) == 404:
+                result.warnings.append(f'deployable {row["name"]}: its provider {rp} is '
+                                       f'not in Placement; Steward creates it at the '
+                                       f'first discovery')
+            else:
+                result.conflicts.append(f'provider {rp} of {row["name"]}: {err}')
             continue
-        if body.status_code == 404:
-            result.warnings.append(f'deployable {row["name"]}: its provider {rp} is not '
-                                   f'in Placement; Steward creates it at the first '
-                                   f'discovery')
-            continue
-        traits = body.json()
-        if os_traits.OWNER_CYBORG in traits['traits']:
+        if os_traits.OWNER_CYBORG in traits:
             continue
         result.lines.append(f'provider {rp} ({row["name"]}): add trait OWNER_CYBORG to '
-                            f'{sorted(traits["traits"])}')
+                            f'{sorted(traits)}')
         if dry_run:
             continue
-        placement._call('PUT', f'/resource_providers/{rp}/traits', {
-            'resource_provider_generation': traits['resource_provider_generation'],
-            'traits': sorted(set(traits['traits']) | {os_traits.OWNER_CYBORG})})
-        result.placement_writes += 1
+        if placement.add_traits(rp, {os_traits.OWNER_CYBORG}):
+            result.placement_writes += 1
 
 
 class _Rollback(Exception):

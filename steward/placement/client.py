@@ -646,6 +646,34 @@ class PlacementClient:
 
             return self._retrying(rp_uuid, 'set_reserved', attempt)
 
+    def add_traits(self, rp_uuid, names):
+        """Add ``names`` to a provider's traits, keeping every trait it has (another
+        service's too) and nothing else of it; returns the names added, an empty set
+        when it had them all (then no write). For a provider Steward does not sync
+        yet (adopting one, steward db import-cyborg): sync_provider would also
+        rewrite its name and inventory. A provider not in Placement raises
+        PlacementError with http_status 404."""
+        names = frozenset(names)
+        path = '/resource_providers/%s/traits' % rp_uuid
+
+        def attempt():
+            body = self._call('GET', path).json()
+            have = frozenset(body['traits'])
+            if names <= have:
+                return set()
+            self._ensure_traits(names - have, None)
+            self._call('PUT', path, {
+                'resource_provider_generation': body['resource_provider_generation'],
+                'traits': sorted(have | names)})
+            # The generation moved: what was remembered of the provider is stale.
+            self._cache.pop(rp_uuid, None)
+            LOG.info('Placement: provider %s traits %s + %s', rp_uuid, sorted(have),
+                     sorted(names - have))
+            return set(names - have)
+
+        with self._lock_for(rp_uuid):
+            return self._retrying(rp_uuid, 'add_traits', attempt)
+
     def _reload_inventory(self, rp_uuid):
         body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
         generation = body['resource_provider_generation']

@@ -1,5 +1,6 @@
 """Switching a live cloud from upstream Cyborg to Steward (doc/switching-from-cyborg.md),
-end to end, once per database backend of Cyborg (SQLite, PostgreSQL).
+end to end, once per database backend of Cyborg (SQLite, PostgreSQL, and MariaDB as
+Cyborg is deployed: its schema made by its own migrations, PyMySQL on both sides).
 
 A real upstream Cyborg 17.0.0 (its conductor, API and agent with the fake driver,
 tests/cyborg_upstream.py) runs against a real RabbitMQ and the real Placement; it
@@ -53,10 +54,20 @@ def rabbit(tmp_path_factory):
     server.destroy()
 
 
-def _databases(backend):
+def _databases(backend, tmp):
     """(Cyborg's URL, Steward's URL) on ``backend``."""
     if backend == 'sqlite':
-        return None
+        return f'sqlite:///{tmp}/cyborg.db', f'sqlite:///{tmp}/steward.db'
+    if backend == 'mariadb':
+        from tests import mariadb_fixture
+        server = mariadb_fixture.get_mariadb()
+        if server is None:
+            requirements.need('mariadb', 'MariaDB server binaries not installed')
+        requirements.need_import('pymysql', 'mariadb',
+                                 "PyMySQL (Steward's mysql extra) not installed")
+        # Steward's own database stays SQLite: what is tested is reading Cyborg's.
+        return (server.create_database(f'cyborg_{uuid.uuid4().hex[:10]}'),
+                f'sqlite:///{tmp}/steward.db')
     from tests import pg_fixture
     server = pg_fixture.get_postgres()
     if server is None:
@@ -188,13 +199,11 @@ def _steward(*args, conf):
                           text=True, timeout=120)
 
 
-@pytest.mark.parametrize('backend', ['sqlite', 'postgresql'])
+@pytest.mark.parametrize('backend', ['sqlite', 'postgresql', 'mariadb'])
 def test_switch_from_cyborg(backend, cyborg_venv, rabbit, tmp_path):
     from steward.placement import embedded
     tmp = str(tmp_path)
-    pg = _databases(backend)
-    cyborg_db = pg[0] if pg else f'sqlite:///{tmp}/cyborg.db'
-    steward_db = pg[1] if pg else f'sqlite:///{tmp}/steward.db'
+    cyborg_db, steward_db = _databases(backend, tmp)
     placement = embedded.start_subprocess(f'sqlite:///{tmp}/placement.db',
                                           port=free_port(),
                                           log_file=os.path.join(tmp, 'placement.log'))

@@ -452,3 +452,33 @@ def test_reserved_callable_is_read_after_the_generation(client, placement):
     assert client.set_reserved(spec.uuid, 'CUSTOM_RACE', current) == 0
     assert state['calls'] >= 2
     assert other.get_inventory(spec.uuid)['CUSTOM_RACE']['reserved'] == 0
+
+
+def test_add_traits_keeps_everything_else_of_the_provider(client, admin, root):
+    """Adopting a provider another service made (steward db import-cyborg): only
+    the trait is added; its name, traits and inventory stay, and a provider that
+    has the trait already costs no write."""
+    rp, name = str(uuid.uuid4()), unique_name('cyborg-dev')
+    assert admin.post('/resource_providers', json={
+        'name': name, 'uuid': rp, 'parent_provider_uuid': root}).status_code == 200
+    assert admin.put('/resource_providers/%s/inventories' % rp, json={
+        'resource_provider_generation': 0,
+        'inventories': {'FPGA': {'total': 4}}}).status_code == 200
+    custom = _custom('FAKE')
+    assert admin.put('/traits/%s' % custom).status_code in (201, 204)
+    assert admin.put('/resource_providers/%s/traits' % rp, json={
+        'resource_provider_generation': 1, 'traits': [custom]}).status_code == 200
+    writes = client.stats['writes']
+
+    assert client.add_traits(rp, {OWNER_TRAIT}) == {OWNER_TRAIT}
+    assert client.stats['writes'] == writes + 1
+    assert _traits(admin, rp) == {custom, OWNER_TRAIT}
+    assert _inventory(admin, rp)['FPGA']['total'] == 4
+    provider = admin.get('/resource_providers/%s' % rp).json()
+    assert (provider['name'], provider['generation']) == (name, 3)
+
+    assert client.add_traits(rp, {OWNER_TRAIT, custom}) == set()
+    assert client.stats['writes'] == writes + 1
+    with pytest.raises(exception.PlacementError) as exc:
+        client.add_traits(str(uuid.uuid4()), {OWNER_TRAIT})
+    assert exc.value.http_status == 404
