@@ -26,6 +26,8 @@ DEPENDENCIES = {
     'pci': 'at least one real PCI function under /sys/bus/pci/devices',
     'root': 'uid 0: privsep daemons started with ambient capabilities, and a '
             'service that drops to another user',
+    'pip': "pip reaching the package index (or the machine's wheels and cache): a "
+           'side virtualenv with the runtime install alone (test_runtime_install.py)',
 }
 
 ENV = 'STEWARD_REQUIRE'

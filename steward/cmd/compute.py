@@ -195,7 +195,6 @@ def main(argv):
     CONF.set_default('use_stderr', True)
     try:
         service.prepare(rest)
-        logging.getLogger('httpx').setLevel(logging.WARNING)
     except SystemExit:
         raise
     except Exception as err:      # oslo.config's own errors (unknown option, bad file)
