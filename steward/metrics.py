@@ -34,6 +34,7 @@ from prometheus_client import exposition
 import sqlalchemy as sa
 
 from steward.common import exception
+from steward.common import netutils
 from steward.common import states
 
 LOG = logging.getLogger(__name__)
@@ -331,15 +332,12 @@ def render(registry=REGISTRY):
 def parse_listen(value, option='[agent] metrics_listen'):
     """``HOST:PORT`` (``[::1]:9464`` for IPv6) -> (host, port); InvalidConfiguration
     with the option's name otherwise."""
-    text = (value or '').strip()
-    host, sep, port = text.rpartition(':')
-    if host.startswith('[') and host.endswith(']'):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    try:
+        return netutils.split_host_port(value)
+    except ValueError:
         raise exception.InvalidConfiguration(
             reason=f'{option} = {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9464 '
-                   f'or [::1]:9464 (empty: no metrics endpoint)')
-    return host, int(port)
+                   f'or [::1]:9464 (empty: no metrics endpoint)') from None
 
 
 class MetricsServer:

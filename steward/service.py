@@ -172,28 +172,16 @@ def serve_http_on(app, sock):
 IN_PROCESS_TRANSPORTS = ('kombu+stewardmem', 'kombu+memory', 'fake')
 
 
-def _redacted(url):
-    """``url`` with its password replaced, for messages."""
-    import urllib.parse
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return '<unparseable URL>'
-    if parts.password:
-        netloc = parts.netloc.replace(f':{parts.password}@', ':***@')
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
 def check_service_config(role):
     """Refuse a configuration the separate service ``role`` cannot work with, at
     start and with the option to change, rather than time out on first use."""
     from steward.common import exception
+    from steward.common import netutils
     url = CONF.transport_url or ''
     if url.split(':', 1)[0] in IN_PROCESS_TRANSPORTS:
         raise exception.InvalidConfiguration(
             reason=f'steward {role} runs as a separate service but [DEFAULT] '
-                   f'transport_url = {_redacted(url)} only reaches services in the same '
+                   f'transport_url = {netutils.redacted_url(url)} only reaches services in the same '
                    f'process; set it to the shared broker, e.g. '
                    f'rabbit://steward:PASSWORD@CONTROLLER:5672/')
     if role in ('api', 'conductor'):
@@ -202,7 +190,7 @@ def check_service_config(role):
             LOG.warning('steward %s uses SQLite (%s): every api and conductor process '
                         'must then run on this host; set [database] connection to '
                         'PostgreSQL for a multi-host control plane', role,
-                        _redacted(connection))
+                        netutils.redacted_url(connection))
     rpc_version_cap('conductor')
     rpc_version_cap('agent')
 

@@ -50,14 +50,6 @@ _build_lock = threading.Lock()
 _built = {}   # 'url' once placement's DB layer is configured; 'app' once loaded
 
 
-def _redact(url):
-    try:
-        import sqlalchemy
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - only used in messages
-        return '<unparseable URL>'
-
-
 def build_app(connection_url):
     """The Placement WSGI app on ``connection_url``; one database per process.
 
@@ -71,7 +63,8 @@ def build_app(connection_url):
             raise exception.InvalidConfiguration(
                 reason='this process already runs Placement on %s; Placement '
                        'configures its database once per process, so %s cannot be '
-                       'served here' % (_redact(_built['url']), _redact(connection_url)))
+                       'served here' % (netutils.redacted_url(_built['url']),
+                                        netutils.redacted_url(connection_url)))
         if _built.get('app') is not None:
             return _built['app']
         # Each step is recorded once done: if a later one fails (a bad URL, a locked
