@@ -119,51 +119,16 @@ _HTTP_OPTIONS = dict(log_level='warning', access_log=False, lifespan='off',
                      timeout_keep_alive=HTTP_KEEP_ALIVE)
 
 
-def run_http(app, host, port, workers=1):
-    """Serve ``app`` until SIGTERM/SIGINT. With ``workers`` > 1, ``app`` is an
-    import string of an app factory (uvicorn starts that many worker processes,
-    each building its own app, and restarts a worker that dies)."""
+def run_http(app, host, port):
+    """Serve ``app`` in this process until SIGTERM/SIGINT or stop_process()."""
     import uvicorn
-    LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))', host, port,
-             workers)
-    if workers > 1:
-        uvicorn.run(app, factory=True, workers=workers, host=host, port=port,
-                    **_HTTP_OPTIONS)
-        return
-    serve_http_on(app, bind_http(host, port))
-
-
-def bind_http(host, port):
-    """The API's listening socket, bound here so that worker processes started
-    later can accept on it too (steward/serve_workers.py)."""
-    import socket
-    family = socket.getaddrinfo(host.strip('[]'), port, type=socket.SOCK_STREAM)[0][0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip('[]'), port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def http_started():
-    """True once this process's HTTP server (serve_http_on) accepts requests."""
-    server = _exit['server']
-    return server is not None and server.started
-
-
-def serve_http_on(app, sock):
-    """Serve ``app`` on the listening socket ``sock`` until SIGTERM/SIGINT or
-    stop_process()."""
-    import uvicorn
-    server = _quiet_exit_server(uvicorn.Config(app, **_HTTP_OPTIONS))
+    LOG.info('Steward API listening on http://%s:%s/v2', host, port)
+    server = _quiet_exit_server(uvicorn.Config(app, host=host.strip('[]'), port=port,
+                                               backlog=2048, **_HTTP_OPTIONS))
     _exit['server'] = server            # stop_process() ends it
     if _stop_requested.is_set():
         return
-    server.run(sockets=[sock])
+    server.run()
 
 
 # -- separate services (steward api | conductor | agent) ---------------------------
@@ -193,25 +158,6 @@ def check_service_config(role):
                         netutils.redacted_url(connection))
     rpc_version_cap('conductor')
     rpc_version_cap('agent')
-
-
-def check_serve_workers():
-    """``steward serve`` with API worker processes needs a database they all
-    reach: an in-memory SQLite database is private to each process."""
-    from steward.common import exception
-    from steward.common import sqlite_writers
-    if CONF.api.workers <= 1:
-        return
-    try:
-        path = sqlite_writers.sqlite_file(CONF.database.connection)
-    except Exception:  # noqa: BLE001 - the database layer reports a bad URL itself
-        return
-    if path == '':
-        raise exception.InvalidConfiguration(
-            reason=f'[api] workers = {CONF.api.workers} with an in-memory SQLite '
-                   f'[database] connection: each API worker process would have a '
-                   f'database of its own; use a file (the default) or set [api] '
-                   f'workers = 1')
 
 
 def is_loopback(host):

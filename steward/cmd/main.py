@@ -1,8 +1,6 @@
 """The ``steward`` command."""
 import argparse
-import json
 import logging
-import os
 import sys
 
 from steward import service
@@ -35,7 +33,9 @@ plugin): see doc/cli.md.
 def cmd_serve(argv):
     service.prepare(argv)
     service.check_exposure(_serve_listeners())
-    service.check_serve_workers()
+    if CONF.api.workers > 1:
+        LOG.warning('[api] workers = %d is for steward api; steward serve is one '
+                    'process (doc/install.md)', CONF.api.workers)
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
     # A bad [api] metrics_listen stops serve before anything else starts.
@@ -52,7 +52,7 @@ def cmd_serve(argv):
     # No [nova] on one host: events are off. `steward compute boot`, like Nova, finds
     # its ARQs already resolved and waits for no event.
     servers = []
-    agent = conductor = helpers = None
+    agent = conductor = None
     try:
         service.sync_database()
         if placement_proc is not None:
@@ -66,24 +66,14 @@ def cmd_serve(argv):
         from steward import metrics
         metrics.watch_agent(agent)          # discovery metrics on the API's /metrics
         servers.append(service.start_rpc_server(CONF.rpc_topic_agent, agent.host,
-                                                [agent]))
+                                                 [agent]))
         agent.init_host()
         agent.start()
         conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor))
-        sock = service.bind_http(CONF.api.host_ip, CONF.api.port)
-        LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))',
-                 CONF.api.host_ip, CONF.api.port, CONF.api.workers)
-        if CONF.api.workers > 1:
-            from steward import serve_workers
-            helpers = serve_workers.Helpers(CONF.api.workers - 1, sock, argv,
-                                            conductor.agent_api)
-            helpers.start(when=service.http_started)
         service.settle_heap()
-        service.serve_http_on(app, sock)
+        service.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
-        if helpers is not None:
-            helpers.stop()          # first: they reach the agent through this process
         if agent is not None:
             agent.stop()
         for srv in servers:
@@ -97,12 +87,12 @@ def cmd_serve(argv):
     return service.exit_status()
 
 
-def _serve_metrics():
+def _serve_metrics(registry=None):
     """The [api] metrics_listen server of this process (None: not configured)."""
     if not CONF.api.metrics_listen.strip():
         return None
     from steward import metrics
-    return metrics.serve_api(CONF.api.metrics_listen)
+    return metrics.serve_api(CONF.api.metrics_listen, registry=registry)
 
 
 def _serve_listeners():
@@ -118,20 +108,41 @@ def cmd_api(argv):
     service.check_service_config('api')
     service.check_exposure([('the API', CONF.api.host_ip)])
     workers = CONF.api.workers
-    if workers > 1:
-        # Each worker process builds its own app from the same configuration.
-        os.environ[api_factory.ARGV_ENV] = json.dumps(list(argv))
-        os.environ[api_factory.PARENT_ENV] = str(os.getpid())
-        app = api_factory.IMPORT_STRING
-    else:
+    if workers == 1:
         app = api_factory.build()
-    exporter = _serve_metrics()
+        exporter = _serve_metrics()
+        try:
+            service.run_http(app, CONF.api.host_ip, CONF.api.port)
+        finally:
+            if exporter is not None:
+                exporter.stop()
+            service.release_shared_resources()
+        return service.exit_status()
+    # Several processes: gunicorn's workers (steward/supervisor.py), each building
+    # its app after the fork; their bind observations meet in prometheus_client's
+    # multiprocess files, which this process serves.
+    import os
+    import shutil
+    import tempfile
+    metrics_dir = tempfile.mkdtemp(prefix='steward-api-metrics-')
+    os.environ['PROMETHEUS_MULTIPROC_DIR'] = metrics_dir    # before prometheus_client
+    from steward import metrics
+    from steward import supervisor
+    from steward.db import session
+    exporter = _serve_metrics(metrics.multiprocess_registry())
+    LOG.info('Steward API listening on http://%s:%s/v2 (%d worker processes)',
+             CONF.api.host_ip, CONF.api.port, workers)
     try:
-        service.run_http(app, CONF.api.host_ip, CONF.api.port, workers=workers)
+        supervisor.Supervisor(
+            api_factory.build, CONF.api.host_ip, CONF.api.port, workers,
+            supervisor.API_WORKER, keepalive=service.HTTP_KEEP_ALIVE,
+            graceful_timeout=10, name='steward-api', on_fork=session.after_fork,
+            on_child_exit=metrics.process_dead).serve_forever()
     finally:
         if exporter is not None:
             exporter.stop()
         service.release_shared_resources()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 

@@ -6,8 +6,8 @@ Three layers, each usable alone:
   migrated on load), with SQLite writers serialised (see ``_serialize_sqlite_writers``).
 * ``serve(app, host, port)`` - a threaded wsgiref server in a daemon thread (tests).
 * ``start_subprocess(...)`` / ``main()`` - the app in a child process that dies with
-  its parent, served by worker processes (``workers.py``): how ``steward serve``
-  runs it.
+  its parent, served by gunicorn worker processes (steward/supervisor.py): how
+  ``steward serve`` runs it.
 
 Placement's database layer is global and configured once per process (its
 ``db_api.configure`` is ``@run_once``), so a process serves at most one Placement
@@ -32,7 +32,7 @@ from wsgiref import simple_server
 from steward.common import exception
 from steward.common import lifetime
 from steward.common import netutils
-from steward.common import sqlite_writers
+from steward.db import sqlite
 
 LOG = logging.getLogger(__name__)
 
@@ -41,6 +41,11 @@ LOG = logging.getLogger(__name__)
 CONNECTION_ENV = 'STEWARD_PLACEMENT_CONNECTION'
 # Lets the parent tell its own child's answer from another server's on the same port.
 PID_HEADER = 'X-Steward-Placement-Pid'
+
+# Milliseconds a writer of the embedded Placement's SQLite file waits for its turn
+# in the process, then for SQLite's lock (a first registration of thousands of
+# providers keeps both workers writing).
+BUSY_TIMEOUT_MS = 30000
 
 # SQLite connections kept open for the server's threads (see
 # _pool_sqlite_connections); beyond it up to as many more are opened and closed.
@@ -91,7 +96,7 @@ def _configure_db(connection_url):
         raise exception.InvalidConfiguration(
             reason="Placement's database layer was already configured in this "
                    'process by other code (an upstream PlacementFixture?)')
-    path = sqlite_writers.sqlite_file(connection_url)
+    path = sqlite.sqlite_file(connection_url)
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
@@ -288,24 +293,11 @@ def _serialize_sqlite_writers(engine):
     import sqlalchemy
 
     depth = threading.local()
-    # The outermost transactions queue before BEGIN IMMEDIATE, across threads and
-    # the child's worker processes: SQLite's busy handler makes a waiting writer
-    # sleep and poll, and the Placement threads spent most of a first registration
-    # asleep there.
-    path = sqlite_writers.sqlite_file(engine.url)
-    file_backed = bool(path)
-    writers = sqlite_writers.WriterQueue(path or None)
-
-    @sqlalchemy.event.listens_for(engine, 'connect')
-    def _connect(dbapi_conn, _record):
-        # WAL: readers beside a writer, and a commit without a sync of the whole
-        # journal (synchronous=NORMAL syncs at checkpoints), as Steward's own
-        # database; the mode is kept in the file.
-        if file_backed:
-            cur = dbapi_conn.cursor()
-            cur.execute('PRAGMA journal_mode=WAL')
-            cur.execute('PRAGMA synchronous=NORMAL')
-            cur.close()
+    # The outermost transactions of this process's threads queue before BEGIN
+    # IMMEDIATE, bounded (steward/db/sqlite.py, the setup Steward's own database
+    # has); the child's worker processes meet in SQLite's busy handler.
+    sqlite.configure(engine, BUSY_TIMEOUT_MS, foreign_keys=False)
+    writers = sqlite.WriterLock(BUSY_TIMEOUT_MS / 1000)
 
     for fn in list(engine.dispatch.begin):
         if getattr(fn, '__name__', '') == '_sqlite_emit_begin':
@@ -390,7 +382,7 @@ class EmbeddedServer:
 def serve(app, host='127.0.0.1', port=0):
     """Serve ``app`` on host:port (0 = a free port); returns once listening."""
     url = _built.get('url')
-    if url is not None and sqlite_writers.sqlite_file(url) == '':
+    if url is not None and sqlite.sqlite_file(url) == '':
         # In-memory SQLite is one connection shared by all threads: concurrent
         # requests over-commit allocations and can hang the server.
         raise exception.InvalidConfiguration(
@@ -463,9 +455,15 @@ def main(argv=None):
         LOG.info('Placement listening on %s (pid %d, %d worker(s))', url, os.getpid(),
                  args.workers)
 
-    from steward.placement import workers
-    workers.serve_forever(app, args.host, args.port, args.workers,
-                          on_fork=lambda: engine.dispose(close=False), on_ready=on_ready)
+    from steward import supervisor
+    # Kept-alive connections linger at most two seconds after a SIGTERM (Placement
+    # answers in milliseconds); a worker is given two minutes for the largest
+    # reshape or allocation-candidates query a host makes.
+    supervisor.Supervisor(lambda: app, args.host, args.port, args.workers,
+                          supervisor.WSGI_WORKER, graceful_timeout=2, timeout=120,
+                          name='steward-placement',
+                          on_fork=lambda: engine.dispose(close=False),
+                          on_ready=on_ready).serve_forever()
     return 0
 
 
