@@ -57,13 +57,13 @@ def placement_client(endpoint=None):
 def start_embedded_placement(wait=True):
     """The embedded Placement child; ``wait=False``: started, not yet answering
     (call its ``wait_ready()`` before using it)."""
-    from steward.placement import embedded
+    from steward.placement import handle
     log_file = os.path.join(CONF.state_path, 'placement.log')
-    proc = embedded.start_subprocess(CONF.placement.embedded_connection,
-                                     CONF.placement.embedded_host,
-                                     CONF.placement.embedded_port, log_file=log_file,
-                                     wait=wait, workers=CONF.placement.embedded_workers)
-    # One start-up line per component: embedded.start_subprocess() logs the URL.
+    proc = handle.start_subprocess(CONF.placement.embedded_connection,
+                                   CONF.placement.embedded_host,
+                                   CONF.placement.embedded_port, log_file=log_file,
+                                   wait=wait, workers=CONF.placement.embedded_workers)
+    # One start-up line per component: handle.start_subprocess() logs the URL.
     LOG.debug('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
     return proc
 

@@ -30,7 +30,7 @@ import uuid
 
 import httpx
 
-from steward.placement import embedded
+from steward.placement import handle as embedded
 from tests import requirements
 from tests.multihost import pg
 from tests.multihost import rabbit
