@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import tenacity
 
-from steward import client as cli
+from steward.osc import cli
 
 DEFAULT_INTERVAL = 2.0
 # Answers that mean "not now" (the API restarting behind a proxy), not "no".
