@@ -7,7 +7,8 @@ row lock in the database, which is what keeps several workers (and several API
 hosts) correct. None of them reaches an agent: what needs one goes to the
 conductor that owns it, over RPC.
 """
-from steward import service
+from steward import process
+from steward.conf import checks
 
 
 def build():
@@ -16,6 +17,6 @@ def build():
     from steward.api import app as api_app
     from steward.conductor import rpcapi
     app = api_app.create_app(
-        rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')))
-    service.settle_heap()
+        rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor')))
+    process.settle_heap()
     return app

@@ -22,7 +22,7 @@ class AgentManager:
     def __init__(self, conf, conductor_api, host=None, drivers=None, on_fatal=None):
         self.conf = conf
         # Called (from the discovery thread) when the agent cannot do its job: the
-        # service stops the process with a failure status (steward/service.py).
+        # service stops the process with a failure status (steward/process.py).
         self.on_fatal = on_fatal
         self.fatal = None
         self.host = host or conf.host

@@ -3,7 +3,10 @@ import argparse
 import logging
 import sys
 
-from steward import service
+from steward import process
+from steward.common import rpc
+from steward.conf import checks
+from steward.placement import handle as placement_handle
 from steward.common import exception
 from steward.conf import CONF
 
@@ -31,8 +34,8 @@ plugin): see doc/cli.md.
 
 
 def cmd_serve(argv):
-    service.prepare(argv)
-    service.check_exposure(_serve_listeners())
+    process.prepare(argv)
+    checks.check_exposure(_serve_listeners())
     if CONF.api.workers > 1:
         LOG.warning('[api] workers = %d is for steward api; steward serve is one '
                     'process (doc/install.md)', CONF.api.workers)
@@ -42,8 +45,8 @@ def cmd_serve(argv):
     exporter = _serve_metrics()
     # Placement takes as long to start as the imports and migrations below: start
     # it now (as the user serve runs as) and let the two run side by side.
-    placement_proc = service.start_embedded_placement(wait=False) \
-        if service.placement_is_embedded() else None
+    placement_proc = placement_handle.start_embedded(wait=False) \
+        if placement_handle.is_embedded() else None
     from steward.agent import manager as agent_manager
     from steward.api import app as api_app
     from steward.conductor import manager as conductor_manager
@@ -54,37 +57,37 @@ def cmd_serve(argv):
     servers = []
     agent = conductor = None
     try:
-        service.sync_database()
+        process.sync_database()
         if placement_proc is not None:
             placement_proc.wait_ready()
-        conductor = conductor_manager.ConductorManager(service.placement_client())
+        conductor = conductor_manager.ConductorManager(placement_handle.placement_client())
         conductor.init_host()
-        servers.append(service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host,
+        servers.append(rpc.start_server(CONF.rpc_topic_conductor, CONF.host,
                                                  [conductor]))
         agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI(),
-                                           on_fatal=lambda _err: service.stop_process(1))
+                                           on_fatal=lambda _err: process.stop_process(1))
         from steward import metrics
         metrics.watch_agent(agent)          # discovery metrics on the API's /metrics
-        servers.append(service.start_rpc_server(CONF.rpc_topic_agent, agent.host,
+        servers.append(rpc.start_server(CONF.rpc_topic_agent, agent.host,
                                                  [agent]))
         agent.init_host()
         agent.start()
         conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor))
-        service.settle_heap()
-        service.run_http(app, CONF.api.host_ip, CONF.api.port)
+        process.settle_heap()
+        process.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
         if agent is not None:
             agent.stop()
         for srv in servers:
-            service.stop_rpc_server(srv)
+            rpc.stop_server(srv)
         if conductor is not None:
             conductor.stop()
         if placement_proc is not None:
             placement_proc.stop()
         if exporter is not None:
             exporter.stop()
-    return service.exit_status()
+    return process.exit_status()
 
 
 def _serve_metrics(registry=None):
@@ -97,27 +100,27 @@ def _serve_metrics(registry=None):
 
 def _serve_listeners():
     listeners = [('the API', CONF.api.host_ip)]
-    if service.placement_is_embedded():
+    if placement_handle.is_embedded():
         listeners.append(('the embedded Placement', CONF.placement.embedded_host))
     return listeners
 
 
 def cmd_api(argv):
     from steward import api_factory
-    service.prepare(argv)
-    service.check_service_config('api')
-    service.check_exposure([('the API', CONF.api.host_ip)])
+    process.prepare(argv)
+    checks.check_service_config('api')
+    checks.check_exposure([('the API', CONF.api.host_ip)])
     workers = CONF.api.workers
     if workers == 1:
         app = api_factory.build()
         exporter = _serve_metrics()
         try:
-            service.run_http(app, CONF.api.host_ip, CONF.api.port)
+            process.run_http(app, CONF.api.host_ip, CONF.api.port)
         finally:
             if exporter is not None:
                 exporter.stop()
-            service.release_shared_resources()
-        return service.exit_status()
+            process.release_shared_resources()
+        return process.exit_status()
     # Several processes: gunicorn's workers (steward/supervisor.py), each building
     # its app after the fork; their bind observations meet in prometheus_client's
     # multiprocess files, which this process serves.
@@ -135,39 +138,39 @@ def cmd_api(argv):
     try:
         supervisor.Supervisor(
             api_factory.build, CONF.api.host_ip, CONF.api.port, workers,
-            supervisor.API_WORKER, keepalive=service.HTTP_KEEP_ALIVE,
+            supervisor.API_WORKER, keepalive=process.HTTP_KEEP_ALIVE,
             graceful_timeout=10, name='steward-api', on_fork=session.after_fork,
             on_child_exit=metrics.process_dead).serve_forever()
     finally:
         if exporter is not None:
             exporter.stop()
-        service.release_shared_resources()
+        process.release_shared_resources()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
 def cmd_conductor(argv):
     from steward.conductor import manager as conductor_manager
-    service.prepare(argv)
-    service.check_service_config('conductor')
-    service.sync_database()
+    process.prepare(argv)
+    checks.check_service_config('conductor')
+    process.sync_database()
     extra = {}
-    agent_cap = service.rpc_version_cap('agent')
+    agent_cap = checks.rpc_version_cap('agent')
     if agent_cap is not None:
         from steward.agent import rpcapi as agent_rpcapi
         extra['agent_api'] = agent_rpcapi.AgentAPI(version_cap=agent_cap)
-    conductor = conductor_manager.ConductorManager(service.placement_client(), **extra)
+    conductor = conductor_manager.ConductorManager(placement_handle.placement_client(), **extra)
     conductor.init_host()
-    srv = service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
+    srv = rpc.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
     conductor.start()
     LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
-    service.settle_heap()
+    process.settle_heap()
     try:
-        service.wait_for_shutdown()
+        process.wait_for_shutdown()
     finally:
-        service.stop_rpc_server(srv)     # in-flight calls finish first
+        rpc.stop_server(srv)     # in-flight calls finish first
         conductor.stop()
-        service.release_shared_resources()
+        process.release_shared_resources()
     return 0
 
 
@@ -175,38 +178,38 @@ def cmd_agent(argv):
     from steward import metrics
     from steward.agent import manager as agent_manager
     from steward.conductor import rpcapi
-    service.prepare(argv)
-    service.check_service_config('agent')
+    process.prepare(argv)
+    checks.check_service_config('agent')
     from steward.agent import privileges
     privileges.start(CONF)      # before any thread: forks daemons, drops privileges
     agent = agent_manager.AgentManager(
-        CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')),
-        on_fatal=lambda _err: service.stop_process(1))
+        CONF, rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor')),
+        on_fatal=lambda _err: process.stop_process(1))
     # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.
     exporter = metrics.serve_agent(agent, CONF.agent.metrics_listen) \
         if CONF.agent.metrics_listen.strip() else None
-    srv = service.start_rpc_server(CONF.rpc_topic_agent, agent.host, [agent])
+    srv = rpc.start_server(CONF.rpc_topic_agent, agent.host, [agent])
     LOG.info('Agent %s serving topic %s (server %s)', agent.host, CONF.rpc_topic_agent,
              agent.host)
     try:
         agent.init_host()
         agent.start()
-        service.settle_heap()
-        service.wait_for_shutdown()
+        process.settle_heap()
+        process.wait_for_shutdown()
     finally:
         agent.stop()
-        service.stop_rpc_server(srv)
+        rpc.stop_server(srv)
         if exporter is not None:
             exporter.stop()
-        service.release_shared_resources()
-    return service.exit_status()
+        process.release_shared_resources()
+    return process.exit_status()
 
 
 def cmd_db(argv):
     parser = argparse.ArgumentParser(prog='steward db')
     parser.add_argument('action', choices=['sync', 'online-data-migrations', 'version'])
     args, rest = parser.parse_known_args(argv)
-    service.prepare(rest)
+    process.prepare(rest)
     from steward.db import data_migrations, migration
     if args.action == 'sync':
         migration.upgrade()
@@ -225,7 +228,7 @@ def cmd_db(argv):
 
 def cmd_status(argv):
     if argv[:2] != ['upgrade', 'check']:
-        service.fail('usage: steward status upgrade check [--config-file F]', 2)
+        process.fail('usage: steward status upgrade check [--config-file F]', 2)
     from steward.cmd import status
     return status.main(argv[2:])
 
@@ -255,7 +258,7 @@ def main(argv=None):
     try:
         return command(argv[1:])
     except exception.InvalidConfiguration as err:
-        service.fail(str(err))
+        process.fail(str(err))
     except KeyboardInterrupt:
         return 130
 

@@ -163,3 +163,42 @@ def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
     return child
 
 
+# -- from Steward's configuration ------------------------------------------------------
+def _conf():
+    from steward.conf import CONF
+    return CONF
+
+
+def is_embedded(conf=None):
+    conf = conf or _conf()
+    return conf.placement.embedded and not (conf.placement.auth_type
+                                            or conf.placement.endpoint_override)
+
+
+def embedded_url(conf=None):
+    conf = conf or _conf()
+    return f'http://{conf.placement.embedded_host}:{conf.placement.embedded_port}'
+
+
+def placement_client(endpoint=None):
+    """The conductor's Placement client: the embedded Placement when this
+    configuration starts one, else [placement]."""
+    from steward.placement import client
+    conf = _conf()
+    if endpoint is None and is_embedded(conf):
+        endpoint = embedded_url(conf)
+    return client.PlacementClient.from_conf(conf, endpoint=endpoint)
+
+
+def start_embedded(wait=True):
+    """The embedded Placement child; ``wait=False``: started, not yet answering
+    (call its ``wait_ready()`` before using it)."""
+    conf = _conf()
+    log_file = os.path.join(conf.state_path, 'placement.log')
+    proc = start_subprocess(conf.placement.embedded_connection,
+                            conf.placement.embedded_host, conf.placement.embedded_port,
+                            log_file=log_file, wait=wait,
+                            workers=conf.placement.embedded_workers)
+    # One start-up line per component: start_subprocess() logs the URL.
+    LOG.debug('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
+    return proc
