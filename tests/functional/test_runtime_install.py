@@ -50,12 +50,11 @@ RUN = {
                        "'Content-Type: application/json' \\"),
     ('doc/metrics.md', "curl -s http://127.0.0.1:6667/metrics | grep -E "
                        "'^steward_(devices|accelerator_requests|cleanups_total)'"),
+    # /opt/steward -> a directory of the test's, the checkout -> this one.
+    ('doc/deployment-systemd.md', 'python3 -m venv /opt/steward'),
 }
 # Blocks run elsewhere, or not on one host: (document, first line) -> where / why.
 ELSEWHERE = {
-    ('doc/deployment-systemd.md', 'python3 -m venv /opt/steward'):
-        'installs into /opt; the same pip install without extras is built here, the '
-        'units are tests/unit/test_systemd_units.py',
     ('doc/multihost.md', 'git clone <steward repository> /opt/steward && cd '
                          '/opt/steward'): 'several hosts: tests/multihost',
     ('doc/multihost.md', 'apt-get install rabbitmq-server'): 'tests/multihost/rabbit.py',
@@ -304,3 +303,20 @@ def test_troubleshooting_plugin_commands(runtime, clients):
     assert len(reads) == 4, reads
     out = runtime.run(preamble + f'DEVICE={device["uuid"]}\n' + '\n'.join(reads))
     assert device['uuid'] in out.stdout and 'available' in out.stdout
+
+
+def test_systemd_install_block(runtime, tmp_path):
+    """deployment-systemd.md's install: a plain (not editable) pip install of the
+    checkout, which carries the package data (migrations, alembic.ini) itself."""
+    script = block('doc/deployment-systemd.md', 'python3 -m venv /opt/steward')
+    script = script.replace('/opt/steward', str(tmp_path / 'opt-steward')).replace(
+        '/path/to/steward-checkout', ROOT)
+    out = runtime.run(script)
+    assert 'serve' in out.stdout and 'db sync' in out.stdout
+    # The installed copy finds its migrations without the checkout.
+    conf = tmp_path / 'db.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}/state\n')
+    synced = subprocess.run([str(tmp_path / 'opt-steward' / 'bin' / 'steward'), 'db', 'sync',
+                             '--config-file', str(conf)], capture_output=True, text=True,
+                            cwd=str(tmp_path), env=runtime.env, timeout=300)
+    assert synced.returncode == 0 and 'Database at revision' in synced.stdout, synced
