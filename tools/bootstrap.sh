@@ -16,10 +16,10 @@ fi
 [ -n "$py" ] || { echo "Python >= 3.11 is required" >&2; exit 1; }
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
+  "$venv"/bin/pip install -q --upgrade pip
 fi
 stamp="$venv/.steward-installed${extras:+-$extras}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/pip" install -q -e ".${extras:+[$extras]}"
+  "$venv"/bin/pip install -q -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi
