@@ -7,10 +7,8 @@ lifecycle). Prints, with the machine's size and the date:
 
 * instances/second for sequential instances, and for 4 and 16 concurrent clients,
   with bind latency percentiles and, for the concurrent runs, the CPU per instance
-  of the server's API processes (the serve process and its [api] workers) and of
-  this load generator (a lean keep-alive http.client client: both share the
-  machine's cores). One client's connection is served by one process, so the
-  sequential run uses one; concurrent clients spread over all of them;
+  of the server (the one `steward serve` process) and of this load generator (a
+  lean keep-alive http.client client: both share the machine's cores);
 * double allocations (one attach handle held by two live instances: seen by the
   clients, and in snapshots of every Bound ARQ the API lists meanwhile) and 5xx
   answers, both of which must be 0;
@@ -42,7 +40,7 @@ import uuid
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.stack import api_workers, running_stack  # noqa: E402
+from tests.stack import running_stack  # noqa: E402
 from tests.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
 
 PROFILE = 'bench-fpga'
@@ -226,7 +224,7 @@ def cpu_seconds(pid=None):
     if pid is None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
-    return stack_cpu_seconds([pid] + api_workers(pid))
+    return stack_cpu_seconds([pid])
 
 
 def concurrent_run(url, rp_uuid, clients, per_client, tally, server_pid):

@@ -193,7 +193,7 @@ def main():
         run(tmp, args, tree, None, 'conductor on SQLite, no Placement')
         if not args.no_placement:
             from steward.placement import client as placement_client
-            from steward.placement import embedded
+            from steward.placement import handle as embedded
             from tests.stack import free_port
             child = embedded.start_subprocess(f'sqlite:///{tmp}/placement.sqlite',
                                               port=free_port())

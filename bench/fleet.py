@@ -87,7 +87,7 @@ def main():
     if srv is None:
         sys.exit('PostgreSQL is not installed (tools/system-packages.sh)')
 
-    from steward.placement import embedded
+    from steward.placement import handle as embedded
     tmp = tempfile.mkdtemp(prefix='steward-fleet-')
     broker = rabbit.RabbitServer(base=os.path.join(tmp, 'rabbit')).start()
     placement = conductor = None

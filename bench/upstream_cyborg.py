@@ -148,7 +148,7 @@ def measure_cyborg(args, tmp):
     placement = cyborg = None
     try:
         rabbit.start()
-        from steward.placement import embedded
+        from steward.placement import handle as embedded
         placement = embedded.start_subprocess(
             f'sqlite:///{tmp}/placement.db', port=free_port(),
             log_file=os.path.join(tmp, 'placement.log'))

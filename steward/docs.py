@@ -35,6 +35,7 @@ def _table(transitions):
 def states_markdown():
     arq_docs = _state_docs(states.ARQ_STATES)
     dev_docs = _state_docs(states.DEVICE_STATES)
+    erase_docs = _state_docs(states.ERASE_STATES)
     return f'''# State machines
 
 Generated from `steward/common/states.py` by `python -m steward.docs`; a test fails
@@ -68,6 +69,23 @@ Placement `reserved = total` for a single-accelerator device in every state but
 {dev_docs}
 
 {_table(states.DEVICE_TRANSITIONS)}
+
+A device created in `error` (discovery found its cleanup policy cannot be met)
+has a history row `discovered` from the start, with its `last_error` as reason.
+
+## Erase records (`status`, one cleanup attempt)
+
+Created `running` when the agent starts a cleanup, or directly `failed` /
+`interrupted` when no attempt could run; ended once, by `states.advance()` like
+the other two (a result that comes after another ended it is refused).
+
+```mermaid
+{_mermaid(states.ERASE_TRANSITIONS, states.ERASE_INITIAL_STATES)}
+```
+
+{erase_docs}
+
+{_table(states.ERASE_TRANSITIONS)}
 '''
 
 

@@ -24,6 +24,7 @@ authentication): ``[api] metrics_listen`` for ``steward api`` and ``steward serv
 """
 import contextlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -34,6 +35,7 @@ from prometheus_client import exposition
 import sqlalchemy as sa
 
 from steward.common import exception
+from steward.common import netutils
 from steward.common import states
 
 LOG = logging.getLogger(__name__)
@@ -84,24 +86,10 @@ for _outcome in BIND_OUTCOMES:
 
 
 # --- observed where things happen ---------------------------------------------------
-# In an API worker process of steward serve (steward/serve_workers.py): where its
-# observations go, since only the serve process's registry is scraped.
-_forward = None
-
-
-def forward_to(fn):
-    """Send every observation of this process to ``fn(kind, values)`` instead of
-    recording it here; the receiving process calls record(kind, *values)."""
-    global _forward
-    _forward = fn
-
-
 def record(kind, *values):
     """One observation: ``bind`` (outcome, seconds) or ``cleanup`` (action,
     outcome, seconds or None)."""
-    if _forward is not None:
-        _forward(kind, values)
-    elif kind == 'bind':
+    if kind == 'bind':
         outcome, seconds = values
         BIND_SECONDS.labels(outcome).observe(seconds)
     elif kind == 'cleanup':
@@ -331,15 +319,12 @@ def render(registry=REGISTRY):
 def parse_listen(value, option='[agent] metrics_listen'):
     """``HOST:PORT`` (``[::1]:9464`` for IPv6) -> (host, port); InvalidConfiguration
     with the option's name otherwise."""
-    text = (value or '').strip()
-    host, sep, port = text.rpartition(':')
-    if host.startswith('[') and host.endswith(']'):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    try:
+        return netutils.split_host_port(value)
+    except ValueError:
         raise exception.InvalidConfiguration(
             reason=f'{option} = {value!r}: expected HOST:PORT, e.g. 127.0.0.1:9464 '
-                   f'or [::1]:9464 (empty: no metrics endpoint)')
-    return host, int(port)
+                   f'or [::1]:9464 (empty: no metrics endpoint)') from None
 
 
 class MetricsServer:
@@ -369,11 +354,42 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve_api(address):
-    """This process's metrics (every family) on ``address``, [api] metrics_listen."""
-    server = MetricsServer(address, REGISTRY, option='[api] metrics_listen')
+def serve_api(address, registry=None):
+    """This process's metrics (every family) on ``address``, [api] metrics_listen;
+    ``registry``: another one (multiprocess_registry())."""
+    server = MetricsServer(address, REGISTRY if registry is None else registry,
+                           option='[api] metrics_listen')
     LOG.info('Metrics at %s', server.url)
     return server
+
+
+# --- several processes (steward api with [api] workers > 1) ---------------------------
+MULTIPROC_ENV = 'PROMETHEUS_MULTIPROC_DIR'
+
+
+def multiprocess_registry():
+    """What the parent of worker processes serves: the bind and cleanup families
+    summed over every worker's files, the families read from the database, this
+    process's own. prometheus_client reads MULTIPROC_ENV when it is imported:
+    the command sets it before it imports this module."""
+    from prometheus_client import multiprocess
+    from prometheus_client import values
+    if values.ValueClass.__name__ != 'MmapedValue' or not os.environ.get(MULTIPROC_ENV):
+        raise RuntimeError(f'prometheus_client was imported before {MULTIPROC_ENV} '
+                           f'was set: the workers\' metrics would stay in each worker')
+    registry = prometheus_client.CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    for collector in (DatabaseCollector(), PlacementCollector(), AGENTS):
+        registry.register(collector)
+    prometheus_client.ProcessCollector(registry=registry)
+    return registry
+
+
+def process_dead(pid):
+    """A worker process exited: its live gauges leave the sums (counters and
+    histograms stay counted)."""
+    from prometheus_client import multiprocess
+    multiprocess.mark_process_dead(pid)
 
 
 def serve_agent(agent, address):

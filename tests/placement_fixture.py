@@ -11,14 +11,22 @@ in-memory: the server is threaded and in-memory SQLite is one shared connection.
         return get_placement()
 """
 import atexit
+import logging
 import shutil
+import socket
+import socketserver
 import tempfile
 import threading
 import uuid
+from wsgiref import simple_server
 
 import httpx
 
-from steward.placement import embedded
+from steward.common import netutils
+from steward.db import sqlite
+from steward.placement import app
+
+LOG = logging.getLogger(__name__)
 
 MICROVERSION = '1.39'
 
@@ -32,8 +40,8 @@ def get_placement():
     with _lock:
         if _server is None:
             tmp = tempfile.mkdtemp(prefix='steward-test-placement-')
-            app = embedded.build_app('sqlite:///%s/placement.sqlite' % tmp)
-            _server = embedded.serve(app, '127.0.0.1', 0)
+            wsgi_app = app.build_app('sqlite:///%s/placement.sqlite' % tmp)
+            _server = serve(wsgi_app, '127.0.0.1', 0)
             server = _server
 
             def _cleanup():
@@ -55,3 +63,64 @@ def admin_session(url):
 
 def unique_name(prefix='rp'):
     return '%s-%s' % (prefix, uuid.uuid4().hex[:12])
+
+
+# -- a threaded wsgiref server in a daemon thread of the test process ------------------
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+    # socketserver's default backlog (5) resets bursts of concurrent clients.
+    request_queue_size = 128
+
+    def server_bind(self):
+        # HTTPServer.server_bind resolves getfqdn(host), a DNS lookup that can stall
+        # startup for seconds on hosts with slow resolvers; the name is unused.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+        self.setup_environ()
+
+    def handle_error(self, request, client_address):
+        # A client hanging up mid-response is routine; don't print tracebacks.
+        LOG.debug('Error serving %s', client_address, exc_info=True)
+
+
+class _ThreadingWSGIServer6(_ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, format, *args):
+        pass   # Placement's requestlog middleware already logs every request
+
+
+class EmbeddedServer:
+    """A Placement app served from a daemon thread of this process."""
+
+    def __init__(self, httpd, thread):
+        self._httpd = httpd
+        self._thread = thread
+        self.host = httpd.server_address[0]
+        self.port = httpd.server_address[1]
+        self.url = netutils.local_url(self.host, self.port)
+
+    def shutdown(self):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+
+
+def serve(wsgi_app, host='127.0.0.1', port=0):
+    """Serve ``app`` on host:port (0 = a free port); returns once listening."""
+    url = app.built_url()
+    if url is not None and sqlite.sqlite_file(url) == '':
+        # In-memory SQLite is one connection shared by all threads: concurrent
+        # requests over-commit allocations and can hang the server.
+        raise ValueError(
+            reason='in-memory SQLite Placement cannot be served by a threaded server; '
+                   'use a file database')
+    server_class = _ThreadingWSGIServer6 if ':' in host else _ThreadingWSGIServer
+    httpd = simple_server.make_server(host, port, wsgi_app, server_class=server_class,
+                                      handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={'poll_interval': 0.2},
+                              name='placement-%d' % httpd.server_address[1], daemon=True)
+    thread.start()
+    return EmbeddedServer(httpd, thread)

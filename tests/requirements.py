@@ -32,6 +32,8 @@ DEPENDENCIES = {
               'by tests/cyborg_upstream.py: pip install from the package index)',
     'mariadb': 'a MariaDB server (Debian mariadb-server): tests start one of their own '
                '(tests/mariadb_fixture.py), as the database of an upstream Cyborg',
+    'pip': "pip reaching the package index (or the machine's wheels and cache): a "
+           'side virtualenv with the runtime install alone (test_runtime_install.py)',
 }
 
 ENV = 'STEWARD_REQUIRE'

@@ -83,27 +83,6 @@ def children(pid):
     return found
 
 
-def api_workers(pid):
-    """Pids of the API worker processes of the serve process ``pid``."""
-    found = []
-    for child in children(pid):
-        try:
-            with open(f'/proc/{child}/cmdline', 'rb') as f:
-                if b'steward.serve_workers' in f.read():
-                    found.append(child)
-        except FileNotFoundError:
-            pass
-    return found
-
-
-def _workers_serving(pid, log_path):
-    """Every API worker process has said it serves (they start beside a serve
-    process that already answers; a measurement must not race their start)."""
-    with open(log_path) as f:
-        log = f.read()
-    return all(f'API worker process {w} serving' in log for w in api_workers(pid))
-
-
 @contextlib.contextmanager
 def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
     with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
@@ -125,8 +104,7 @@ def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
                 if proc.poll() is not None:
                     raise RuntimeError('steward serve exited:\n' + open(log.name).read()[-3000:])
                 try:
-                    if _offered(url, f'http://127.0.0.1:{placement_port}') and \
-                            _workers_serving(proc.pid, log.name):
+                    if _offered(url, f'http://127.0.0.1:{placement_port}'):
                         break
                 except (httpx.HTTPError, ValueError):
                     pass

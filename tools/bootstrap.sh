@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv (Python >= 3.11) and install Steward into it; re-run is cheap.
+# STEWARD_VENV names another virtualenv directory (the runtime-install test's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
+venv="${STEWARD_VENV:-.venv}"
 py="${PYTHON:-}"
 if [ -z "$py" ]; then
   for cand in python3.11 python3.12 python3.13 python3; do
@@ -12,12 +14,12 @@ if [ -z "$py" ]; then
   done
 fi
 [ -n "$py" ] || { echo "Python >= 3.11 is required" >&2; exit 1; }
-if [ ! -x .venv/bin/python ]; then
-  "$py" -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
+if [ ! -x "$venv/bin/python" ]; then
+  "$py" -m venv "$venv"
+  "$venv"/bin/pip install -q --upgrade pip
 fi
-stamp=".venv/.steward-installed${extras:+-$extras}"
+stamp="$venv/.steward-installed${extras:+-$extras}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q -e ".${extras:+[$extras]}"
+  "$venv"/bin/pip install -q -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi

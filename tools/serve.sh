@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/bootstrap.sh
-exec .venv/bin/steward serve "$@"
+exec "${STEWARD_VENV:-.venv}/bin/steward" serve "$@"

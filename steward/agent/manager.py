@@ -4,6 +4,7 @@ import logging
 import threading
 import time
 
+from futurist import periodics
 import oslo_messaging as messaging
 
 from steward.agent import cleanup
@@ -21,7 +22,7 @@ class AgentManager:
     def __init__(self, conf, conductor_api, host=None, drivers=None, on_fatal=None):
         self.conf = conf
         # Called (from the discovery thread) when the agent cannot do its job: the
-        # service stops the process with a failure status (steward/service.py).
+        # service stops the process with a failure status (steward/process.py).
         self.on_fatal = on_fatal
         self.fatal = None
         self.host = host or conf.host
@@ -30,7 +31,7 @@ class AgentManager:
         self.conductor = conductor_api
         self.drivers = drivers if drivers is not None else driver_loader.load(
             conf.agent.enabled_drivers, conf, self.host)
-        self._stop = threading.Event()
+        self._worker = None
         self._thread = None
         self.cycles = 0
         self.recovered = False
@@ -119,34 +120,43 @@ class AgentManager:
         return result
 
     def start(self):
-        self._thread = threading.Thread(target=self._loop, name='steward-discovery',
-                                        daemon=True)
+        """Discovery every [agent] discovery_interval seconds (counted from the end
+        of the previous cycle), first at once, on a futurist periodic worker."""
+        interval = self.conf.agent.discovery_interval
+
+        @periodics.periodic(spacing=interval, run_immediately=True)
+        def discovery():
+            self._cycle(interval)
+
+        self._worker = periodics.PeriodicWorker(
+            [(discovery, (), {})], schedule_strategy='last_finished')
+        self._thread = threading.Thread(target=self._worker.start,
+                                        name='steward-discovery', daemon=True)
         self._thread.start()
 
-    def _loop(self):
-        interval = self.conf.agent.discovery_interval
-        while not self._stop.is_set():
-            try:
-                if not self.recovered:
-                    self.recover()
-                self.run_cycle()
-            except exception.InvalidConfiguration as err:
-                # Retrying cannot help and an RPC server without discovery would
-                # look alive: stop the whole agent, with one line saying why.
-                LOG.error('Agent %s stopping: invalid configuration: %s', self.host, err)
-                self.fatal = err
-                if self.on_fatal is not None:
-                    self.on_fatal(err)
-                return
-            except Exception:
-                LOG.exception('Discovery cycle failed; retrying in %ss', interval)
-            self._stop.wait(interval)
+    def _cycle(self, interval):
+        try:
+            if not self.recovered:
+                self.recover()
+            self.run_cycle()
+        except exception.InvalidConfiguration as err:
+            # Retrying cannot help and an RPC server without discovery would
+            # look alive: stop the whole agent, with one line saying why.
+            LOG.error('Agent %s stopping: invalid configuration: %s', self.host, err)
+            self.fatal = err
+            if self.on_fatal is not None:
+                self.on_fatal(err)
+            raise periodics.NeverAgain() from None
+        except Exception:
+            LOG.exception('Discovery cycle failed; retrying in %ss', interval)
 
     def stop(self):
-        self._stop.set()
+        if self._worker is not None:
+            self._worker.stop()
         self.cleaner.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
+            self._worker.wait(timeout=10)
 
 
 def _readable_cpid(key):

@@ -66,11 +66,11 @@ def _api_endpoint(conf, given):
 
 
 def _compute(conf, args):
-    from steward import service
     from steward.compute import boot as boot_mod
+    from steward.placement import handle as placement_handle
     from steward.compute import clients
     placement_url = args.placement_endpoint or (
-        service.embedded_placement_url() if service.placement_is_embedded() else None)
+        placement_handle.embedded_url() if placement_handle.is_embedded() else None)
     api = clients.StewardApi(_api_endpoint(conf, args.os_endpoint), token=args.os_token)
     placement = clients.PlacementApi.from_conf(conf, endpoint=placement_url)
     return boot_mod.Compute(conf, api, placement)
@@ -188,14 +188,13 @@ def _fail(message, code):
 def main(argv):
     args, rest = _parser().parse_known_args(argv)
     from oslo_log import log as oslo_log
-    from steward import service
+    from steward import process
     from steward.conf import CONF
     # stdout carries the result (text or JSON); log lines go to stderr.
     oslo_log.register_options(CONF)
     CONF.set_default('use_stderr', True)
     try:
-        service.prepare(rest)
-        logging.getLogger('httpx').setLevel(logging.WARNING)
+        process.prepare(rest)
     except SystemExit:
         raise
     except Exception as err:      # oslo.config's own errors (unknown option, bad file)

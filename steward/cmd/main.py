@@ -1,11 +1,12 @@
 """The ``steward`` command."""
 import argparse
-import json
 import logging
-import os
 import sys
 
-from steward import service
+from steward import process
+from steward.common import rpc
+from steward.conf import checks
+from steward.placement import handle as placement_handle
 from steward.common import exception
 from steward.conf import CONF
 
@@ -35,17 +36,19 @@ plugin): see doc/cli.md.
 
 
 def cmd_serve(argv):
-    service.prepare(argv)
-    service.check_exposure(_serve_listeners())
-    service.check_serve_workers()
+    process.prepare(argv)
+    checks.check_exposure(_serve_listeners())
+    if CONF.api.workers > 1:
+        LOG.warning('[api] workers = %d is for steward api; steward serve is one '
+                    'process (doc/install.md)', CONF.api.workers)
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
     # A bad [api] metrics_listen stops serve before anything else starts.
     exporter = _serve_metrics()
     # Placement takes as long to start as the imports and migrations below: start
     # it now (as the user serve runs as) and let the two run side by side.
-    placement_proc = service.start_embedded_placement(wait=False) \
-        if service.placement_is_embedded() else None
+    placement_proc = placement_handle.start_embedded(wait=False) \
+        if placement_handle.is_embedded() else None
     from steward.agent import manager as agent_manager
     from steward.api import app as api_app
     from steward.conductor import manager as conductor_manager
@@ -54,111 +57,122 @@ def cmd_serve(argv):
     # No [nova] on one host: events are off. `steward compute boot`, like Nova, finds
     # its ARQs already resolved and waits for no event.
     servers = []
-    agent = conductor = helpers = None
+    agent = conductor = None
     try:
-        service.sync_database()
+        process.sync_database()
         if placement_proc is not None:
             placement_proc.wait_ready()
-        conductor = conductor_manager.ConductorManager(service.placement_client())
+        conductor = conductor_manager.ConductorManager(placement_handle.placement_client())
         conductor.init_host()
-        servers.append(service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host,
+        servers.append(rpc.start_server(CONF.rpc_topic_conductor, CONF.host,
                                                  [conductor]))
         agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI(),
-                                           on_fatal=lambda _err: service.stop_process(1))
+                                           on_fatal=lambda _err: process.stop_process(1))
         from steward import metrics
         metrics.watch_agent(agent)          # discovery metrics on the API's /metrics
-        servers.append(service.start_rpc_server(CONF.rpc_topic_agent, agent.host,
-                                                [agent]))
+        servers.append(rpc.start_server(CONF.rpc_topic_agent, agent.host,
+                                                 [agent]))
         agent.init_host()
         agent.start()
         conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor))
-        sock = service.bind_http(CONF.api.host_ip, CONF.api.port)
-        LOG.info('Steward API listening on http://%s:%s/v2 (%d worker(s))',
-                 CONF.api.host_ip, CONF.api.port, CONF.api.workers)
-        if CONF.api.workers > 1:
-            from steward import serve_workers
-            helpers = serve_workers.Helpers(CONF.api.workers - 1, sock, argv,
-                                            conductor.agent_api)
-            helpers.start(when=service.http_started)
-        service.settle_heap()
-        service.serve_http_on(app, sock)
+        process.settle_heap()
+        process.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
-        if helpers is not None:
-            helpers.stop()          # first: they reach the agent through this process
         if agent is not None:
             agent.stop()
         for srv in servers:
-            service.stop_rpc_server(srv)
+            rpc.stop_server(srv)
         if conductor is not None:
             conductor.stop()
         if placement_proc is not None:
             placement_proc.stop()
         if exporter is not None:
             exporter.stop()
-    return service.exit_status()
+    return process.exit_status()
 
 
-def _serve_metrics():
+def _serve_metrics(registry=None):
     """The [api] metrics_listen server of this process (None: not configured)."""
     if not CONF.api.metrics_listen.strip():
         return None
     from steward import metrics
-    return metrics.serve_api(CONF.api.metrics_listen)
+    return metrics.serve_api(CONF.api.metrics_listen, registry=registry)
 
 
 def _serve_listeners():
     listeners = [('the API', CONF.api.host_ip)]
-    if service.placement_is_embedded():
+    if placement_handle.is_embedded():
         listeners.append(('the embedded Placement', CONF.placement.embedded_host))
     return listeners
 
 
 def cmd_api(argv):
     from steward import api_factory
-    service.prepare(argv)
-    service.check_service_config('api')
-    service.check_exposure([('the API', CONF.api.host_ip)])
+    process.prepare(argv)
+    checks.check_service_config('api')
+    checks.check_exposure([('the API', CONF.api.host_ip)])
     workers = CONF.api.workers
-    if workers > 1:
-        # Each worker process builds its own app from the same configuration.
-        os.environ[api_factory.ARGV_ENV] = json.dumps(list(argv))
-        os.environ[api_factory.PARENT_ENV] = str(os.getpid())
-        app = api_factory.IMPORT_STRING
-    else:
+    if workers == 1:
         app = api_factory.build()
-    exporter = _serve_metrics()
+        exporter = _serve_metrics()
+        try:
+            process.run_http(app, CONF.api.host_ip, CONF.api.port)
+        finally:
+            if exporter is not None:
+                exporter.stop()
+            process.release_shared_resources()
+        return process.exit_status()
+    # Several processes: gunicorn's workers (steward/supervisor.py), each building
+    # its app after the fork; their bind observations meet in prometheus_client's
+    # multiprocess files, which this process serves.
+    import os
+    import shutil
+    import tempfile
+    metrics_dir = tempfile.mkdtemp(prefix='steward-api-metrics-')
+    os.environ['PROMETHEUS_MULTIPROC_DIR'] = metrics_dir    # before prometheus_client
+    from steward import metrics
+    from steward import supervisor
+    from steward.db import session
+    exporter = _serve_metrics(metrics.multiprocess_registry())
+    LOG.info('Steward API listening on http://%s:%s/v2 (%d worker processes)',
+             CONF.api.host_ip, CONF.api.port, workers)
     try:
-        service.run_http(app, CONF.api.host_ip, CONF.api.port, workers=workers)
+        supervisor.Supervisor(
+            api_factory.build, CONF.api.host_ip, CONF.api.port, workers,
+            supervisor.API_WORKER, keepalive=process.HTTP_KEEP_ALIVE,
+            graceful_timeout=10, name='steward-api', on_fork=session.after_fork,
+            on_child_exit=metrics.process_dead).serve_forever()
     finally:
         if exporter is not None:
             exporter.stop()
-        service.release_shared_resources()
+        process.release_shared_resources()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
 def cmd_conductor(argv):
     from steward.conductor import manager as conductor_manager
-    service.prepare(argv)
-    service.check_service_config('conductor')
-    service.sync_database()
+    process.prepare(argv)
+    checks.check_service_config('conductor')
+    process.sync_database()
     extra = {}
-    agent_cap = service.rpc_version_cap('agent')
+    agent_cap = checks.rpc_version_cap('agent')
     if agent_cap is not None:
         from steward.agent import rpcapi as agent_rpcapi
         extra['agent_api'] = agent_rpcapi.AgentAPI(version_cap=agent_cap)
-    conductor = conductor_manager.ConductorManager(service.placement_client(), **extra)
+    conductor = conductor_manager.ConductorManager(placement_handle.placement_client(), **extra)
     conductor.init_host()
-    srv = service.start_rpc_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
+    srv = rpc.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
     conductor.start()
     LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
-    service.settle_heap()
+    process.settle_heap()
     try:
-        service.wait_for_shutdown()
+        process.wait_for_shutdown()
     finally:
-        service.stop_rpc_server(srv)     # in-flight calls finish first
+        rpc.stop_server(srv)     # in-flight calls finish first
         conductor.stop()
-        service.release_shared_resources()
+        process.release_shared_resources()
     return 0
 
 
@@ -166,31 +180,31 @@ def cmd_agent(argv):
     from steward import metrics
     from steward.agent import manager as agent_manager
     from steward.conductor import rpcapi
-    service.prepare(argv)
-    service.check_service_config('agent')
+    process.prepare(argv)
+    checks.check_service_config('agent')
     from steward.agent import privileges
     privileges.start(CONF)      # before any thread: forks daemons, drops privileges
     agent = agent_manager.AgentManager(
-        CONF, rpcapi.ConductorAPI(version_cap=service.rpc_version_cap('conductor')),
-        on_fatal=lambda _err: service.stop_process(1))
+        CONF, rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor')),
+        on_fatal=lambda _err: process.stop_process(1))
     # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.
     exporter = metrics.serve_agent(agent, CONF.agent.metrics_listen) \
         if CONF.agent.metrics_listen.strip() else None
-    srv = service.start_rpc_server(CONF.rpc_topic_agent, agent.host, [agent])
+    srv = rpc.start_server(CONF.rpc_topic_agent, agent.host, [agent])
     LOG.info('Agent %s serving topic %s (server %s)', agent.host, CONF.rpc_topic_agent,
              agent.host)
     try:
         agent.init_host()
         agent.start()
-        service.settle_heap()
-        service.wait_for_shutdown()
+        process.settle_heap()
+        process.wait_for_shutdown()
     finally:
         agent.stop()
-        service.stop_rpc_server(srv)
+        rpc.stop_server(srv)
         if exporter is not None:
             exporter.stop()
-        service.release_shared_resources()
-    return service.exit_status()
+        process.release_shared_resources()
+    return process.exit_status()
 
 
 def cmd_db(argv):
@@ -200,7 +214,7 @@ def cmd_db(argv):
     parser = argparse.ArgumentParser(prog='steward db')
     parser.add_argument('action', choices=['sync', 'online-data-migrations', 'version'])
     args, rest = parser.parse_known_args(argv)
-    service.prepare(rest)
+    process.prepare(rest)
     from steward.db import data_migrations, migration
     if args.action == 'sync':
         migration.upgrade()
@@ -219,7 +233,7 @@ def cmd_db(argv):
 
 def cmd_status(argv):
     if argv[:2] != ['upgrade', 'check']:
-        service.fail('usage: steward status upgrade check [--config-file F]', 2)
+        process.fail('usage: steward status upgrade check [--config-file F]', 2)
     from steward.cmd import status
     return status.main(argv[2:])
 
@@ -249,7 +263,7 @@ def main(argv=None):
     try:
         return command(argv[1:])
     except exception.InvalidConfiguration as err:
-        service.fail(str(err))
+        process.fail(str(err))
     except KeyboardInterrupt:
         return 130
 

@@ -3,7 +3,7 @@ import sys
 
 from oslo_upgradecheck import upgradecheck
 
-from steward import service
+from steward import process
 from steward.conf import CONF
 
 
@@ -38,7 +38,7 @@ class Checks(upgradecheck.UpgradeCommands):
 
 
 def main(argv):
-    service.prepare(argv)
+    process.prepare(argv)
     return Checks().check()
 
 

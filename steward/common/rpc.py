@@ -132,3 +132,17 @@ def get_server(topic, server, endpoints):
     return messaging.get_rpc_server(get_transport(), target, endpoints,
                                     executor='threading',
                                     serializer=ContextSerializer())
+
+
+def start_server(topic, server, endpoints):
+    srv = get_server(topic, server, endpoints)
+    srv.start()
+    return srv
+
+
+def stop_server(srv):
+    try:
+        srv.stop()
+        srv.wait()
+    except Exception:   # shutdown must go on whatever one server does
+        LOG.exception('Stopping an RPC server failed')

@@ -80,6 +80,28 @@ DEVICE_INITIAL_STATES = (None, DEV_AVAILABLE, DEV_ERROR)
 its cleanup policy cannot be met; None is a row from before device_state."""
 ARQ_INITIAL_STATES = (ARQ_INITIAL,)
 
+DEVICE_CREATED_WITH_HISTORY = {DEV_ERROR: 'discovered'}
+"""Initial device states whose creation is a history row of its own (event,
+reason: the device's last_error): a device discovered already in error was never
+available, and its history says so from the start."""
+
+# --- Erase record states (one cleanup attempt of one device) ------------------------
+ERASE_RUNNING = 'running'
+"""The agent runs the cleanup; its progress reports update the record."""
+ERASE_SUCCEEDED = 'succeeded'
+"""The cleanup ran and its read-back verification passed: the device was cleaned."""
+ERASE_FAILED = 'failed'
+"""The cleanup failed or got stuck, or could not be asked for (an agent too old)."""
+ERASE_INTERRUPTED = 'interrupted'
+"""The agent restarted during the cleanup, or its result came after the device had
+left cleaning: nothing it says is taken as a cleaning."""
+
+ERASE_STATES = (ERASE_RUNNING, ERASE_SUCCEEDED, ERASE_FAILED, ERASE_INTERRUPTED)
+ERASE_INITIAL_STATES = (ERASE_RUNNING, ERASE_FAILED, ERASE_INTERRUPTED)
+"""What an erase record is created in: running when the agent starts a cleanup;
+failed or interrupted when no attempt could run (agent too old, stuck before it
+started, agent restarted before it started), so that auditors see why."""
+
 DEVICE_STATUS_ENABLED = 'enabled'
 DEVICE_STATUS_MAINTAINING = 'maintaining'
 DEVICE_STATUSES = (DEVICE_STATUS_ENABLED, DEVICE_STATUS_MAINTAINING)
@@ -128,8 +150,19 @@ DEVICE_TRANSITIONS = (
     Transition(DEV_ERROR, 'operator_clean', DEV_PENDING_CLEANING),
 )
 
-_TABLES = {'arq': ARQ_TRANSITIONS, 'device': DEVICE_TRANSITIONS}
-INITIAL_STATES = {'arq': ARQ_INITIAL_STATES, 'device': DEVICE_INITIAL_STATES}
+ERASE_TRANSITIONS = (
+    Transition(ERASE_RUNNING, 'succeed', ERASE_SUCCEEDED),
+    Transition(ERASE_RUNNING, 'fail', ERASE_FAILED),
+    # The agent restarted during it, or a success came after the device left
+    # cleaning (timed out, recovered).
+    Transition(ERASE_RUNNING, 'interrupt', ERASE_INTERRUPTED),
+)
+
+_TABLES = {'arq': ARQ_TRANSITIONS, 'device': DEVICE_TRANSITIONS,
+           'erase': ERASE_TRANSITIONS}
+INITIAL_STATES = {'arq': ARQ_INITIAL_STATES, 'device': DEVICE_INITIAL_STATES,
+                  'erase': ERASE_INITIAL_STATES}
+STATES = {'arq': ARQ_STATES, 'device': DEVICE_STATES, 'erase': ERASE_STATES}
 
 
 def sources(kind, target, event=None):
@@ -157,8 +190,8 @@ def actor_of(ctx):
 def advance(session, model, row, target, *, event=None, reason='', values=None,
             kind=None, request_id=None, actor=None):
     """Move ``row`` (an ORM object of ``model``, or a plain row of its columns
-    such as db.ArqRow) to ``target``: the only way any
-    ARQ ``state`` or device ``device_state`` changes.
+    such as db.ArqRow) to ``target``: the only way any ARQ ``state``, device
+    ``device_state`` or erase record ``status`` changes.
 
     The UPDATE is conditional on the current state being a declared source, so a
     concurrent change in another process or thread makes this raise instead of
@@ -243,6 +276,32 @@ _PENDING_LOGS = 'steward.transition_logs'
 
 def _log_after_commit(session, *args):
     session.info.setdefault(_PENDING_LOGS, []).append(args)
+
+
+def check_created(kind, state):
+    """A row of ``kind`` is created in ``state``: refuse any but an initial one."""
+    if state not in INITIAL_STATES[kind]:
+        raise exception.InvalidStateTransition(kind=kind, uuid='(new)', current=None,
+                                               target=state)
+
+
+@event.listens_for(orm.Mapper, 'after_insert')
+def _created_history(_mapper, connection, target):
+    """A device created in a state of DEVICE_CREATED_WITH_HISTORY gets its history
+    row in the INSERT's transaction, whichever code created it."""
+    history = getattr(type(target), '__history__', None)
+    if history is None:
+        return
+    state = getattr(target, type(target).__state_column__)
+    event_name = DEVICE_CREATED_WITH_HISTORY.get(state)
+    if event_name is None:
+        return
+    connection.execute(history.__table__.insert(), [dict(
+        uuid=uuidutils.generate_uuid(), device_uuid=target.uuid,
+        created_at=target.created_at or timeutils.utcnow(), event=event_name,
+        source_state=None, target_state=state,
+        reason=getattr(target, 'last_error', None), request_id=None,
+        actor=default_actor()[:255])])
 
 
 @event.listens_for(orm.Session, 'after_commit')

@@ -16,6 +16,8 @@
 import logging
 import time
 
+import tenacity
+
 from steward.common import exception
 
 LOG = logging.getLogger(__name__)
@@ -77,14 +79,15 @@ def wait_bound(api, listener, instance_uuid, expected, timeout):
 def resolved(api, instance_uuid, expected, deadline):
     """The instance's resolved ARQs (423 is retried until ``deadline``); every one
     of ``expected`` must be there and Bound."""
-    while True:
-        arqs = api.resolved_arqs(instance_uuid)
-        if arqs is not None:
-            break
-        if time.monotonic() > deadline:
-            raise exception.BindFailed(instance=instance_uuid,
-                                       reason='its ARQs stayed unresolved (423)')
-        time.sleep(_RESOLVE_POLL)
+    def unresolved(_state):
+        raise exception.BindFailed(instance=instance_uuid,
+                                   reason='its ARQs stayed unresolved (423)')
+
+    arqs = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda found: found is None),
+        stop=lambda _state: time.monotonic() > deadline,
+        wait=tenacity.wait_fixed(_RESOLVE_POLL), retry_error_callback=unresolved)(
+        api.resolved_arqs, instance_uuid)
     by_uuid = {a['uuid']: a for a in arqs}
     missing = sorted(set(expected) - set(by_uuid))
     if missing:

@@ -12,8 +12,11 @@ import json
 import logging
 import urllib.parse
 
-import httpx
+from keystoneauth1 import adapter as ks_adapter
 from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
+import requests
 
 from steward.common import exception
 from steward.placement import client as placement_client
@@ -22,6 +25,9 @@ LOG = logging.getLogger(__name__)
 
 ACCELERATOR_MICROVERSION = '2.4'
 TIMEOUT = 60
+# A Steward API being restarted refuses connections for a moment: keystoneauth
+# tries again (0.5 s apart, doubling) before the call fails.
+CONNECT_RETRIES = 3
 
 
 def _detail(text):
@@ -58,22 +64,28 @@ class StewardApi:
         base = endpoint.rstrip('/')
         if base.endswith('/v2'):
             base = base[:-3]
-        headers = {'OpenStack-API-Version': f'accelerator {ACCELERATOR_MICROVERSION}',
-                   'Accept': 'application/json'}
-        if token:
-            headers.update({'X-Auth-Token': token, 'X-Service-Token': token})
         self.endpoint = base + '/v2'
-        self._http = httpx.Client(base_url=self.endpoint, headers=headers,
-                                  timeout=timeout, trust_env=False)
+        http = requests.Session()
+        http.trust_env = False   # an http_proxy from the environment must not catch loopback
+        # A token: keystoneauth's token_endpoint plugin sends it as X-Auth-Token; it
+        # is the service token too (binding needs the service role). None: noauth.
+        auth = token_endpoint.Token(self.endpoint, token) if token else None
+        self._session = ks_session.Session(auth=auth, session=http, timeout=timeout)
+        self._http = ks_adapter.Adapter(
+            self._session, service_type='accelerator', endpoint_override=self.endpoint,
+            default_microversion=ACCELERATOR_MICROVERSION, raise_exc=False,
+            connect_retries=CONNECT_RETRIES,
+            additional_headers={'Accept': 'application/json',
+                                **({'X-Service-Token': token} if token else {})})
 
     def close(self):
-        self._http.close()
+        self._session.session.close()
 
     def _call(self, method, path, ok=(200,), **kwargs):
         call = f'{method} {path}'
         try:
-            resp = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as err:
+            resp = self._http.request(path, method, **kwargs)
+        except ks_exc.ClientException as err:
             raise exception.ServiceCallFailed(service='Steward API', call=call,
                                               reason=f'{type(err).__name__}: {err} '
                                                      f'({self.endpoint})') from None

@@ -30,12 +30,11 @@ MAX_MICROVERSION = '2.82'
 
 def parse_listen(value):
     """(host, port) of ``host:port`` / ``[v6]:port``."""
-    host, sep, port = (value or '').strip().rpartition(':')
-    host = host.strip('[]')
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    try:
+        return netutils.split_host_port(value)
+    except ValueError:
         raise exception.EventListenerFailed(
-            listen=value, reason='expected host:port, e.g. 127.0.0.1:8774')
-    return host, int(port)
+            listen=value, reason='expected host:port, e.g. 127.0.0.1:8774') from None
 
 
 def endpoint_for(listen):

@@ -292,25 +292,34 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
     values = _result_values(record)
     values.update(finished_at=now)
     if succeeded:
-        values.update(status='succeeded', phase='done', progress=100.0,
-                      error_code=None, error_message=None)
+        values.update(phase='done', progress=100.0, error_code=None, error_message=None)
     else:
-        values.update(status='failed', error_code=error_code,
-                      error_message=error_message, assurance_level='none')
+        values.update(error_code=error_code, error_message=error_message,
+                      assurance_level='none')
     with db_session.writer() as s:
         device = db.device_get(s, device_uuid)
         rec = db.erase_record_get(s, record_uuid)
-        if device.device_state != states.DEV_CLEANING or rec.status != 'running':
+        if device.device_state != states.DEV_CLEANING or \
+                rec.status != states.ERASE_RUNNING:
             LOG.warning('device %s: cleanup result (%s) arrived while the device is %s; '
                         'recorded, state unchanged', device_uuid,
                         'succeeded' if succeeded else error_code, device.device_state)
-            if rec.status == 'running':
-                values['status'] = 'interrupted' if succeeded else 'failed'
-                db.erase_record_update(s, record_uuid, **values)
+            if rec.status == states.ERASE_RUNNING:
+                if succeeded:
+                    states.advance(s, m.EraseRecord, rec, states.ERASE_INTERRUPTED,
+                                   event='interrupt', values=db.erase_values(values))
+                else:
+                    states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED,
+                                   event='fail', values=db.erase_values(values))
                 metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
             return {'device_state': device.device_state, 'applied': False,
                     'placement_ok': True}
-        db.erase_record_update(s, record_uuid, **values)
+        if succeeded:
+            states.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
+                           values=db.erase_values(values))
+        else:
+            states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
+                           values=db.erase_values(values))
         if succeeded:
             states.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
                            reason=f'{values.get("action")} verified',

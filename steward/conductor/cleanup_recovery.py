@@ -101,9 +101,10 @@ def fail_interrupted(clients, ctx, device_uuid, reason):
         running = db.erase_record_list(s, device_uuid, status='running')
         message = f'agent restarted during cleanup; {reason}'
         for rec in running:
-            db.erase_record_update(s, rec.uuid, status='interrupted', finished_at=now,
-                                   error_code=code, error_message=message,
-                                   assurance_level='none')
+            states.advance(s, m.EraseRecord, rec, states.ERASE_INTERRUPTED,
+                           event='interrupt', values=db.erase_values(dict(
+                               finished_at=now, error_code=code, error_message=message,
+                               assurance_level='none')))
             metrics.cleanup_ended(rec.action, 'interrupted')
         if not running:
             db.erase_record_create(s, device_uuid, hostname=device.hostname,
@@ -170,16 +171,17 @@ def fail_stuck(clients, ctx, device_uuid, limit, now=None):
                                      step=_step(rec))
         deps = cleanup_ops.fail_device(s, device, str(err), ctx)
         action = cleanup_ops.board_of(device).get('cleanup_action')
-        values = dict(status='failed', finished_at=now, error_code=err.code,
-                      error_message=str(err), assurance_level='none')
+        values = dict(finished_at=now, error_code=err.code, error_message=str(err),
+                      assurance_level='none')
         if rec is not None:
             action = rec.action or action
-            db.erase_record_update(s, rec.uuid, **values)
+            states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
+                           values=db.erase_values(values))
         else:
             # No attempt ran: the record still tells auditors why the device failed.
             db.erase_record_create(s, device_uuid, hostname=device.hostname,
                                    trigger='recovery', action=action, started_at=now,
-                                   **values)
+                                   status=states.ERASE_FAILED, **values)
     LOG.error('device %s: %s; moved to error (re-clean with POST /v2/devices/%s/clean)',
               device_uuid, err, device_uuid)
     cleanup_ops.reserve_whole(clients, deps, True)

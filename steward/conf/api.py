@@ -35,20 +35,16 @@ opts = [
                     'Prometheus metrics at /metrics, apart from the API port (which '
                     'answers 404 there): the listener has no authentication, so keep '
                     'it on loopback or a management network. IPv6: [::1]:6667. '
-                    'Empty: no metrics endpoint. With workers > 1 the parent '
-                    'process serves it: the families read from the database are '
-                    'complete; steward serve\'s API workers send it their bind and '
-                    'cleanup observations, steward api\'s uvicorn workers do not '
-                    '(their bind latency histogram is not exported).'),
-    cfg.IntOpt('workers', default=2, min=1,
-               help='Processes serving the API; one Python process uses at most '
-                    'one core, so more processes serve more clients at once. '
-                    'steward api: '
-                    'uvicorn worker processes. steward serve: the serve process and '
-                    'workers - 1 API worker processes beside it on the same port, '
-                    'each with a conductor of its own for the API\'s requests (the '
-                    'agent and the periodic tasks stay in the serve process). Each '
-                    'takes about 100 MB.'),
+                    'Empty: no metrics endpoint. With workers > 1 the steward api '
+                    'process serves it, its workers\' bind observations summed '
+                    '(prometheus_client\'s multiprocess mode).'),
+    cfg.IntOpt('workers', default=1, min=1,
+               help='Processes serving steward api: above 1, gunicorn worker '
+                    'processes running uvicorn on the same port (one Python process '
+                    'uses at most one core, so more processes serve more clients at '
+                    'once; each takes about 100 MB). They reach the conductor over '
+                    'RPC like any API process. steward serve is always one process '
+                    'and ignores it.'),
 ]
 
 

@@ -556,7 +556,9 @@ ERASE_RECORD_COLUMNS = ('hostname', 'pci_address', 'trigger', 'status', 'action'
                         'error_code', 'error_message')
 
 
-def _erase_values(values):
+def erase_values(values):
+    """Column values of an erase record as stored (JSON columns encoded), for
+    erase_record_create/update and states.advance(..., values=)."""
     out = {k: v for k, v in values.items() if k in ERASE_RECORD_COLUMNS}
     if 'capabilities' in values:
         out['capabilities'] = json.dumps(values['capabilities'], sort_keys=True)
@@ -566,8 +568,9 @@ def _erase_values(values):
 
 
 def erase_record_create(session, device_uuid, **values):
+    states.check_created('erase', values.get('status'))
     rec = m.EraseRecord(uuid=uuidutils.generate_uuid(), device_uuid=device_uuid,
-                        **_erase_values(values))
+                        **erase_values(values))
     session.add(rec)
     session.flush()
     return rec
@@ -579,8 +582,11 @@ def erase_record_get(session, uuid):
 
 
 def erase_record_update(session, uuid, **values):
+    """Every column but ``status``, which only states.advance() changes."""
+    if 'status' in values:
+        raise ValueError('an erase record\'s status changes through states.advance()')
     rec = erase_record_get(session, uuid)
-    for key, value in _erase_values(values).items():
+    for key, value in erase_values(values).items():
         setattr(rec, key, value)
     return rec
 

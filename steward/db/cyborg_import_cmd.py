@@ -26,20 +26,21 @@ def main(argv):
                         help='into a non-empty Steward database: keep the rows Steward '
                              'has, attach what hangs from them, add the rest')
     args, rest = parser.parse_known_args(argv)
-    from steward import service
-    service.prepare(rest)
-    if service.placement_is_embedded():
-        service.fail("[placement] names no Placement service (Steward's embedded one "
+    from steward import process
+    from steward.placement import handle
+    process.prepare(rest)
+    if handle.is_embedded():
+        process.fail("[placement] names no Placement service (Steward's embedded one "
                      'would be used): point it at the Placement Cyborg used, whose '
                      'providers the import adopts')
     from steward.db import cyborg_import
     from steward.db import migration
     if migration.current_revision() != migration.head_revision():
-        service.fail("Steward's database is not at the current schema: run "
+        process.fail("Steward's database is not at the current schema: run "
                      '`steward db sync` first')
     try:
         result = cyborg_import.run(args.cyborg_connection, dry_run=args.dry_run,
-                                   merge=args.merge, placement=service.placement_client())
+                                   merge=args.merge, placement=handle.placement_client())
     except exception.StewardError as err:
         if getattr(err, 'result', None) is not None:
             report(err.result, args.dry_run,

@@ -230,6 +230,8 @@ class EraseRecord(TimestampMixin, Base):
     uuid without a foreign key on purpose: the record must outlive the device row
     (a device that is replaced or no longer discovered is deleted)."""
     __tablename__ = 'erase_records'
+    __state_kind__ = 'erase'
+    __state_column__ = 'status'
     __table_args__ = (
         sa.Index('erase_records_device_uuid_idx', 'device_uuid'),
         sa.Index('erase_records_status_idx', 'status'),

@@ -12,33 +12,22 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy import event, orm
 
-from steward.common import sqlite_writers
 from steward.conf import CONF
+from steward.db import sqlite
 
 _lock = threading.Lock()
 _engine = None
 _url = None
 _factory = None
 _writer_factory = None
-# SQLite: where writers queue, across this process's threads and the processes of
-# `steward serve` (its API workers) on the same file. None on other databases.
+# SQLite: where this process's writers queue (steward/db/sqlite.py). None on
+# other databases.
 _writers = None
 
 
 def _sqlite_setup(engine):
     busy = CONF.database.sqlite_busy_timeout
-
-    @event.listens_for(engine, 'connect')
-    def _connect(dbapi_conn, _record):
-        # Take BEGIN out of pysqlite's hands so we choose deferred or immediate.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute('PRAGMA foreign_keys=ON')
-        cur.execute(f'PRAGMA busy_timeout={int(busy)}')
-        if sqlite_writers.sqlite_file(engine.url):
-            cur.execute('PRAGMA journal_mode=WAL')
-            cur.execute('PRAGMA synchronous=NORMAL')
-        cur.close()
+    sqlite.configure(engine, busy)
 
     @event.listens_for(engine, 'begin')
     def _begin(conn):
@@ -62,8 +51,7 @@ def get_engine():
             _writers = None
             if engine.dialect.name == 'sqlite':
                 _sqlite_setup(engine)
-                _writers = sqlite_writers.WriterQueue(
-                    sqlite_writers.sqlite_file(engine.url) or None)
+                _writers = sqlite.WriterLock(CONF.database.sqlite_busy_timeout / 1000)
             _engine, _url = engine, url
             _factory = orm.sessionmaker(bind=engine, expire_on_commit=False)
             _writer_factory = orm.sessionmaker(
@@ -80,6 +68,14 @@ def dispose():
         _engine = _url = None
 
 
+def after_fork():
+    """In a forked worker: drop the pooled connections of the parent without
+    closing them (they are the parent's)."""
+    with _lock:
+        if _engine is not None:
+            _engine.dispose(close=False)
+
+
 @contextlib.contextmanager
 def reader():
     get_engine()
@@ -92,7 +88,7 @@ def reader():
 def writer():
     # SQLite admits one writer at a time and makes the others poll with growing
     # sleeps, which turned a burst of 16 concurrent binds into 250 ms tails:
-    # writers queue first (steward/common/sqlite_writers.py).
+    # writers queue first, at most busy_timeout (steward/db/sqlite.py).
     get_engine()
     queue = _writers or contextlib.nullcontext()
     with queue, _writer_factory() as session:

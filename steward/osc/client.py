@@ -1,13 +1,13 @@
 """HTTP for the plugin's commands: the accelerator endpoint OSC's SDK
 connection found (a keystoneauth adapter: authentication, catalog or endpoint
 override, TLS options), one microversion per command, and API errors turned into
-``steward.client.CliError`` (so ``steward.client.progress`` retries what is
+``steward.osc.cli.CliError`` (so ``steward.osc.progress`` retries what is
 transient while waiting)."""
 import re
 
 from keystoneauth1 import exceptions as ks_exc
 
-from steward import client as cli
+from steward.osc import cli
 
 # The newest microversion the plugin knows (2.6: last_error, missing, history).
 MAX_VERSION = '2.6'

@@ -4,7 +4,7 @@ import threading
 
 import oslo_messaging as messaging
 
-from steward import service
+from steward.common import rpc as steward_rpc
 from steward.agent import rpcapi as agent_rpcapi
 from steward.conf import CONF
 
@@ -36,9 +36,9 @@ class Served:
         self._server = None
 
     def __enter__(self):
-        self._server = service.start_rpc_server(CONF.rpc_topic_agent, self.agent.host,
+        self._server = steward_rpc.start_server(CONF.rpc_topic_agent, self.agent.host,
                                                 [self.agent])
         return self.agent
 
     def __exit__(self, *exc):
-        service.stop_rpc_server(self._server)
+        steward_rpc.stop_server(self._server)

@@ -17,7 +17,7 @@ import uuid
 from fastapi import testclient
 import pytest
 
-from steward import service
+from steward.common import rpc as steward_rpc
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.api import policy as api_policy
@@ -105,7 +105,7 @@ class LifeStack:
         recovery, then one discovery."""
         self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host,
                                   drivers=[self.driver])
-        self.rpc_server = service.start_rpc_server(CONF.rpc_topic_agent, self.host,
+        self.rpc_server = steward_rpc.start_server(CONF.rpc_topic_agent, self.host,
                                                    [self.agent])
         if recover:
             self.agent.init_host()
@@ -117,7 +117,7 @@ class LifeStack:
         """A crash: running cleanups report nothing, nobody answers."""
         if self.agent is not None:
             self.agent.stop()
-            service.stop_rpc_server(self.rpc_server)
+            steward_rpc.stop_server(self.rpc_server)
         self.agent = self.rpc_server = None
 
     def discover(self):

@@ -24,7 +24,7 @@ from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.drivers import blockio
 from steward.placement import client as placement_client
-from steward import service
+from steward.common import rpc as steward_rpc
 from tests import placement_fixture
 from tests.functional import conductor_fixtures as cf
 from tests.nvme_sim import Simulation
@@ -50,7 +50,7 @@ class Stack:
     # -- the agent -----------------------------------------------------------------
     def start_agent(self, discover=True):
         self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host)
-        self.rpc_server = service.start_rpc_server(CONF.rpc_topic_agent, self.host,
+        self.rpc_server = steward_rpc.start_server(CONF.rpc_topic_agent, self.host,
                                                    [self.agent])
         self.agent.init_host()
         if discover:
@@ -63,7 +63,7 @@ class Stack:
             self.agent.stop()
         if self.rpc_server is not None:
             if wait:
-                service.stop_rpc_server(self.rpc_server)
+                steward_rpc.stop_server(self.rpc_server)
             else:
                 # The listener notices the stop at its next poll timeout (~1.4 s):
                 # at the end of a test nobody needs to wait for that.

@@ -45,8 +45,7 @@ def test_no_command_is_usage_and_compute_stays():
 def test_the_removed_modules_are_gone():
     import importlib.util
     for name in ('steward.cmd.device', 'steward.cmd.device_listing', 'steward.cmd.arq',
-                 'steward.cmd.deployable', 'steward.cmd.profile', 'steward.client.session',
-                 'steward.client.output'):
+                 'steward.cmd.deployable', 'steward.cmd.profile', 'steward.client'):
         assert importlib.util.find_spec(name) is None, name
     from steward.cmd import main
     assert set(main.COMMANDS) == {'serve', 'api', 'conductor', 'agent', 'db', 'status',

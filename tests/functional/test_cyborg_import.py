@@ -201,7 +201,7 @@ def _steward(*args, conf):
 
 @pytest.mark.parametrize('backend', ['sqlite', 'postgresql', 'mariadb'])
 def test_switch_from_cyborg(backend, cyborg_venv, rabbit, tmp_path):
-    from steward.placement import embedded
+    from steward.placement import handle as embedded
     tmp = str(tmp_path)
     cyborg_db, steward_db = _databases(backend, tmp)
     placement = embedded.start_subprocess(f'sqlite:///{tmp}/placement.db',

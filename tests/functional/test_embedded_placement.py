@@ -6,7 +6,8 @@ import httpx
 import pytest
 
 from steward.common import exception
-from steward.placement import embedded
+from steward.placement import app
+from steward.placement import handle as embedded
 from tests.placement_fixture import get_placement
 
 
@@ -35,10 +36,10 @@ def test_in_process_server_on_port_zero():
 
 def test_build_app_is_once_per_process():
     get_placement()
-    url = embedded._built['url']
-    assert embedded.build_app(url) is embedded.build_app(url)
+    url = app.built_url()
+    assert app.build_app(url) is app.build_app(url)
     with pytest.raises(exception.InvalidConfiguration, match='once per process'):
-        embedded.build_app('sqlite:////nonexistent/other.sqlite')
+        app.build_app('sqlite:////nonexistent/other.sqlite')
 
 
 def test_subprocess_serves_and_stops(tmp_path):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from steward import service
+from steward.conf import checks
 from steward.conf import CONF
 from tests.stack import free_port
 from tests.stack import running_stack
@@ -62,17 +62,17 @@ def test_loopback_default_starts_without_a_warning():
     ('no-such-host.invalid', False),
 ])
 def test_is_loopback(host, loopback):
-    assert service.is_loopback(host) is loopback
+    assert checks.is_loopback(host) is loopback
 
 
 def test_keystone_passes_on_any_address():
     CONF.set_override('auth_strategy', 'keystone', group='api')
     try:
-        service.check_exposure([('the API', '0.0.0.0')])
+        checks.check_exposure([('the API', '0.0.0.0')])
     finally:
         CONF.clear_override('auth_strategy', group='api')
     with pytest.raises(Exception) as err:
-        service.check_exposure([('the API', '0.0.0.0')])
+        checks.check_exposure([('the API', '0.0.0.0')])
     assert err.value.code == 'cyb.config.invalid'
 
 

@@ -10,7 +10,7 @@ from steward.agent import rpcapi as agent_rpcapi
 from steward.conf import CONF
 from steward.db import models as m
 from steward.db import session
-from steward import service
+from steward.common import rpc as steward_rpc
 from tests.functional import nvme_stack
 from tests.functional.nvme_stack import LATEST, nvme  # noqa: F401 (fixture)
 
@@ -173,7 +173,7 @@ def test_old_agent_never_gets_cleanup_device_and_the_device_goes_to_error(nvme):
     ctrl.write(0, nvme_stack.TENANT)
     st.kill_agent()
     # The host now runs an old agent: the conductor asks it its version (ping).
-    old = service.start_rpc_server(CONF.rpc_topic_agent, nvme.host, [OldAgent()])
+    old = steward_rpc.start_server(CONF.rpc_topic_agent, nvme.host, [OldAgent()])
     try:
         # The conductor learns the old version from the agent's ping at the release.
         st.release(inst)
@@ -185,7 +185,7 @@ def test_old_agent_never_gets_cleanup_device_and_the_device_goes_to_error(nvme):
         assert r.status_code == 400 and r.json()['error_code'] == 'cyb.rpc.agent_too_old'
         assert nvme_stack.tenant_bytes_anywhere(ctrl)     # nobody touched it
     finally:
-        service.stop_rpc_server(old)
+        steward_rpc.stop_server(old)
     # The agent is upgraded: it announces 1.1 at start, the retry is accepted.
     st.start_agent(discover=False)
     assert st.clean(dev['uuid']).status_code == 202

@@ -368,7 +368,7 @@ def doc_sections():
 
 def test_doc_names_every_plugin_command_and_exit_code():
     import re
-    from steward import client as cli
+    from steward.osc import cli
     text = open(DOC).read()
     scripts = '\n'.join(doc_sections().values())
     for cmd in ('device clean', 'device erase record list', 'device history list',

@@ -3,7 +3,7 @@
 Started here, each as its own process: a RabbitMQ node (rabbit.py), a database on
 the tests' PostgreSQL (tests/pg_fixture.py), the real Placement
 (steward.placement.embedded), ``steward db sync``, conductors, ``steward api``
-with several uvicorn workers, and one ``steward agent`` per host, each with its
+with several gunicorn workers, and one ``steward agent`` per host, each with its
 own configuration file, ``[DEFAULT] host`` and fake sysfs tree (the fake driver
 plus two PCI functions per host). When run as root with ``ip netns`` available,
 every agent runs in a network namespace of its own and reaches the broker over a
@@ -30,7 +30,7 @@ import uuid
 
 import httpx
 
-from steward.placement import embedded
+from steward.placement import handle as embedded
 from tests import requirements
 from tests.multihost import pg
 from tests.multihost import rabbit
@@ -108,7 +108,7 @@ class Service:
         return self.proc.returncode
 
     def kill(self):
-        """kill -9 of the service's process group (uvicorn workers included)."""
+        """kill -9 of the service's process group (gunicorn workers included)."""
         return self.stop(sig=signal.SIGKILL)
 
     def restart(self):

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from oslo_utils import timeutils
 
-from steward import service
+from steward.conf import checks
 from steward.common import context
 from steward.common import exception
 from steward.common import states
@@ -25,21 +25,21 @@ BIN = os.path.dirname(sys.executable)
 
 @pytest.mark.parametrize('service_name', ['conductor', 'agent'])
 def test_version_cap_unset_is_newest(conf, service_name):
-    assert service.rpc_version_cap(service_name) is None
+    assert checks.rpc_version_cap(service_name) is None
 
 
 @pytest.mark.parametrize('value,expected', [('1.0', '1.0'), (' 1.1 ', '1.1'),
                                             ('01.0', '1.0')])
 def test_version_cap_accepts_versions_this_release_speaks(conf, value, expected):
     conf.set_override('conductor', value, group='upgrade_levels')
-    assert service.rpc_version_cap('conductor') == expected
+    assert checks.rpc_version_cap('conductor') == expected
 
 
 @pytest.mark.parametrize('value', ['2.0', '1.99', '0.9', 'ocata', '1', '1.0.1', '-1.0'])
 def test_version_cap_refuses_what_this_release_cannot_send(conf, value):
     conf.set_override('agent', value, group='upgrade_levels')
     with pytest.raises(exception.InvalidConfiguration) as err:
-        service.rpc_version_cap('agent')
+        checks.rpc_version_cap('agent')
     assert f"[upgrade_levels] agent = {value!r}" in str(err.value)
     assert 'MAJOR.MINOR' in str(err.value)
 
@@ -47,7 +47,7 @@ def test_version_cap_refuses_what_this_release_cannot_send(conf, value):
 @pytest.mark.parametrize('role', ['api', 'conductor', 'agent'])
 def test_in_process_transport_is_refused_for_separate_services(conf, role):
     with pytest.raises(exception.InvalidConfiguration) as err:
-        service.check_service_config(role)
+        checks.check_service_config(role)
     assert f'steward {role} runs as a separate service' in str(err.value)
     assert 'rabbit://' in str(err.value)
 
@@ -55,13 +55,13 @@ def test_in_process_transport_is_refused_for_separate_services(conf, role):
 def test_broker_password_is_not_echoed(conf):
     conf.set_override('transport_url', 'kombu+memory://user:s3cret@host:1/')
     with pytest.raises(exception.InvalidConfiguration) as err:
-        service.check_service_config('agent')
+        checks.check_service_config('agent')
     assert 's3cret' not in str(err.value) and 'user:***@host' in str(err.value)
 
 
 def test_shared_broker_is_accepted(conf):
     conf.set_override('transport_url', 'rabbit://steward:pw@ctl:5672/')
-    service.check_service_config('agent')
+    checks.check_service_config('agent')
 
 
 def _run(tmp_path, role, text):

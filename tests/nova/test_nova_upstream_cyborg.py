@@ -57,7 +57,7 @@ def cyborg(tmp_path_factory, request):
     saved_paste, saved_pythonpath = up.PASTE, os.environ.get('PYTHONPATH')
     try:
         rabbit.start()
-        from steward.placement import embedded
+        from steward.placement import handle as embedded
         placement = embedded.start_subprocess(
             f'sqlite:///{tmp}/placement.db', port=free_port(),
             log_file=os.path.join(tmp, 'placement.log'))

@@ -1,12 +1,12 @@
 """The progress helper of the OpenStackClient plugin's ``--wait``
-(steward/client/progress.py), with a fake getter and a fake clock."""
+(steward/osc/progress.py), with a fake getter and a fake clock."""
 import io
 import re
 
 import pytest
 
-from steward import client as cli
-from steward.client import progress
+from steward.osc import cli
+from steward.osc import progress
 
 
 # --- the progress helper (fake getter, fake clock) ------------------------------------------

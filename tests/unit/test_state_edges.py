@@ -58,6 +58,7 @@ def test_the_scan_finds_the_callers():
     # One caller of each kind that must be there, so a broken scan fails loudly.
     assert any(c[:3] == ('arq', 'bind_done', states.ARQ_BOUND) for c in calls)
     assert any(c[:3] == ('device', 'cleaned', states.DEV_AVAILABLE) for c in calls)
+    assert any(c[:3] == ('erase', 'succeed', states.ERASE_SUCCEEDED) for c in calls)
 
 
 def test_every_declared_edge_has_a_caller():
@@ -77,7 +78,7 @@ def test_every_caller_takes_a_declared_edge():
 
 def test_every_state_is_reachable_from_an_initial_state():
     for kind, table in states._TABLES.items():
-        every = {'arq': states.ARQ_STATES, 'device': states.DEVICE_STATES}[kind]
+        every = states.STATES[kind]
         seen = set(states.INITIAL_STATES[kind])
         todo = list(seen)
         while todo:
@@ -97,3 +98,27 @@ def test_retired_states_are_stored_but_never_entered():
         assert t.target not in states.ARQ_RETIRED_STATES
     column = models.ExtARQ.__table__.c.state.type
     assert set(column.enums) == set(states.ARQ_STORED_STATES)
+
+
+def test_every_kind_has_a_table_and_a_stored_column():
+    assert set(states._TABLES) == set(states.STATES) == set(states.INITIAL_STATES) == \
+        {'arq', 'device', 'erase'}
+    kinds = {getattr(model, '__state_kind__', None): model
+             for model in vars(models).values() if isinstance(model, type)}
+    for kind in states._TABLES:
+        model = kinds[kind]
+        column = model.__table__.c[model.__state_column__]
+        if kind == 'erase':
+            assert set(column.type.enums) == set(states.ERASE_STATES)
+
+
+def test_erase_status_is_written_only_by_advance():
+    """No code outside db/api.py's create (an initial state, checked) names an
+    erase record's status as a value to write."""
+    for path in sorted(ROOT.rglob('*.py')):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == 'erase_record_update':
+                names = {k.arg for k in node.keywords}
+                assert 'status' not in names, f'{path}:{node.lineno}'

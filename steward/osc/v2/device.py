@@ -17,8 +17,8 @@ from cliff import columns as cliff_columns
 from cliff import hooks
 from osc_lib.command import command
 
-from steward import client as cli
-from steward.client import progress
+from steward.osc import cli
+from steward.osc import progress
 
 LOG = logging.getLogger(__name__)
 

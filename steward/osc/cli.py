@@ -1,6 +1,6 @@
-"""What the OpenStackClient plugin's commands (steward/osc: ``openstack accelerator
-device clean|erase record list|history list``) share: the exit codes and errors
-(``errors``), UUID arguments, and waiting with progress (``progress``).
+"""What the OpenStackClient plugin's commands (``openstack accelerator device
+clean|erase record list|history list``) share: their exit codes and errors, and
+UUID arguments; waiting with progress is steward/osc/progress.py.
 
 Exit codes of the plugin's commands (doc/cli.md; scripts rely on them):
 
@@ -23,11 +23,51 @@ Exit codes of the plugin's commands (doc/cli.md; scripts rely on them):
 Errors are printed to stderr as one line; for an API error it names the API's
 ``error_code``, the HTTP status and the request id.
 """
+
 import argparse
 
-from steward.client.errors import (  # noqa: F401 - the CLI's public names
-    EXIT_API_ERROR, EXIT_INTERRUPTED, EXIT_NOT_ALLOWED, EXIT_NOT_FOUND, EXIT_OK,
-    EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE, CliError, NotFound, UsageError)
+EXIT_OK = 0
+EXIT_API_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_NOT_ALLOWED = 4
+EXIT_UNREACHABLE = 5
+EXIT_TIMEOUT = 6
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """An error the CLI reports as one line on stderr and an exit code.
+
+    ``error_code``, ``status`` and ``request_id`` are set for errors the API
+    answered; they are printed after the message.
+    """
+
+    exit_code = EXIT_API_ERROR
+    label = 'error'       # steward: <label>: <message>
+
+    def __init__(self, message, exit_code=None, error_code=None, status=None,
+                 request_id=None):
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+        self.error_code, self.status, self.request_id = error_code, status, request_id
+
+    def __str__(self):
+        details = [f'error_code={self.error_code}' if self.error_code else None,
+                   f'HTTP {self.status}' if self.status else None,
+                   f'request_id={self.request_id}' if self.request_id else None]
+        details = ', '.join(d for d in details if d)
+        return f'{self.message} ({details})' if details else self.message
+
+
+class UsageError(CliError):
+    exit_code = EXIT_USAGE
+
+
+class NotFound(CliError):
+    exit_code = EXIT_NOT_FOUND
 
 
 def uuid_arg(text):

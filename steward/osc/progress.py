@@ -26,7 +26,9 @@ import sys
 import time
 from typing import NamedTuple
 
-from steward import client as cli
+import tenacity
+
+from steward.osc import cli
 
 DEFAULT_INTERVAL = 2.0
 # Answers that mean "not now" (the API restarting behind a proxy), not "no".
@@ -77,33 +79,45 @@ def wait_for(get, done, describe, *, what, resume, interval=DEFAULT_INTERVAL,
     out = sys.stderr if out is None else out
     started = clock()
     view = _LiveView(out) if _is_terminal(out) else _LineView(out)
-    last = Progress('waiting')
+    shown = [Progress('waiting')]
+    not_yet = object()
+
+    def poll():
+        try:
+            obj = get()
+        except cli.CliError as err:
+            if not _transient(err):
+                raise
+            shown[0] = shown[0]._replace(detail=f'retrying: {err.message}')
+            view.show(shown[0], clock() - started)
+            return not_yet
+        shown[0] = describe(obj)
+        view.show(shown[0], clock() - started)
+        return obj if done(obj) else not_yet
+
+    def timed_out(_state):
+        return timeout is not None and clock() - started >= timeout
+
+    def pause(_state):
+        spent = clock() - started
+        return max(interval if timeout is None else min(interval, timeout - spent), 0)
+
+    def give_up(_state):
+        raise WaitTimedOut(
+            f'gave up after {elapsed_text(clock() - started)} (--wait-timeout); {what} '
+            f'goes on on the server. Watch it again with: {resume}')
+
+    # A poll that is not done yet is tried again; any other error ends the wait.
+    polling = tenacity.Retrying(retry=tenacity.retry_if_result(lambda r: r is not_yet),
+                                stop=timed_out, wait=pause, sleep=sleep,
+                                retry_error_callback=give_up)
     try:
         with view:
-            while True:
-                try:
-                    obj = get()
-                except cli.CliError as err:
-                    if not _transient(err):
-                        raise
-                    last = last._replace(detail=f'retrying: {err.message}')
-                    view.show(last, clock() - started)
-                else:
-                    last = describe(obj)
-                    view.show(last, clock() - started)
-                    if done(obj):
-                        return obj
-                spent = clock() - started
-                if timeout is not None and spent >= timeout:
-                    raise WaitTimedOut(
-                        f'gave up after {elapsed_text(spent)} (--wait-timeout); {what} '
-                        f'goes on on the server. Watch it again with: {resume}')
-                left = interval if timeout is None else min(interval, timeout - spent)
-                sleep(max(left, 0))
+            return polling(poll)
     except KeyboardInterrupt:
         raise WaitInterrupted(
-            f'after {elapsed_text(clock() - started)} at {last.phase!r} (Ctrl-C); {what} '
-            f'goes on on the server. Watch it again with: {resume}') from None
+            f'after {elapsed_text(clock() - started)} at {shown[0].phase!r} (Ctrl-C); '
+            f'{what} goes on on the server. Watch it again with: {resume}') from None
 
 
 def _is_terminal(out):

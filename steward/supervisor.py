@@ -1,0 +1,99 @@
+"""The one process supervisor of the tree: gunicorn.
+
+Where a Steward command serves HTTP from several processes - `steward api` with
+``[api] workers`` > 1, the embedded Placement's ``[placement] embedded_workers`` -
+gunicorn's arbiter forks the workers, replaces one that dies, stops them on
+SIGTERM (gracefully) or SIGINT (at once). Steward adds one thing: every worker
+gets SIGTERM when the arbiter dies, SIGKILL included (PR_SET_PDEATHSIG), so a
+worker never outlives its service and keeps its port.
+
+The API's workers are uvicorn's gunicorn worker class (uvicorn-worker): uvicorn
+serves, gunicorn supervises. `steward serve` and `steward api` with one worker run
+uvicorn in their own process, with no supervisor at all.
+"""
+import os
+
+from gunicorn.app import base
+from uvicorn_worker import UvicornWorker
+
+from steward.common import lifetime
+
+
+class ApiWorker(UvicornWorker):
+    """uvicorn in a gunicorn worker, as `steward api` runs it in one process: no
+    lifespan events, no access log (one line per request is the API's own)."""
+    CONFIG_KWARGS = {'loop': 'auto', 'http': 'auto', 'lifespan': 'off',
+                     'access_log': False}
+
+
+API_WORKER = f'{__name__}.ApiWorker'
+# Placement: one request at a time per process (it is CPU-bound Python), on
+# HTTP/1.1 keep-alive connections.
+WSGI_WORKER = 'gthread'
+
+
+def bind_address(host, port):
+    return f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+
+
+class Supervisor(base.BaseApplication):
+    """gunicorn serving what ``load()`` returns (called in each worker; or once
+    in the arbiter, before it forks, with ``preload=True``)."""
+
+    def __init__(self, load, host, port, workers, worker_class, *, preload=False,
+                 keepalive=75, graceful_timeout=10, timeout=120, name='steward',
+                 on_fork=None, on_ready=None, on_child_exit=None):
+        self._load = load
+        self._options = {
+            'bind': [bind_address(host, port)],
+            'workers': workers,
+            'worker_class': worker_class,
+            'threads': 1,
+            'preload_app': preload,
+            'keepalive': keepalive,
+            # Seconds a SIGTERM waits for requests in flight before the workers
+            # are killed, and a worker silent this long is killed and replaced.
+            'graceful_timeout': graceful_timeout,
+            'timeout': timeout,
+            # socketserver's backlog of 5 once reset bursts of clients.
+            'backlog': 2048,
+            # No control socket in the home directory, no access log, gunicorn's
+            # warnings and errors.
+            'control_socket_disable': True,
+            'accesslog': None,
+            'errorlog': '-',
+            'loglevel': 'warning',
+            'proc_name': name,
+        }
+        self._on_fork = on_fork
+        self._on_ready = on_ready
+        self._on_child_exit = on_child_exit
+        super().__init__()
+
+    def load_config(self):
+        arbiter = os.getpid()
+
+        def post_fork(_server, _worker):
+            lifetime.die_with_parent(arbiter)
+            if self._on_fork is not None:
+                self._on_fork()
+
+        def when_ready(_server):
+            if self._on_ready is not None:
+                self._on_ready()
+
+        def child_exit(_server, worker):
+            if self._on_child_exit is not None:
+                self._on_child_exit(worker.pid)
+
+        for name, value in dict(self._options, post_fork=post_fork,
+                                when_ready=when_ready, child_exit=child_exit).items():
+            self.cfg.set(name, value)
+
+    def load(self):
+        return self._load()
+
+    def serve_forever(self):
+        """Until SIGTERM/SIGINT; ends the process (gunicorn's arbiter exits with
+        sys.exit): status 0 on a signal, 1 when it cannot bind."""
+        self.run()
