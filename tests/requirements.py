@@ -26,6 +26,9 @@ DEPENDENCIES = {
     'pci': 'at least one real PCI function under /sys/bus/pci/devices',
     'root': 'uid 0: privsep daemons started with ambient capabilities, and a '
             'service that drops to another user',
+    'pypi': 'the package index (network): side venvs of upstream software the '
+            'tests run (tests/side_venv.py: Keystone 30 + uWSGI, tempest 47 + '
+            'cyborg-tempest-plugin 2.8, openstack-cyborg 17.0.0)',
 }
 
 ENV = 'STEWARD_REQUIRE'

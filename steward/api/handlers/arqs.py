@@ -26,11 +26,18 @@ def _render(req, records, status=200):
 
 def create_arqs(req):
     """201 {"arqs": [...]}, one ARQ per accelerator the profile asks for; 400
-    bad body; 403; 404 unknown device profile."""
+    bad body; 403; 404 unknown device profile (also "" or a name too long to
+    exist)."""
     ctx = req.ctx
     policy.authorize(ctx, 'cyborg:arq:create')
     req.query_args(())
     body = schemas.validate(schema.CREATE_V2_0, req.json())
+    name = body['device_profile_name']
+    if not name or len(name) > 255 or '\x00' in name:
+        # No profile has such a name (upstream looks it up and answers 404);
+        # PostgreSQL would refuse the NUL in the query.
+        raise exception.DeviceProfileNotFound(resource='Device Profile', key='name',
+                                              value=name)
     records = req.conductor.arq_create(ctx, body['device_profile_name'], ctx.project_id)
     return _render(req, records, status=201)
 

@@ -56,7 +56,10 @@ def test_create_one_per_accelerator(client, seed):
 
 @pytest.mark.parametrize('body,status,code', [
     ({}, 400, 'cyb.request.schema'),
-    ({'device_profile_name': ''}, 400, 'cyb.request.schema'),
+    # No profile has that name: upstream's 404, not a schema error.
+    ({'device_profile_name': ''}, 404, 'cyb.device_profile.not_found'),
+    ({'device_profile_name': 'x' * 256}, 404, 'cyb.device_profile.not_found'),
+    ({'device_profile_name': 'a\x00b'}, 404, 'cyb.device_profile.not_found'),
     ({'device_profile_name': 7}, 400, 'cyb.request.schema'),
     ({'device_profile_name': 'dp1', 'device_profile_group_id': 7}, 400,
      'cyb.request.schema'),
