@@ -24,9 +24,10 @@ def list_devices(req):
 
 
 def get_device(req):
-    """200 device; 400 not a UUID; 403; 404."""
+    """200 device; 403; 404 (also not a UUID, as upstream)."""
     policy.authorize(req.ctx, 'cyborg:device:get_one')
-    uuid = handlers.check_uuid('device uuid', req.params['uuid'])
+    uuid = handlers.uuid_or_not_found(exception.DeviceNotFound, 'Device',
+                                      req.params['uuid'])
     with session.reader() as s:
         return handlers.json_response(views.device(req, db.device_get(s, uuid)))
 

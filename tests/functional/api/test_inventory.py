@@ -54,9 +54,11 @@ def test_device_get_errors(client):
     assert r.status_code == 404
     assert r.json()['error_message'] == f'Device not found with uuid={MISSING}'
     assert r.json()['error_code'] == 'cyb.device.not_found'
+    # Upstream looks the segment up as it is: 404, not a UUID check's 400.
     r = client.get('/v2/devices/not-a-uuid')
-    assert r.status_code == 400
-    assert r.json()['error_code'] == 'cyb.request.invalid_uuid'
+    assert r.status_code == 404
+    assert r.json()['error_message'] == 'Device not found with uuid=not-a-uuid'
+    assert r.json()['error_code'] == 'cyb.device.not_found'
 
 
 def test_device_disable_enable(client, seed, placement):
@@ -232,6 +234,7 @@ def test_attribute_errors(client, seed):
     r = client.post('/v2/attributes', json={'deployable_id': 999, 'key': 'k', 'value': 'v'})
     assert r.status_code == 404
     assert client.get('/v2/attributes/nope').status_code == 400
+    assert client.delete('/v2/attributes/nope').status_code == 404     # as upstream
     assert client.delete(f'/v2/attributes/{MISSING}').status_code == 404
     r = client.post('/v2/attributes', headers=MANAGER,
                     json={'deployable_id': seed['deployable_id'], 'key': 'k', 'value': 'v'})
