@@ -11,6 +11,7 @@ from steward.db import session
 # Exact-match filters, applied in SQL (db.device_list); device_state from 2.5.
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
 FILTERS_2_5 = FILTERS + ('device_state',)
+MAX_LIMIT = 2 ** 31
 
 
 def list_devices(req):
@@ -81,6 +82,10 @@ def erase_records(req):
     if limit is not None and limit < 1:
         raise exception.InvalidParameter(name='limit', value=limit,
                                          reason='a positive integer is expected')
+    if limit is not None:
+        # More than any database holds is all of them (SQLite refuses a LIMIT
+        # beyond 64 bits).
+        limit = min(limit, MAX_LIMIT)
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     with session.reader() as s:
         rows = db.erase_record_list(s, uuid, limit=limit)
