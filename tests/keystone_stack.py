@@ -27,12 +27,13 @@ class KeystoneStack:
             return f.read()
 
 
-def _conf(tmp, keystone, api_port, placement_port):
+def _conf(tmp, keystone, api_port, placement_port, metrics_port):
     return f"""[DEFAULT]
 state_path = {tmp}
 host = keystone-stack-host
 [api]
 port = {api_port}
+metrics_listen = 127.0.0.1:{metrics_port}
 auth_strategy = keystone
 [placement]
 embedded_port = {placement_port}
@@ -62,7 +63,7 @@ def running(keystone, timeout=90):
         keystone.register_service('accelerator', 'steward', url + '/v2')
         conf = os.path.join(tmp, 'steward.conf')
         with open(conf, 'w') as f:
-            f.write(_conf(tmp, keystone, api_port, placement_port))
+            f.write(_conf(tmp, keystone, api_port, placement_port, free_port()))
         log_path = os.path.join(tmp, 'steward.log')
         steward = os.path.join(os.path.dirname(sys.executable), 'steward')
         with open(log_path, 'w') as log:
