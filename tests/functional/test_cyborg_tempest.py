@@ -101,7 +101,10 @@ def run_suite(keystone, workdir, enforce_new_defaults):
     {test id: {'status', 'details'}} and tempest's output."""
     tempest = side_venv.bin_path('tempest', 'tempest')
     workspace = os.path.join(workdir, f'ws-{enforce_new_defaults}')
-    subprocess.run([tempest, 'init', '--workspace-path',
+    # An empty config dir of our own: nothing of a host's /etc/tempest leaks in.
+    config_dir = os.path.join(workdir, f'etc-{enforce_new_defaults}')
+    os.makedirs(config_dir)
+    subprocess.run([tempest, 'init', '--config-dir', config_dir, '--workspace-path',
                     os.path.join(workdir, 'workspace.yaml'), workspace],
                    check=True, capture_output=True, text=True)
     with open(os.path.join(workspace, 'etc', 'tempest.conf'), 'w') as f:
