@@ -331,7 +331,7 @@ def test_other_projects_arq_cannot_be_bound_or_deleted(client, seed, dp):
     ('', 400, 'cyb.request.invalid_query'),
     (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a02&instance=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a03', 400, 'cyb.request.invalid_query'),
     ('?arqs=', 400, 'cyb.request.invalid_query'),
-    ('?arqs=not-a-uuid', 400, 'cyb.request.invalid_uuid'),
+    ('?arqs=not-a-uuid', 404, 'cyb.arq.not_found'),
     ('?instance=not-a-uuid', 400, 'cyb.request.invalid_uuid'),
     ('?instances=x', 400, 'cyb.request.invalid_query'),
     (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a04', 404, 'cyb.arq.not_found'),
