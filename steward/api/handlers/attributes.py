@@ -15,6 +15,8 @@ def list_attributes(req):
     """200 {"attributes": [...]}; 400 unknown filter; 403."""
     policy.authorize(req.ctx, 'cyborg:attribute:get_all')
     filters = req.query_args(FILTERS, ints=('deployable_id',))
+    if filters.get('key') == '':
+        del filters['key']          # upstream: ``if key:``
     with session.reader() as s:
         rows = db.attribute_list(s, filters)
         return handlers.json_response(

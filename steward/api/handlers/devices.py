@@ -12,6 +12,7 @@ from steward.db import session
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
 FILTERS_2_5 = FILTERS + ('device_state',)
 MAX_LIMIT = 2 ** 31
+UPSTREAM_FILTERS = ('type', 'vendor', 'hostname')
 
 
 def list_devices(req):
@@ -19,6 +20,8 @@ def list_devices(req):
     policy.authorize(req.ctx, 'cyborg:device:get_all')
     filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
                              else FILTERS, ints=('id',))
+    # Upstream's own parameters are ignored when empty (``if type:``).
+    filters = {k: v for k, v in filters.items() if v != '' or k not in UPSTREAM_FILTERS}
     with session.reader() as s:
         rows = db.device_rows(s, filters)
     return handlers.encoded_response(views.devices_json(req, rows))

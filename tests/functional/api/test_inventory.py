@@ -34,9 +34,16 @@ def test_device_list_and_get(client, seed):
     ('type=FPGA', 1), ('type=GPU', 0), ('vendor=0xABCD', 1), ('hostname=host-a', 1),
     ('hostname=host-b', 0), ('type=FPGA&hostname=host-a', 1), ('model=x', 0),
     ('status=enabled', 1), ('id=1', 1),
+    # A value no device can have filters to nothing, as upstream's unknown type.
+    ('type=fake_type', 0), ('type=fpga', 0), ('status=bogus', 0),
+    ('device_state=bogus', 0), ('device_state=available', 1), ('id=99999999999999999999', 0),
+    ('vendor=a%00b', 0), ('status=', 0),
+    # Upstream ignores its own parameters when empty (``if type:``).
+    ('type=', 1), ('vendor=', 1), ('hostname=', 1), ('type=&vendor=0xABCD', 1),
 ])
 def test_device_filters(client, query, count):
-    r = client.get(f'/v2/devices?{query}')
+    r = client.get(f'/v2/devices?{query}',
+                   headers={'OpenStack-API-Version': 'accelerator latest'})
     assert r.status_code == 200
     assert len(r.json()['devices']) == count
 
@@ -244,3 +251,14 @@ def test_attribute_errors(client, seed):
     assert r.status_code == 403
     assert client.get(f'/v2/attributes/{attr["uuid"]}', headers=MANAGER).status_code == 200
     assert snapshot() == before
+
+
+@pytest.mark.parametrize('query,count', [
+    ('key=rc', 1), ('key=bogus', 0), ('deployable_id=99999999999999999999', 0),
+    ('key=a%00b', 0), ('value=', 0),
+    ('key=', 2),        # upstream: ``if key:``
+])
+def test_attribute_filters(client, query, count):
+    r = client.get(f'/v2/attributes?{query}')
+    assert r.status_code == 200, r.text
+    assert len(r.json()['attributes']) == count
