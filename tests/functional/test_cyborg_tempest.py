@@ -27,6 +27,9 @@ from tests import keystone_stack
 from tests import requirements
 from tests import side_venv
 
+# One worker should run this and test_keystone_real.py (one Keystone, one
+# steward serve: tests/keystone_stack.shared()); if xdist splits them, each worker
+# starts its own.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('keystone')]
 
 REGEX = r'^cyborg_tempest_plugin\.tests\.api'
@@ -132,16 +135,14 @@ def run_suite(keystone, workdir, enforce_new_defaults):
     return listed, tests, run.stdout + run.stderr
 
 
-@pytest.fixture(scope='module')
-def stack(tmp_path_factory):
+@pytest.fixture
+def stack():
     for name in ('keystone', 'tempest'):
         try:
             side_venv.ensure(name)
         except side_venv.BuildError as exc:
             requirements.need('pypi', f'{name} venv: {exc}')
-    keystone = keystone_fixture.get_keystone()
-    with keystone_stack.running(keystone) as running:
-        yield running
+    return keystone_stack.shared(keystone_fixture.get_keystone())
 
 
 def _check_pass(listed, tests, output, enforce_new_defaults):

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('keystone')]
 PASSWORD = 'user-secret'
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def env():
     try:
         side_venv.ensure('keystone')
@@ -38,13 +38,12 @@ def env():
         keystone.user(user, PASSWORD, project=project, roles=roles)
         tokens[name] = keystone.token(user, PASSWORD, project_name=project)
     tokens['admin'] = keystone.admin().get_token()
-    with keystone_stack.running(keystone) as stack:
-        with httpx.Client(base_url=stack.url, timeout=30) as api:
-            r = api.post('/v2/device_profiles', headers={'X-Auth-Token': tokens['admin']},
-                         json=[{'name': f'dp-{suffix}',
-                                'groups': [{'resources:FPGA': '1'}]}])
-            assert r.status_code == 201, r.text
-            yield api, tokens, f'dp-{suffix}'
+    stack = keystone_stack.shared(keystone)
+    with httpx.Client(base_url=stack.url, timeout=30) as api:
+        r = api.post('/v2/device_profiles', headers={'X-Auth-Token': tokens['admin']},
+                     json=[{'name': f'dp-{suffix}', 'groups': [{'resources:FPGA': '1'}]}])
+        assert r.status_code == 201, r.text
+        yield api, tokens, f'dp-{suffix}'
 
 
 def _as(tokens, who, service=None):
