@@ -19,26 +19,23 @@ served by gunicorn behind upstream's paste pipeline minus keystonemiddleware.
 On MySQL/MariaDB, upstream's own backend, ``cyborg-dbsync upgrade`` (every
 migration, as a deployment runs them) works unchanged and is what runs.
 """
-import fcntl
-import glob
 import http.server
 import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
 
 import httpx
 
+from tests import side_venv
 from tests.multihost.rabbit import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CYBORG = 'openstack-cyborg==17.0.0'
-VENV = os.path.join(ROOT, '.venv-cyborg')
+VENV = side_venv.path('cyborg')
 HOST = 'bench-host'   # the hostname bench/arq_lifecycle.py's one_instance binds to
 PLACEMENT_HEADERS = {'X-Auth-Token': 'admin', 'OpenStack-API-Version': 'placement 1.39'}
 # What keystonemiddleware puts in the environ for a Nova call carrying a user token
@@ -68,35 +65,10 @@ paste.filter_factory = oslo_middleware.http_proxy_to_wsgi:HTTPProxyToWSGI.factor
 
 
 def ensure_venv():
-    """Build .venv-cyborg once; concurrent callers (pytest-xdist workers) wait for
-    the first one's pip instead of running their own into the same directory."""
-    with open(VENV + '.lock', 'w') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _ensure_venv()
-
-
-def _ensure_venv():
-    python = os.path.join(VENV, 'bin', 'python')
-    needed = [os.path.join(VENV, 'bin', name) for name in ('cyborg-agent', 'gunicorn')]
-    # psycopg2: Cyborg on PostgreSQL, PyMySQL: on MariaDB, as deployed
-    # (tests/functional/test_cyborg_import.py).
-    packages = [CYBORG, 'gunicorn', 'psycopg2-binary', 'PyMySQL']
-    if all(os.path.exists(path) for path in needed) and _has_drivers():
-        return
-    if not os.path.exists(python):
-        print(f'creating {VENV} (first run only)', flush=True)
-        subprocess.run([sys.executable, '-m', 'venv', VENV], check=True)
-    print(f'pip install {" ".join(packages)} into {VENV} ...', flush=True)
-    pip = subprocess.run([python, '-m', 'pip', 'install', '-q', *packages],
-                         capture_output=True, text=True)
-    if pip.returncode != 0 or not all(os.path.exists(path) for path in needed):
-        raise RuntimeError(f'pip install {" ".join(packages)} failed ({pip.returncode}):\n'
-                           f'{pip.stderr[-4000:]}')
-
-
-def _has_drivers():
-    return all(glob.glob(os.path.join(VENV, 'lib', 'python*', 'site-packages', name))
-               for name in ('psycopg2', 'pymysql'))
+    """.venv-cyborg, built once (tests/side_venv.py: one builder for every side venv;
+    concurrent xdist workers wait for the first one's pip). RuntimeError when pip
+    fails."""
+    side_venv.ensure('cyborg')
 
 
 def installed_versions():
@@ -280,7 +252,6 @@ def offered_rp(api_url, placement_url):
 # cyborg-dbsync create_schema, with a name for each ENUM the models leave unnamed
 # (the ARQ state): PostgreSQL needs one, and upstream's migrations fail there too.
 _NAMED_ENUMS_CREATE_SCHEMA = """
-import sys
 import sqlalchemy as sa
 from cyborg.db.sqlalchemy import models
 for table in models.Base.metadata.tables.values():

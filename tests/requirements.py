@@ -32,8 +32,9 @@ DEPENDENCIES = {
               'by tests/cyborg_upstream.py: pip install from the package index)',
     'mariadb': 'a MariaDB server (Debian mariadb-server): tests start one of their own '
                '(tests/mariadb_fixture.py), as the database of an upstream Cyborg',
-    'pip': "pip reaching the package index (or the machine's wheels and cache): a "
-           'side virtualenv with the runtime install alone (test_runtime_install.py)',
+    'pypi': 'the package index (network): side venvs of upstream software the '
+            'tests run (tests/side_venv.py: Keystone 30 + uWSGI, tempest 47 + '
+            'cyborg-tempest-plugin 2.8, openstack-cyborg 17.0.0)',
 }
 
 ENV = 'STEWARD_REQUIRE'

@@ -25,6 +25,10 @@ TEST_PKGS=(oslotest fixtures testtools ddt requests-mock wsgi-intercept stestr)
 
 build_venv() {
   local stamp=$venv/.steward-nova-installed
+  # .ci/run starts a build in the background while the tests may ask for one:
+  # one pip at a time into the venv, the second caller waits and finds it built.
+  exec 9>"$venv.lock"
+  flock 9
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$NOVA ${TEST_PKGS[*]}" ]; then
     return
   fi

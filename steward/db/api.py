@@ -31,9 +31,35 @@ def _one(session, stmt, exc, resource, key, value):
 
 
 def _exact_filters(model, filters, allowed):
-    """``model``: a mapped class, or a table's columns (``Table.c``)."""
-    return [getattr(model, k) == v for k, v in (filters or {}).items()
-            if k in allowed and v is not None]
+    """``model``: a mapped class, or a table's columns (``Table.c``). A value the
+    column cannot hold (an unknown enum value, an integer beyond 64 bits, a NUL
+    character) matches nothing, as upstream's unknown ``?type=`` does, instead of
+    reaching the driver: SQLAlchemy's enum type raises LookupError on it, SQLite
+    OverflowError, PostgreSQL refuses NUL in a string."""
+    clauses = []
+    for key, value in (filters or {}).items():
+        if key not in allowed or value is None:
+            continue
+        column = getattr(model, key)
+        clauses.append(column == value if _storable(column, value) else sa.false())
+    return clauses
+
+
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def _storable(column, value):
+    kind = column.type
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _INT64[0] <= value <= _INT64[1]
+    if isinstance(value, str):
+        if '\x00' in value:
+            return False
+        if isinstance(kind, sa.Enum):
+            return value in kind.enums
+        if isinstance(kind, sa.Integer):
+            return False
+    return True
 
 
 # --- devices ----------------------------------------------------------------------

@@ -186,7 +186,7 @@ def runtime():
         built = subprocess.run(['bash', 'tools/bootstrap.sh'], cwd=ROOT, env=env,
                                capture_output=True, text=True, timeout=900)
         if built.returncode != 0:
-            requirements.need('pip', 'tools/bootstrap.sh could not install Steward '
+            requirements.need('pypi', 'tools/bootstrap.sh could not install Steward '
                                      f'into a new virtualenv:\n{built.stderr[-3000:]}')
         log_path = os.path.join(tmp, 'serve.log')
         with open(log_path, 'w') as log:

@@ -88,6 +88,14 @@ def check_uuid(name, value):
     return value
 
 
+def uuid_or_not_found(exc, resource, value):
+    """A path segment upstream looks up as it is (no UUID check): anything that
+    is not a UUID names nothing, 404 as upstream answers, without a query."""
+    if not uuidutils.is_uuid_like(value):
+        raise exc(resource=resource, key='uuid', value=value)
+    return value
+
+
 def uuid_list(name, value):
     """A comma-separated list of UUIDs, duplicates dropped, order kept."""
     items = [v.strip() for v in value.split(',') if v.strip()]

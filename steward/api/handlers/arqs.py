@@ -26,11 +26,18 @@ def _render(req, records, status=200):
 
 def create_arqs(req):
     """201 {"arqs": [...]}, one ARQ per accelerator the profile asks for; 400
-    bad body; 403; 404 unknown device profile."""
+    bad body; 403; 404 unknown device profile (also "" or a name too long to
+    exist)."""
     ctx = req.ctx
     policy.authorize(ctx, 'cyborg:arq:create')
     req.query_args(())
     body = schemas.validate(schema.CREATE_V2_0, req.json())
+    name = body['device_profile_name']
+    if not name or len(name) > 255 or '\x00' in name:
+        # No profile has such a name (upstream looks it up and answers 404);
+        # PostgreSQL would refuse the NUL in the query.
+        raise exception.DeviceProfileNotFound(resource='Device Profile', key='name',
+                                              value=name)
     records = req.conductor.arq_create(ctx, body['device_profile_name'], ctx.project_id)
     return _render(req, records, status=201)
 
@@ -159,10 +166,21 @@ def patch_arq(req):
     return _patch(req, only=uuid)
 
 
+def _arq_uuids(value):
+    """``?arqs=`` as upstream reads it: each item is looked up as it is, so one
+    that is not a UUID names no ARQ (404, nothing deleted); none at all is 400."""
+    items = [v.strip() for v in value.split(',') if v.strip()]
+    if not items:
+        raise exception.InvalidQuery(reason='arqs needs at least one UUID')
+    for item in items:
+        handlers.uuid_or_not_found(exception.ARQNotFound, 'Accelerator request', item)
+    return list(dict.fromkeys(items))
+
+
 def delete_arqs(req):
-    """``?arqs=u1,u2`` (all must exist: 404, nothing deleted) or ``?instance=``
-    (idempotent, needs a service token): 204. 400 neither or both, bad UUIDs;
-    403."""
+    """``?arqs=u1,u2`` (all must exist: 404, nothing deleted, also for an item
+    that is not a UUID, as upstream) or ``?instance=`` (idempotent, needs a
+    service token): 204. 400 neither or both, a bad instance UUID; 403."""
     ctx = req.ctx
     policy.authorize(ctx, 'cyborg:arq:delete')
     args = req.query_args(('arqs', 'instance'))
@@ -176,17 +194,17 @@ def delete_arqs(req):
             raise exception.ServiceTokenRequired()
         req.conductor.arq_delete(ctx, instance_uuid=instance, project_id=scope)
     else:
-        uuids = handlers.uuid_list('arqs', args['arqs'])
+        uuids = _arq_uuids(args['arqs'])
         req.conductor.arq_delete(ctx, arq_uuids=uuids, project_id=scope)
     return handlers.empty(204)
 
 
 def delete_arq(req):
     """``DELETE /v2/accelerator_requests/{uuid}`` = ``?arqs=<uuid>``: 204; 400;
-    403; 404."""
+    403; 404 (also a segment that is not a UUID, as upstream)."""
     ctx = req.ctx
     policy.authorize(ctx, 'cyborg:arq:delete')
     req.query_args(())
-    uuid = handlers.check_uuid('accelerator request uuid', req.params['uuid'])
+    uuid = _arq_uuids(req.params['uuid'])[0]
     req.conductor.arq_delete(ctx, arq_uuids=[uuid], project_id=handlers.project_scope(ctx))
     return handlers.empty(204)

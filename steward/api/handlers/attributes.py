@@ -4,6 +4,7 @@ from steward.api import policy
 from steward.api import schemas
 from steward.api import views
 from steward.api.schemas import attribute as schema
+from steward.common import exception
 from steward.db import api as db
 from steward.db import session
 
@@ -14,6 +15,8 @@ def list_attributes(req):
     """200 {"attributes": [...]}; 400 unknown filter; 403."""
     policy.authorize(req.ctx, 'cyborg:attribute:get_all')
     filters = req.query_args(FILTERS, ints=('deployable_id',))
+    if filters.get('key') == '':
+        del filters['key']          # upstream: ``if key:``
     with session.reader() as s:
         rows = db.attribute_list(s, filters)
         return handlers.json_response(
@@ -46,9 +49,11 @@ def create_attribute(req):
 
 
 def delete_attribute(req):
-    """204; 400 not a UUID; 403 (admin only); 404."""
+    """204; 403 (admin only); 404 (also not a UUID, as upstream)."""
     policy.authorize(req.ctx, 'cyborg:attribute:delete')
-    uuid = handlers.check_uuid('attribute uuid', req.params['uuid'])
+    req.query_args(())
+    uuid = handlers.uuid_or_not_found(exception.AttributeNotFound, 'Attribute',
+                                      req.params['uuid'])
     with session.writer() as s:
         db.attribute_delete(s, uuid)
     return handlers.empty(204)

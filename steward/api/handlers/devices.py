@@ -11,6 +11,8 @@ from steward.db import session
 # Exact-match filters, applied in SQL (db.device_list); device_state from 2.5.
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
 FILTERS_2_5 = FILTERS + ('device_state',)
+MAX_LIMIT = 2 ** 31
+UPSTREAM_FILTERS = ('type', 'vendor', 'hostname')
 
 
 def list_devices(req):
@@ -18,15 +20,18 @@ def list_devices(req):
     policy.authorize(req.ctx, 'cyborg:device:get_all')
     filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
                              else FILTERS, ints=('id',))
+    # Upstream's own parameters are ignored when empty (``if type:``).
+    filters = {k: v for k, v in filters.items() if v != '' or k not in UPSTREAM_FILTERS}
     with session.reader() as s:
         rows = db.device_rows(s, filters)
     return handlers.encoded_response(views.devices_json(req, rows))
 
 
 def get_device(req):
-    """200 device; 400 not a UUID; 403; 404."""
+    """200 device; 403; 404 (also not a UUID, as upstream)."""
     policy.authorize(req.ctx, 'cyborg:device:get_one')
-    uuid = handlers.check_uuid('device uuid', req.params['uuid'])
+    uuid = handlers.uuid_or_not_found(exception.DeviceNotFound, 'Device',
+                                      req.params['uuid'])
     with session.reader() as s:
         return handlers.json_response(views.device(req, db.device_get(s, uuid)))
 
@@ -80,6 +85,10 @@ def erase_records(req):
     if limit is not None and limit < 1:
         raise exception.InvalidParameter(name='limit', value=limit,
                                          reason='a positive integer is expected')
+    if limit is not None:
+        # More than any database holds is all of them (SQLite refuses a LIMIT
+        # beyond 64 bits).
+        limit = min(limit, MAX_LIMIT)
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     with session.reader() as s:
         rows = db.erase_record_list(s, uuid, limit=limit)

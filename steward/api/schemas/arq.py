@@ -7,7 +7,9 @@ from steward.api import schemas
 CREATE = {
     'type': 'object',
     'properties': {
-        'device_profile_name': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+        # Any string: a name no profile can have ("", longer than 255) is a 404
+        # "device profile not found", as upstream answers (the handler).
+        'device_profile_name': {'type': 'string'},
         # python-cyborgclient 3.0.0 (`openstack accelerator arq create`) always
         # sends the key, null unless --group-id is given. Only null is taken: a
         # value would be ignored (the ARQs cover every group of the profile), and

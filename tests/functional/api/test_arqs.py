@@ -56,7 +56,10 @@ def test_create_one_per_accelerator(client, seed):
 
 @pytest.mark.parametrize('body,status,code', [
     ({}, 400, 'cyb.request.schema'),
-    ({'device_profile_name': ''}, 400, 'cyb.request.schema'),
+    # No profile has that name: upstream's 404, not a schema error.
+    ({'device_profile_name': ''}, 404, 'cyb.device_profile.not_found'),
+    ({'device_profile_name': 'x' * 256}, 404, 'cyb.device_profile.not_found'),
+    ({'device_profile_name': 'a\x00b'}, 404, 'cyb.device_profile.not_found'),
     ({'device_profile_name': 7}, 400, 'cyb.request.schema'),
     ({'device_profile_name': 'dp1', 'device_profile_group_id': 7}, 400,
      'cyb.request.schema'),
@@ -328,7 +331,7 @@ def test_other_projects_arq_cannot_be_bound_or_deleted(client, seed, dp):
     ('', 400, 'cyb.request.invalid_query'),
     (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a02&instance=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a03', 400, 'cyb.request.invalid_query'),
     ('?arqs=', 400, 'cyb.request.invalid_query'),
-    ('?arqs=not-a-uuid', 400, 'cyb.request.invalid_uuid'),
+    ('?arqs=not-a-uuid', 404, 'cyb.arq.not_found'),
     ('?instance=not-a-uuid', 400, 'cyb.request.invalid_uuid'),
     ('?instances=x', 400, 'cyb.request.invalid_query'),
     (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a04', 404, 'cyb.arq.not_found'),

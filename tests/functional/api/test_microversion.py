@@ -89,7 +89,7 @@ def _check_headers(r, served):
     ('GET', '/v2', 200), ('GET', '/v2/', 200), ('GET', '/v2/devices', 200),
     ('GET', '/devices', 200), ('GET', '/v2/device_profiles', 200),
     ('GET', '/v2/accelerator_requests', 200), ('GET', '/v2/nowhere', 404),
-    ('PUT', '/v2/devices', 405), ('GET', '/v2/devices/not-a-uuid', 400),
+    ('PUT', '/v2/devices', 405), ('GET', '/v2/devices/not-a-uuid', 404),
     ('GET', f'/v2/devices/{"0" * 8}-0000-0000-0000-{"0" * 12}', 404),
     ('POST', '/v2/accelerator_requests', 400),
 ])

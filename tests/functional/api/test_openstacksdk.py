@@ -32,8 +32,9 @@ def test_sdk_error_details(conn):
         conn.accelerator.get_device(missing)
     assert err.value.details == f'Device not found with uuid={missing}'
     with pytest.raises(sdk_exc.BadRequestException) as err:
-        conn.accelerator.get_device('missing')
-    assert err.value.details == "Expected a UUID for device uuid but received 'missing'."
+        conn.accelerator.get_deployable('missing')
+    assert err.value.details == \
+        "Expected a UUID for deployable uuid but received 'missing'."
 
 
 def test_sdk_profile_and_arq_lifecycle(conn, seed):

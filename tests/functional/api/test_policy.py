@@ -31,20 +31,35 @@ def test_entry_point_target_lists_every_rule_used():
         assert rules[name].scope_types == expected
 
 
+# A few of upstream's defaults by name; test_policy_upstream.py compares them all
+# with openstack-cyborg 17.0.0's own.
 @pytest.mark.parametrize('rule,expected', [
-    ('cyborg:device:get_all', 'rule:cloud_reader'),
-    ('cyborg:deployable:get_one', 'rule:cloud_reader'),
-    ('cyborg:attribute:get_all', 'rule:cloud_reader'),
+    ('cyborg:device:get_all', 'rule:project_manager_or_admin'),
+    ('cyborg:deployable:get_one', 'rule:project_manager_or_admin'),
+    ('cyborg:attribute:get_all', 'rule:project_manager_or_admin'),
     ('cyborg:device:disable', 'rule:admin_api'),
     ('cyborg:device_profile:create', 'rule:admin_api'),
     ('cyborg:device_profile:get_all', 'rule:project_reader_or_admin'),
     ('cyborg:arq:get_all', 'rule:project_reader_or_admin'),
     ('cyborg:arq:update', 'rule:project_member_or_service'),
+    # Steward's own: the cloud operator's.
+    ('cyborg:device:clean', 'rule:admin_api'),
+    ('cyborg:device:erase_records', 'rule:cloud_reader'),
+    ('cyborg:device:history', 'rule:cloud_reader'),
 ])
 def test_defaults_match_upstream_srbac(rule, expected):
     rules = {r.name: r.check_str for r in default_policy.list_rules()}
     assert rules[rule] == expected
-    assert 'allow' not in rules and '@' not in rules.values()
+    # Upstream's legacy ``allow`` rule is listed, but no API rule opens to all.
+    assert not [n for n, c in rules.items() if n.startswith('cyborg:') and
+                c in ('@', '', 'rule:allow')]
+
+
+def test_deprecated_rules_are_not_applied():
+    """Upstream forces enforce_new_defaults = False (each rule ORed with its
+    deprecated one: ``admin_or_owner`` lets any project user through); Steward
+    keeps oslo.policy's True."""
+    assert CONF.oslo_policy.enforce_new_defaults is True
 
 
 @pytest.fixture

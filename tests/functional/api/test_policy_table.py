@@ -35,7 +35,7 @@ PERSONAS = {
     'admin': (['admin', 'member', 'reader'], 'p-admin'),
     # A service account alone (Nova's user): its token is also its service token.
     'service': (['service'], 'service'),
-    # A project's manager manages its project, not the cloud's hardware.
+    # A project's manager reads devices, deployables and attributes (upstream).
     'manager_a': (['manager', 'member', 'reader'], PROJECT_A),
     # A system-scoped reader (an operator's monitoring account): project None.
     'sys_reader': (['reader'], None),
@@ -62,12 +62,14 @@ TABLE = [
     # The version documents need nobody.
     ('GET', '/', '/', None, (200, 200, 200, 200, 200, 200, 200, 200)),
     ('GET', '/v2', '/v2', None, (200, 200, 200, 200, 200, 200, 200, 200)),
-    # Devices: reads for the cloud's admins and system readers (never a project's
-    # manager: hosts, serials, every tenant's cleanup history), changes for admins. (The
-    # FPGA cannot be cleaned: an admin's clean is refused after policy, 400.)
-    ('GET', '/v2/devices', '/v2/devices', None, (401, 403, 403, 403, 200, 403, 403, 200)),
+    # Devices: reads for the admin and a project's manager (upstream's rule, for
+    # capacity planning; project-scoped, so a system-scoped token is refused);
+    # changes for admins; erase records and history for the cloud operator (admin
+    # or system reader). (The FPGA cannot be cleaned: an admin's clean is refused
+    # after policy, 400.)
+    ('GET', '/v2/devices', '/v2/devices', None, (401, 403, 403, 403, 200, 403, 200, 403)),
     ('GET', '/v2/devices/{uuid}', '/v2/devices/{device}', None,
-     (401, 403, 403, 403, 200, 403, 403, 200)),
+     (401, 403, 403, 403, 200, 403, 200, 403)),
     ('POST', '/v2/devices/{uuid}/enable', '/v2/devices/{device}/enable', None,
      (401, 403, 403, 403, 200, 403, 403, 403)),
     ('POST', '/v2/devices/{uuid}/disable', '/v2/devices/{device}/disable', None,
@@ -81,20 +83,20 @@ TABLE = [
     ('GET', '/v2/devices/{uuid}/history', '/v2/devices/{device}/history', None,
      (401, 403, 403, 403, 200, 403, 403, 200)),
     # Deployables (the fake driver cannot program: 400 after policy) and attributes.
-    ('GET', '/v2/deployables', '/v2/deployables', None, (401, 403, 403, 403, 200, 403, 403, 200)),
+    ('GET', '/v2/deployables', '/v2/deployables', None, (401, 403, 403, 403, 200, 403, 200, 403)),
     ('GET', '/v2/deployables/{uuid}', '/v2/deployables/{deployable}', None,
-     (401, 403, 403, 403, 200, 403, 403, 200)),
+     (401, 403, 403, 403, 200, 403, 200, 403)),
     ('PATCH', '/v2/deployables/{uuid}/program', '/v2/deployables/{deployable}/program',
      _program_body, (401, 403, 403, 403, 400, 403, 403, 403)),
     ('PATCH', '/v2/deployables/{uuid}/program/{again}',
      '/v2/deployables/{deployable}/program/{deployable}', _program_body,
      (401, 403, 403, 403, 400, 403, 403, 403)),
-    ('GET', '/v2/attributes', '/v2/attributes', None, (401, 403, 403, 403, 200, 403, 403, 200)),
+    ('GET', '/v2/attributes', '/v2/attributes', None, (401, 403, 403, 403, 200, 403, 200, 403)),
     ('POST', '/v2/attributes', '/v2/attributes',
      lambda ids: {'deployable_id': ids['deployable_id'], 'key': 'k', 'value': 'v'},
      (401, 403, 403, 403, 201, 403, 403, 403)),
     ('GET', '/v2/attributes/{uuid}', '/v2/attributes/{attribute}', None,
-     (401, 403, 403, 403, 200, 403, 403, 200)),
+     (401, 403, 403, 403, 200, 403, 200, 403)),
     ('DELETE', '/v2/attributes/{uuid}', '/v2/attributes/{attribute}', None,
      (401, 403, 403, 403, 204, 403, 403, 403)),
     # Device profiles: read by anyone with a project role, written by admins.
