@@ -30,7 +30,7 @@ LOG = logging.getLogger(__name__)
 CLEANUP_RPC = '1.1'
 RECORD_COLUMNS = ('serial', 'model', 'firmware', 'capabilities', 'action',
                   'assurance_level', 'sstat', 'sstat_text', 'verification',
-                  'verification_detail', 'pci_address')
+                  'verification_detail', 'pci_address', 'capability_decision')
 RESULT_NOT_DETAILS = frozenset(RECORD_COLUMNS) | {'sprog'}
 
 

@@ -38,6 +38,7 @@ import time
 
 from steward.common import exception
 from steward.drivers import blockio
+from steward.drivers import nvme_caps
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_policy as policy
 from steward.drivers import nvme_sysfs
@@ -47,14 +48,21 @@ LOG = logging.getLogger(__name__)
 
 SANACT = {policy.SANITIZE_CRYPTO: nvme_cli.SANACT_CRYPTO,
           policy.SANITIZE_BLOCK: nvme_cli.SANACT_BLOCK}
+# What each action sends that the controller must advertise (nvme_caps.Profile).
+NEEDS = {policy.SANITIZE_CRYPTO: ('sanitize_crypto', 'Sanitize crypto erase (SANICAP bit 0)'),
+         policy.SANITIZE_BLOCK: ('sanitize_block', 'Sanitize block erase (SANICAP bit 1)'),
+         policy.WRITE_ZEROES: ('write_zeroes', 'Write Zeroes (ONCS bit 3)')}
 POLL_FIRST, POLL_MAX = 0.05, 1.0
 NAMESPACE_APPEAR_SECONDS = 30
 ZERO_SAMPLES = 64           # extra blocks read back after zeroing, at random offsets
 
 
 class Cleaner:
-    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None):
+    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None, reason=None):
         self.cli = cli
+        self.reason = reason                # why discovery locked this action in
+        self.caps = None                    # nvme_caps.Profile, read once in run()
+        self.uses = {}                      # step -> what was sent, or why not
         self.ctrl = ctrl                    # nvme_sysfs.ControllerRef
         self.job = job
         self.device = device_uuid
@@ -72,6 +80,20 @@ class Cleaner:
         self.record.update(serial=identity.serial, model=identity.model,
                            firmware=identity.firmware, subsysnqn=identity.subnqn,
                            capabilities=identity.capabilities(), action=action)
+        # One Identify read decides what this cleanup may send; every optional
+        # command below asks self.caps, and the erase record says what it found.
+        self.caps = nvme_caps.profile(identity)
+        self.record['capability_decision'] = {
+            'available': self.caps.as_dict(), 'chosen': action,
+            'assurance_level': policy.ASSURANCE[action], 'why': self.reason,
+            'uses': self.uses}
+        need = NEEDS.get(action)
+        if need and not getattr(self.caps, need[0]):
+            raise exception.CleanupUnsupported(
+                device=self.device, reason=f'the locked-in action {action} needs '
+                f'{need[1]}, which the controller no longer reports '
+                f'({self.caps.as_dict()["fields"]}); nothing was sent. Re-discover and '
+                f're-clean: in error the action may change')
         self.precheck()
         self.settle(action)
         self.record['layout_before'] = layout = self.layout()
@@ -79,9 +101,15 @@ class Cleaner:
         marks = self.write_marks()
         self.job.check()
         if action in SANACT:
+            self.uses['erase'] = f'Sanitize {nvme_cli.SANACT_TEXT[SANACT[action]]}'
             self.sanitize(SANACT[action], marks)
         else:
+            self.uses['erase'] = (
+                "BLKZEROOUT: the kernel's Write Zeroes (ONCS bit 3)"
+                if action == policy.WRITE_ZEROES else
+                'host writes of zeroes (O_DIRECT): no optional command needed')
             self.zero(marks, kernel=action == policy.WRITE_ZEROES)
+        self.uses['verify'] = 'host O_DIRECT read-back (the Verify command proves nothing here)'
         self.record['layout_after'] = self.lay_out(self.layout(), phase='restore')
         self.record['assurance_level'] = policy.ASSURANCE[action]
 
@@ -103,7 +131,15 @@ class Cleaner:
     def settle(self, action):
         """Nothing of the tenant's may still be running or blocking: wait for its
         sanitize, then leave sanitize failure mode."""
+        if not self.caps.sanitize:
+            # No Sanitize command: no tenant sanitize can be running or have failed,
+            # and the log page 0x81 is not there to read (Invalid Log Page).
+            self.record['sanitize_before'] = ('no sanitize on this controller (SANICAP '
+                                              f'{self.caps.sanicap:#x}): nothing to settle')
+            self.uses['sanitize_log'] = 'not read: SANICAP reports no sanitize action'
+            return
         self.job.progress('sanitize_log')
+        self.uses['sanitize_log'] = 'Get Log Page 0x81 (SANICAP reports sanitize)'
         status = self.cli.sanitize_log(self.ctrl.char_path)
         self.record['sanitize_before'] = status.describe()
         if status.in_progress:
@@ -145,15 +181,36 @@ class Cleaner:
         allocated namespace (attached or not)."""
         dev = self.ctrl.char_path
         ident = self.cli.id_ctrl(dev)
-        active = self.cli.list_ns(dev)
-        allocated = self.cli.list_ns(dev, allocated=True) if ident.ns_mgmt else active
+        found = {}
+        if self.caps.active_ns_list:
+            active = self.cli.list_ns(dev)
+            self.uses['namespace_list'] = 'Identify CNS 02h (active namespace list)'
+        else:
+            # Before NVMe 1.1 there is no namespace list: Identify Namespace of every
+            # nsid up to NN, an inactive one reads as zeroes.
+            active = []
+            for nsid in range(1, max(ident.nn, 1) + 1):
+                info = self.cli.id_ns(dev, nsid)
+                if info.nsze:
+                    active.append(nsid)
+                    found[nsid] = info
+            self.uses['namespace_list'] = (
+                f'Identify CNS 00h for nsid 1..{max(ident.nn, 1)} (NVMe '
+                f'{nvme_caps.version_text(self.caps.ver)} has no CNS 02h)')
+        if self.caps.ns_mgmt:
+            allocated = self.cli.list_ns(dev, allocated=True)
+            self.uses['allocated_list'] = 'Identify CNS 10h (namespace management)'
+        else:
+            allocated = active
         namespaces = []
         for nsid in sorted(set(allocated) | set(active)):
             entry = {'nsid': nsid, 'attached': nsid in active}
             if nsid in active:
-                info = self.cli.id_ns(dev, nsid)
+                info = found.get(nsid) or self.cli.id_ns(dev, nsid)
                 entry.update(blocks=info.nsze, lba_size=info.lba_size,
                              bytes=info.size_bytes)
+                decision = self.record['capability_decision']['available']
+                decision.setdefault('dlfeat', nvme_caps.dlfeat_dict(info.dlfeat))
             namespaces.append(entry)
         return {'capacity': ident.tnvmcap, 'unallocated': ident.unvmcap,
                 'namespaces': namespaces}
@@ -189,7 +246,9 @@ class Cleaner:
     def lay_out(self, layout, phase='layout'):
         """Bring the controller from ``layout`` (as layout() read it) to the
         canonical one (see module doc); returns the layout it leaves."""
-        if not self.identity.ns_mgmt:
+        if not self.caps.ns_mgmt:
+            self.uses['layout'] = ('as found: no Namespace Management/Attachment '
+                                   '(OACS bit 3)')
             if not self.ctrl.namespaces():
                 raise exception.NamespaceLayoutFailed(
                     device=self.device, reason='no namespace is attached and the '
@@ -202,6 +261,8 @@ class Cleaner:
             raise exception.NamespaceLayoutFailed(
                 device=self.device, reason='namespace management without TNVMCAP: the '
                                            'whole capacity cannot be laid out')
+        self.uses['layout'] = ('Namespace Management + Attachment (OACS bit 3), '
+                               'Identify CNS 00h NSID FFFFFFFFh for the LBA formats')
         if self._format is None:        # the restore keeps the format chosen first
             self._format = self._target_format(layout)
         fmt = self._format
@@ -379,6 +440,10 @@ def read_interrupted(cli, ctrl):
     """What the sanitize log says of a controller whose cleanup was cut short
     (agent crash), e.g. "sanitize still in progress 43 %"."""
     try:
+        caps = nvme_caps.profile(cli.id_ctrl(ctrl.char_path))
+        if not caps.sanitize:
+            return (f'no sanitize on this controller (SANICAP {caps.sanicap:#x}): '
+                    'nothing runs on in the background')
         return cli.sanitize_log(ctrl.char_path).describe()
     except exception.NvmeCliMissing:
         return 'sanitize log unreadable: nvme-cli missing'

@@ -105,6 +105,9 @@ class Controller:
     tnvmcap: int
     unvmcap: int = 0
     subnqn: str = ''
+    ver: int = 0
+    lpa: int = 0
+    mdts: int = 0
 
     @property
     def ces(self):
@@ -148,7 +151,9 @@ def parse_id_ctrl(text):
             oncs=int(d.get('oncs', 0)) & 0xffff, sanicap=u32(d.get('sanicap', 0)),
             fna=int(d.get('fna', 0)) & 0xff, nn=u32(d.get('nn', 0)),
             tnvmcap=u128(d.get('tnvmcap')), unvmcap=u128(d.get('unvmcap')),
-            subnqn=str(d.get('subnqn') or '').strip('\x00 '))
+            subnqn=str(d.get('subnqn') or '').strip('\x00 '),
+            ver=u32(d.get('ver', 0)), lpa=int(d.get('lpa', 0)) & 0xff,
+            mdts=int(d.get('mdts', 0)) & 0xff)
     except (KeyError, TypeError, ValueError) as err:
         raise exception.NvmeBadOutput(command='id-ctrl',
                                       reason=f'missing or bad field ({err})')
@@ -161,6 +166,7 @@ class Namespace:
     ncap: int
     flbas: int
     lba_size: int
+    dlfeat: int = 0
 
     @property
     def size_bytes(self):
@@ -176,7 +182,8 @@ def parse_id_ns(text, nsid):
         index = (flbas & 0xf) | ((flbas >> 1) & 0x30)
         lba_size = 2 ** int(lbafs[index]['ds']) if index < len(lbafs) else 512
         return Namespace(nsid=nsid, nsze=int(d['nsze']), ncap=int(d.get('ncap', 0)),
-                         flbas=flbas, lba_size=lba_size)
+                         flbas=flbas, lba_size=lba_size,
+                         dlfeat=int(d.get('dlfeat', 0)) & 0xff)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise exception.NvmeBadOutput(command='id-ns',
                                       reason=f'missing or bad field ({err})')
