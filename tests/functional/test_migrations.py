@@ -40,7 +40,7 @@ def test_0004_keeps_devices_and_adds_history(empty_db):
             "device_state, created_at) VALUES ('d-1', 'NVME', '8086', '0a54', 'h', "
             "'enabled', 'error', '2026-01-01 00:00:00')"))
     migration.upgrade()
-    assert migration.current_revision() == migration.head_revision() == '0005'
+    assert migration.current_revision() == migration.head_revision() == '0006'
     inspector = sa.inspect(session.get_engine())
     columns = {c['name']: c for c in inspector.get_columns('devices')}
     for name in ('last_error', 'missing_since', 'identity'):
@@ -64,7 +64,7 @@ def test_0004_keeps_devices_and_adds_history(empty_db):
             "'error')"))
     # A second run is a no-op.
     migration.upgrade()
-    assert migration.current_revision() == '0005'
+    assert migration.current_revision() == migration.head_revision()
 
 
 def _insert_device(conn, dev_id, uuid_, host, cpid_info, missing=False):
@@ -94,7 +94,7 @@ def test_0005_makes_names_and_control_paths_unique(empty_db):
             "created_at) VALUES ('dep-1', 'h1_0000:0a:00.0', 1, 2, "
             "'2026-01-01 00:00:00')"))
     migration.upgrade()
-    assert migration.current_revision() == '0005'
+    assert migration.current_revision() == migration.head_revision()
     with session.get_engine().begin() as conn:
         rows = dict(conn.execute(sa.text(
             'SELECT d.uuid, c.hostname || \' \' || c.cpid_info FROM controlpath_ids c '
@@ -149,3 +149,18 @@ def test_two_conductors_starting_together_migrate_once(empty_db):
         t.join()
     assert errors == []
     assert migration.current_revision() == migration.head_revision()
+
+
+def test_0006_adds_the_capability_decision_to_erase_records(empty_db):
+    migration.upgrade('0005')
+    with session.get_engine().begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO erase_records (uuid, device_uuid, status, created_at) "
+            "VALUES ('e-1', 'd-1', 'succeeded', '2026-01-01 00:00:00')"))
+    migration.upgrade()
+    columns = {c['name']: c for c in sa.inspect(session.get_engine())
+               .get_columns('erase_records')}
+    assert columns['capability_decision']['nullable']
+    with session.get_engine().begin() as conn:
+        assert conn.execute(sa.text(
+            'SELECT capability_decision FROM erase_records')).scalar() is None
