@@ -15,10 +15,16 @@
    measured on this disk); a drive's own Write Zeroes or sanitize time is its own
    and is printed as such. The old write_zeroes path (one ``nvme write-zeroes`` per
    65 536 blocks) is timed for comparison.
+4. ``--preset NAME`` (repeatable, or ``all``; then only this part runs): one
+   simulated controller per family of tests/nvme_sim/presets.py, cleaned by the
+   driver on the path its Identify data allows (auto/auto policy). Steward's cost per
+   GiB is the difference between a ``--preset-gib`` namespace and a 64 MiB one,
+   minus the simulated sanitize time; the media's own time is the drive's.
 
     .venv/bin/python bench/cleanup.py [--size-mib 2048] [--runs 5] [--dir DIR]
                                       [--controllers 8] [--sanitize-seconds 2]
                                       [--big-gib 16]
+    .venv/bin/python bench/cleanup.py --preset all [--preset-gib 2]
 """
 import argparse
 import concurrent.futures
@@ -242,6 +248,50 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     return rows
 
 
+def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
+    from steward.drivers import nvme_policy
+    from tests.nvme_sim import presets
+
+    rows = []
+    for name in names:
+        times = {}
+        for label, size in (('small', 64 * MiB), ('big', size_gib * GiB)):
+            ns_mgmt = presets.get(name)['ns_mgmt']
+            sim, ctrl, driver, dev = _sim_driver(
+                os.path.join(directory, f'{name}-{label}'), preset=name,
+                namespaces=[size], sanitize_seconds=sanitize_seconds)
+            try:
+                elapsed, rec = _timed_cleanup(driver, dev)
+                commands = ctrl.commands()
+                refused = [c for c in commands
+                           if c['queue'] in ('admin', 'io') and c['status']]
+                assert refused == [], refused
+            finally:
+                sim.close()
+            # The controller's own sanitize time (the simulator paces it and, for a
+            # crypto erase, really writes random bytes over the media) is the
+            # drive's, not Steward's: from the Sanitize command to the last poll of
+            # the log that saw it end.
+            started = [c['t'] for c in commands if c['queue'] == 'admin'
+                       and c['opcode'] == 0x84]
+            polls = [c['t'] for c in commands if c['queue'] == 'admin'
+                     and c['opcode'] == 0x02 and c['cdw10'] & 0xff == 0x81]
+            media = (max(polls) - started[-1]) / 1000 if started else 0.0
+            times[label] = elapsed - media
+        action = rec['action']
+        per_gib = max(times['big'] - times['small'], 0.0) / (size_gib - 64 * MiB / GiB)
+        rows.append((name, action, nvme_policy.ASSURANCE[action], times["small"],
+                     per_gib, ns_mgmt))
+    print(f'Cleanup per controller family (tests/nvme_sim/presets.py), auto/auto policy; '
+          f'Steward\'s own time (a sanitize\'s run on the controller excluded), per GiB '
+          f'from a {size_gib} GiB and a 64 MiB namespace:')
+    print(f'  {"preset":<25} {"path":<16} {"assurance":<19} {"fixed":>7} {"per GiB":>10}')
+    for name, action, assurance, fixed, per_gib, _ in rows:
+        print(f'  {name:<25} {action:<16} {assurance:<19} {fixed:6.2f}s '
+              f'{per_gib * 1000:8.1f}ms')
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--size-mib', type=int, default=2048)
@@ -253,9 +303,32 @@ def main():
     p.add_argument('--namespace-mib', type=int, default=64)
     p.add_argument('--big-gib', type=int, default=16,
                    help='size of the simulated namespace timed in part 3 (sparse)')
+    p.add_argument('--preset', action='append', default=[],
+                   help='a tests/nvme_sim/presets.py family (repeatable), or "all": '
+                        'only the per-family part runs')
+    p.add_argument('--preset-gib', type=int, default=2,
+                   help='namespace size of the per-family runs (GiB; host-zeroed '
+                        'families write it all)')
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix='steward-bench-cleanup-',
                                      dir=args.dir or '/var/tmp') as tmp:
+        if args.preset:
+            from oslo_config import cfg
+            from steward.conf import CONF
+            from tests.nvme_sim import presets
+            names = presets.NAMES if 'all' in args.preset else args.preset
+            unknown = set(names) - set(presets.NAMES)
+            if unknown:
+                p.error(f'unknown preset(s) {sorted(unknown)}; known: '
+                        f'{", ".join(presets.NAMES)}, all')
+            CONF([], project='steward', default_config_files=[])
+            try:
+                bench_presets(tmp, names, args.preset_gib)
+            finally:
+                for name, group in (('sysfs_root', None), ('dev_root', None),
+                                    ('nvme_cli', 'nvme'), ('device_spec', 'nvme')):
+                    cfg.CONF.clear_override(name, group=group)
+            return
         mbps = bench_zeroing(tmp, args.size_mib, args.runs)
         bench_sanitizes(tmp, args.controllers, args.sanitize_seconds, args.namespace_mib)
         bench_big_drives(tmp, args.big_gib, mbps['steward'])
