@@ -196,3 +196,20 @@ def test_cleanup_without_a_locked_action_is_refused(sim, conf):
         nvme.NvmeDriver(conf, 'h').cleanup(
             {'uuid': 'd', 'std_board_info': json.dumps(
                 {'cleanup_action': None, 'cleanup': {'reason': 'nothing fits'}})})
+
+
+@pytest.mark.parametrize('preset,said', [
+    ('client_format', 'no sanitize on this controller (SANICAP 0x0)'),
+    ('block_erase', 'never sanitized')])
+def test_what_an_interrupted_cleanup_left_is_asked_only_where_it_can_be(sim, conf,
+                                                                      preset, said):
+    """At agent start, a cleanup the agent did not see finish is described from the
+    sanitize log, on a controller that has one; on one without sanitize, reading it
+    would only get Invalid Log Page (issue 21)."""
+    ctrl = sim.add_controller(preset=preset, namespaces=[4 * MiB])
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    text = driver.describe_interrupted({'uuid': 'dev-1',
+                                        'std_board_info': dev.std_board_info})
+    assert said in text, text
+    assert [c for c in ctrl.commands() if c['queue'] == 'admin' and c['status']] == []
