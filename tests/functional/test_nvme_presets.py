@@ -75,8 +75,9 @@ def test_every_family_comes_back_clean_on_the_path_its_identify_data_allows(nvme
     st, ctrl, dev, inst = _start(nvme, preset)
     board = json.loads(dev['std_board_info'])
     assert board['cleanup_action'] == action
-    assert board['cleanup']['identify']['fields']['sanicap'] == \
-        f'{presets.get(preset)["sanicap_extra"] | presets.get(preset)["ces"] | presets.get(preset)["bes"] << 1:#x}'
+    fields = presets.get(preset)
+    sanicap = fields['sanicap_extra'] | fields['ces'] | fields['bes'] << 1
+    assert board['cleanup']['identify']['fields']['sanicap'] == f'{sanicap:#x}'
     _fill_every_namespace(ctrl)
     before = len(ctrl.commands())
     rec = proof._released_clean(st, ctrl, dev, inst)
@@ -88,7 +89,7 @@ def test_every_family_comes_back_clean_on_the_path_its_identify_data_allows(nvme
     assert decision['why'] == board['cleanup']['reason']
     available = decision['available']
     assert available == {**board['cleanup']['identify'], 'dlfeat': available['dlfeat']}
-    sanitizes = bool(presets.get(preset)['ces'] or presets.get(preset)['bes'])
+    sanitizes = bool(fields['ces'] or fields['bes'])
     assert available['sanitize']['status_log_0x81'] is sanitizes
     if sanitizes:
         assert _sanitize_log_reads(ctrl)
@@ -99,7 +100,7 @@ def test_every_family_comes_back_clean_on_the_path_its_identify_data_allows(nvme
         assert _sanitize_log_reads(ctrl) == []
         assert decision['uses']['sanitize_log'].startswith('not read')
         assert rec['details']['sanitize_before'].startswith('no sanitize')
-    if presets.get(preset)['version'] < 0x10100:
+    if fields['version'] < 0x10100:
         assert 'CNS 00h for nsid 1..1' in decision['uses']['namespace_list']
         assert not [c for c in ctrl.commands() if c['queue'] == 'admin' and
                     c['opcode'] == 0x06 and c['cdw10'] & 0xff == 0x02]
