@@ -236,7 +236,8 @@ def plan(ctx, device_uuid):
                       'clear_strategy': cleanup.get('clear_strategy')},
            'capabilities': cleanup.get('capabilities'),
            'reason': cleanup.get('reason'),
-           'steps': list(nvme_policy.STEPS.get(action, ())),
+           'steps': nvme_policy.steps_for(action, cleanup.get('identify')),
+           'identify': cleanup.get('identify'),
            'last_erase_record': last}
     try:
         _check_cleanable(device)

@@ -162,3 +162,24 @@ STEPS = {
         'read the watermarks and 64 random blocks back with O_DIRECT: all zeroes',
         _RESTORE),
 }
+
+
+_NO_SANITIZE = ('nothing to settle: the controller has no Sanitize command (SANICAP '
+                'bits 2:0 clear), so no sanitize can be running or have failed, and '
+                'the Sanitize Status log (0x81) is not read')
+_AS_FOUND = ('no namespace management (OACS bit 3 clear): the attached namespaces as '
+             'found (the tenant could not change them either; none: error)')
+
+
+def steps_for(action, identify=None):
+    """The STEPS of ``action`` as they run on a controller whose Identify profile
+    (nvme_caps.Profile.as_dict(), kept in std_board_info) is ``identify``: what the
+    controller does not advertise is not sent."""
+    steps = list(STEPS.get(action, ()))
+    if not steps or not identify:
+        return steps
+    if not (identify.get('sanitize') or {}).get('status_log_0x81', True):
+        steps[steps.index(_SETTLE)] = _NO_SANITIZE
+    if identify.get('namespace_management') is False:
+        steps[steps.index(_LAYOUT)] = _AS_FOUND
+    return steps

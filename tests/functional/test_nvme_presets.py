@@ -201,3 +201,17 @@ def test_what_the_tenant_cannot_do_on_families_without_sanitize(nvme, preset):
         assert r.returncode == 1 and f'({status})' in r.stderr, (args, r.stderr)
     rec = proof._released_clean(st, ctrl, dev, inst)
     assert rec['details']['sanitize_before'].startswith('no sanitize')
+
+
+def test_the_plan_says_what_the_family_will_be_sent(nvme):
+    """GET .../clean_plan on a SANICAP=0 controller without namespace management:
+    neither the sanitize log nor a layout change is promised."""
+    nvme.sim.add_controller(preset='write_zeroes_dealloc', namespaces=[CAPACITY])
+    st = nvme.start()
+    dev = st.device()
+    plan = st.api.get(f'/v2/devices/{dev["uuid"]}/clean_plan', headers=proof.V26).json()
+    assert plan['cleanup_action'] == 'write_zeroes'
+    assert plan['identify']['sanitize']['status_log_0x81'] is False
+    assert plan['steps'][0].startswith('nothing to settle')
+    assert plan['steps'][1].startswith('no namespace management')
+    assert not any('sanitize log' in step for step in plan['steps'])
