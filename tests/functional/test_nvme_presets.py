@@ -39,9 +39,10 @@ def _start(nvme, preset, spec=None, **extra):
     if spec is not None:
         nvme.conf.set_override('device_spec', spec, group='nvme')
     fields = presets.get(preset)
-    # A controller with namespace management starts split in two (the tenant fills
-    # both); one without has the one namespace it was shipped with.
-    namespaces = [CAPACITY // 2] * 2 if fields['ns_mgmt'] else [CAPACITY]
+    # A controller with namespace management and room for two starts split in two
+    # (the tenant fills both); others have the one namespace they were shipped with.
+    namespaces = [CAPACITY // 2] * 2 if fields['ns_mgmt'] and \
+        fields['max_namespaces'] > 1 else [CAPACITY]
     ctrl = nvme.sim.add_controller(preset=preset, namespaces=namespaces,
                                    sanitize_seconds=extra.pop('sanitize_seconds', 0.3),
                                    **extra)
@@ -215,3 +216,32 @@ def test_the_plan_says_what_the_family_will_be_sent(nvme):
     assert plan['steps'][0].startswith('nothing to settle')
     assert plan['steps'][1].startswith('no namespace management')
     assert not any('sanitize log' in step for step in plan['steps'])
+
+
+def test_tenant_shrinks_the_only_namespace_on_the_block_erase_family(nvme):
+    """NN 1 with namespace management: the tenant deletes its namespace and makes a
+    smaller one; the rest of its bytes sit in unallocated capacity."""
+    st, ctrl, dev, inst = _start(nvme, 'block_erase')
+    _fill_every_namespace(ctrl)
+    proof._nvme(nvme.sim, 'delete-ns', ctrl.char_path, '-n', '1')
+    out = proof._nvme(nvme.sim, 'create-ns', ctrl.char_path, '-s', str(8 * MiB // 512),
+                      '-c', str(8 * MiB // 512), '-f', '0')
+    proof._nvme(nvme.sim, 'attach-ns', ctrl.char_path, '-n', out.split(':')[-1].strip(),
+                '-c', '0')
+    assert ctrl.free_media_path() in {p for p, _ in ctrl.find_on_media(NEEDLE)}
+    rec = proof._released_clean(st, ctrl, dev, inst)
+    assert rec['details']['layout_before']['unallocated'] == CAPACITY - 8 * MiB
+
+
+def test_a_zero_policy_on_a_drive_without_write_zeroes_overwrites_from_the_host(nvme):
+    st, ctrl, dev, inst = _start(nvme, 'block_erase',
+                                 spec=['{"vendor_id": "8086", "clear_action": "zero"}'])
+    assert json.loads(dev['std_board_info'])['cleanup_action'] == 'shred'
+    _fill_every_namespace(ctrl)
+    before = len(ctrl.commands())
+    rec = proof._released_clean(st, ctrl, dev, inst)
+    assert rec['action'] == 'shred' and _refused(ctrl, before) == []
+    # it still has a sanitize the tenant could have used: the log is read to settle
+    assert rec['capability_decision']['uses']['sanitize_log'].startswith('Get Log Page')
+    assert not [c for c in ctrl.commands()[before:] if c['queue'] == 'io'
+                and c['opcode'] == 0x08]

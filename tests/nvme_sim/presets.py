@@ -26,23 +26,24 @@ PRESETS = {
         model='SAMSUNG MZWLJ7T6HALA-00AU3', version=0x10300, mdts=8, lpa=0xe,
         ces=True, bes=True, sanicap_extra=0, wzs=True, dsm=True, verify=False,
         format_nvm=True, ns_mgmt=True, fna=0x4, max_namespaces=32, dlfeat=0x9),
-    # Block erase only: SANICAP 0x60000002 (BES, NDI, NODMMAS 01b) and VER 1.4 as
-    # the Samsung MZ9LQ256HBJD (PM991a family, OEM) reports them in
-    # github.com/bretmlw/sbc-benchmarks non-sbc-benchmark-data/
-    # official-raspberry-pi-nvme-256gb.md. That capture lists no OACS/ONCS/LPA/MDTS/
-    # FNA: OACS 0x17, ONCS 0x5f, LPA 0x03 and MDTS 9 are the Samsung client values
-    # of the PM981a capture below (assumed alike), FNA 0 assumed (no crypto erase:
-    # the family has none), NN 1, no namespace management (as that OACS says).
+    # Data-centre, block erase only: DERA P44 3.2 TB U.2 (DERAP44YGM03T2US, firmware
+    # D7Y05M1F), from a public `nvme id-ctrl /dev/nvme0` capture in a GitHub
+    # learning-notes page (found with the code search for "sanicap   : 0x40000002"):
+    # VER 0x20000, MDTS 8, OACS 0x1e (Format, FW, NS Mgmt, Self-test), LPA 0x2a
+    # (effects log, telemetry, bit 5), SANICAP 0x40000002 (BES; NODMMAS 01b), ONCS 0x44
+    # (DSM, Timestamp: no Write Zeroes), FNA 0, NN 1. DLFEAT not in the capture: 0x01
+    # assumed (deallocated blocks read zeroes; no Write Zeroes to deallocate with).
+    # The simulator does not serve the telemetry logs LPA bit 3 announces.
     'block_erase': dict(
-        model='SAMSUNG MZ9LQ256HBJD-00BVL', version=0x10400, mdts=9, lpa=0x3,
-        ces=False, bes=True, sanicap_extra=0x60000000, wzs=True, dsm=True,
-        verify=False, format_nvm=True, ns_mgmt=False, fna=0x0, max_namespaces=1,
-        dlfeat=0x9),
+        model='DERAP44YGM03T2US', version=0x20000, mdts=8, lpa=0x2a,
+        ces=False, bes=True, sanicap_extra=0x40000000, wzs=False, dsm=True,
+        verify=False, format_nvm=True, ns_mgmt=True, fna=0x0, max_namespaces=1,
+        dlfeat=0x1),
     # Client, Format NVM with secure erase and no sanitize: Samsung PM981a 1 TB
     # (MZVLB1T0HBLR-000H1), smartctl 7.2 in linux-hardware.ru probe 543d2dfef7:
     # NVMe 1.3, OACS 0x0017 (Security, Format, FW, Self-test; no NS Mgmt), ONCS
     # 0x005f (Compare, WrUnc, DSM, Write Zeroes, Save/Select, Timestamp), LPA 0x03
-    # (per-NS SMART, effects log), MDTS 512 pages (2^9), 1 namespace. smartctl does
+    # (per-NS SMART, effects log), MDTS 512 pages (2^9), NN 1. smartctl does
     # not print SANICAP or FNA: SANICAP 0 (the family: no sanitize) and FNA 0x4
     # (crypto erase as part of Format) assumed.
     'client_format': dict(
