@@ -9,8 +9,10 @@ capability).
 
 OACS bit 1 -> ``format_nvm``, bit 3 -> ``ns_mgmt``; ONCS bit 2 -> ``dsm``, bit 3 ->
 ``wzs``, bit 7 -> ``verify``; SANICAP bit 0 -> ``ces``, bit 1 -> ``bes``, bits 31:29
--> ``sanicap_extra``. Bits the simulator does not model (Security Send/Receive,
-Self-test, Compare, Timestamp...) are listed in the comment, not simulated.
+-> ``sanicap_extra``; LPA bits 0-2. Bits the simulator does not model (Security
+Send/Receive, Self-test, Compare, Timestamp, telemetry and persistent event logs...)
+are listed in the comment but neither reported nor served: a simulated controller
+claims nothing it would then refuse.
 """
 import copy
 

@@ -1193,7 +1193,10 @@ static void id_ctrl(const struct ctx *c, struct nvme_id_ctrl *id)
 	id->acl = 3;
 	id->aerl = 3;
 	id->frmw = 0x3;
-	id->lpa = cf->lpa;
+	/* only what is simulated is advertised: LPA bits 0-2 (per-namespace SMART,
+	 * Commands Supported and Effects, extended data); telemetry and the persistent
+	 * event log a preset's model has are not served, so not claimed */
+	id->lpa = cf->lpa & 0x7;
 	id->elpe = 63;
 	id->wctemp = 343;
 	id->cctemp = 353;
