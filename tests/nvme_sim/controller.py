@@ -736,8 +736,9 @@ class Simulation:
                        lpa=0x2, mdts=5, wzsl=0, dlfeat=0x9, fna=None, dsm=True,
                        verify=False, preset=None):
         if preset is not None:
-            # A preset (tests/nvme_sim/presets.py) is a real model's identify data;
-            # explicit arguments given with it are not allowed to contradict it.
+            # A preset (tests/nvme_sim/presets.py) is a real model's identify data:
+            # it sets every capability (ces ... verify, max_namespaces, the model
+            # string unless one is given); the rest (media, timing, lies) is the test's.
             from tests.nvme_sim import presets
             fields = presets.get(preset)
             model = fields.pop('model') if model == 'Sim NVMe' else model
