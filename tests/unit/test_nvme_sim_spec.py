@@ -12,11 +12,12 @@ List Invalid (command specific status values of Get Log Page and Namespace
 Attachment).
 """
 import dataclasses
+import json
 import subprocess
 
 import pytest
 
-from tests.nvme_sim import simulation_for_test
+from tests.nvme_sim import presets, simulation_for_test
 
 MiB = 2 ** 20
 
@@ -229,3 +230,20 @@ def test_blkdiscard_without_dataset_management_is_not_supported(sim):
     r = subprocess.run(['blkdiscard', '--force', node], env=sim.environ(),
                        capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize('name', presets.NAMES)
+def test_a_preset_reports_its_models_identify_data(sim, name):
+    """nvme id-ctrl on a preset shows the model's values (the bits the simulator
+    models: OACS 1/3, ONCS 2/3/7, LPA 0-2)."""
+    p = presets.get(name)
+    ctrl = sim.add_controller(preset=name, namespaces=[4 * MiB])
+    r = sim.nvme('id-ctrl', ctrl.char_path, '-o', 'json')
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d['mn'].strip() == p['model'] and d['ver'] == p['version']
+    assert (d['mdts'], d['nn'], d['fna']) == (p['mdts'], p['max_namespaces'], p['fna'])
+    assert d['sanicap'] & 0xffffffff == p['sanicap_extra'] | p['ces'] | p['bes'] << 1
+    assert d['oacs'] == p['format_nvm'] << 1 | p['ns_mgmt'] << 3
+    assert d['oncs'] == p['dsm'] << 2 | p['wzs'] << 3 | p['verify'] << 7
+    assert d['lpa'] == p['lpa'] & 0x7
