@@ -243,8 +243,10 @@ class NvmeDriver(base.Driver):
         board, ctrl = self._controller(device)
         lba_size = (board.get('cleanup') or {}).get('lba_size')
         # [nvme] blkdiscard is the block_io daemon's own setting (steward/privsep).
+        cleanup = board.get('cleanup') or {}
         nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'], lba_size=lba_size,
-                             reason=(board.get('cleanup') or {}).get('reason')).run(action)
+                             reason=cleanup.get('reason'),
+                             discovered=cleanup.get('identify')).run(action)
         return job.record
 
     def describe_interrupted(self, device):

@@ -58,9 +58,11 @@ ZERO_SAMPLES = 64           # extra blocks read back after zeroing, at random of
 
 
 class Cleaner:
-    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None, reason=None):
+    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None, reason=None,
+                 discovered=None):
         self.cli = cli
         self.reason = reason                # why discovery locked this action in
+        self.discovered = discovered        # the Identify profile discovery chose on
         self.caps = None                    # nvme_caps.Profile, read once in run()
         self.uses = {}                      # step -> what was sent, or why not
         self.ctrl = ctrl                    # nvme_sysfs.ControllerRef
@@ -87,6 +89,15 @@ class Cleaner:
             'available': self.caps.as_dict(), 'chosen': action,
             'assurance_level': policy.ASSURANCE[action], 'why': self.reason,
             'uses': self.uses}
+        then = (self.discovered or {}).get('fields') or {}
+        now = self.caps.as_dict()['fields']
+        changed = {k: [then[k], now[k]] for k in now if k in then and then[k] != now[k]}
+        if changed:
+            # e.g. a firmware update while the device was in use: the action was
+            # chosen on the old data; what is sent below follows the new.
+            self.record['capability_decision']['changed_since_discovery'] = changed
+            LOG.warning('device %s: Identify changed since discovery: %s', self.device,
+                        changed)
         need = NEEDS.get(action)
         if need and not getattr(self.caps, need[0]):
             raise exception.CleanupUnsupported(

@@ -110,6 +110,8 @@ def test_locked_in_action_and_no_runtime_fallback(nvme):
     assert rec['error_code'] == 'cyb.cleanup.unsupported'
     assert 'SANICAP bit 0' in rec['error_message'] and 'nothing was sent' in \
         rec['error_message']
+    assert rec['capability_decision']['changed_since_discovery'] == {
+        'sanicap': ['0x3', '0x2'], 'fna': ['0x4', '0x0']}   # FNA bit 2 follows CES here
     st.discover()
     assert _board(st.device())['cleanup_action'] == 'sanitize_block'  # error: may change
     assert st.clean(dev['uuid']).status_code == 202
