@@ -185,7 +185,7 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     rows = []
     # write_zeroes: BLKZEROOUT in pieces (blockio.zeroout_chunks), one namespace.
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'wz'), namespaces=[size],
-                                         ces=False, bes=False, wzs=True)
+                                         ces=False, bes=False, wzs=True, format_nvm=False)
     try:
         elapsed, rec = _timed_cleanup(driver, dev)
         pieces = len(blockio.zeroout_chunks(size))
@@ -195,7 +195,8 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     finally:
         sim.close()
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'wz1'),
-                                         namespaces=[64 * MiB], ces=False, bes=False)
+                                         namespaces=[64 * MiB], ces=False, bes=False,
+                                         format_nvm=False)
     try:
         fixed, _ = _timed_cleanup(driver, dev)
     finally:
@@ -207,7 +208,7 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     # The old path: one nvme-cli process per 65536 blocks (512-byte LBAs: 32 MiB).
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'old'),
                                          namespaces=[256 * MiB], ces=False, bes=False,
-                                         ns_mgmt=False)
+                                         ns_mgmt=False, format_nvm=False)
     try:
         cli = nvme_cli.NvmeCli(sim.nvme_cli)
         node = ctrl.namespace_paths()[0]

@@ -522,3 +522,9 @@ class PrivsepRefused(StewardError):
     never a device's state."""
     code = 'cyb.privsep.refused'
     message = 'Privileged call %(call)s refused: %(reason)s'
+
+
+# Issue 21: the Format NVM cleanup path -----------------------------------------------
+class FormatFailed(CleanupFailed):
+    code = 'cyb.cleanup.format_failed'
+    message = 'Format NVM secure erase of %(device)s failed: %(reason)s'

@@ -74,6 +74,16 @@ class Profile:
         return bool(self.oacs & 0x2)
 
     @property
+    def format_usable(self):
+        """Format NVM can be sent through nvme-cli (see nvme_cli.Controller.format_erase:
+        not with FNA bits 0 and 3 both set)."""
+        return self.format_nvm and (self.fna & 0x9) != 0x9
+
+    @property
+    def format_crypto(self):
+        return self.format_usable and bool(self.fna & 0x4)
+
+    @property
     def ns_mgmt(self):
         return bool(self.oacs & 0x8)
 
@@ -128,7 +138,8 @@ class Profile:
                            'all_namespaces': bool(self.fna & 0x1),
                            'crypto_erase_all_namespaces': bool(self.fna & 0x2),
                            'crypto_erase': bool(self.fna & 0x4),
-                           'broadcast_nsid_refused': bool(self.fna & 0x8)},
+                           'broadcast_nsid_refused': bool(self.fna & 0x8),
+                           'usable_through_nvme_cli': self.format_usable},
             'namespace_management': self.ns_mgmt,
             'write_zeroes': self.write_zeroes,
             'dataset_management': self.dsm,

@@ -22,7 +22,10 @@ cleanup runs the same steps:
    written before the erase, where tenant data could be.
 4. **Erase**: the locked-in action. Sanitize: issued, then SPROG/SSTAT polled until
    the controller says it is over; only "succeeded" (and the action we issued) is
-   success. Write zeroes: the kernel's BLKZEROOUT over the whole namespace (the
+   success. Format NVM with a secure erase (SES 1 user data, SES 2 crypto): one
+   command per namespace, or one for all of them where FNA says the format applies
+   to all (NSID FFFFFFFFh unless FNA bit 3 refuses it); it completes when done.
+   Write zeroes: the kernel's BLKZEROOUT over the whole namespace (the
    controller's Write Zeroes at their largest size). Shred: zeroes written from the
    host with O_DIRECT.
 5. **Verify**: the watermarks read back with O_DIRECT must be gone; after zeroing,
@@ -51,7 +54,12 @@ SANACT = {policy.SANITIZE_CRYPTO: nvme_cli.SANACT_CRYPTO,
 # What each action sends that the controller must advertise (nvme_caps.Profile).
 NEEDS = {policy.SANITIZE_CRYPTO: ('sanitize_crypto', 'Sanitize crypto erase (SANICAP bit 0)'),
          policy.SANITIZE_BLOCK: ('sanitize_block', 'Sanitize block erase (SANICAP bit 1)'),
+         policy.FORMAT_CRYPTO: ('format_crypto',
+                                'Format NVM (OACS bit 1) with crypto erase (FNA bit 2)'),
+         policy.FORMAT_USER_DATA: ('format_usable', 'Format NVM (OACS bit 1)'),
          policy.WRITE_ZEROES: ('write_zeroes', 'Write Zeroes (ONCS bit 3)')}
+SES = {policy.FORMAT_CRYPTO: nvme_cli.SES_CRYPTO,
+       policy.FORMAT_USER_DATA: nvme_cli.SES_USER_DATA}
 POLL_FIRST, POLL_MAX = 0.05, 1.0
 NAMESPACE_APPEAR_SECONDS = 30
 ZERO_SAMPLES = 64           # extra blocks read back after zeroing, at random offsets
@@ -114,6 +122,8 @@ class Cleaner:
         if action in SANACT:
             self.uses['erase'] = f'Sanitize {nvme_cli.SANACT_TEXT[SANACT[action]]}'
             self.sanitize(SANACT[action], marks)
+        elif action in SES:
+            self.format_erase(SES[action], marks)
         else:
             self.uses['erase'] = (
                 "BLKZEROOUT: the kernel's Write Zeroes (ONCS bit 3)"
@@ -413,6 +423,51 @@ class Cleaner:
                 f'{nvme_cli.SANACT_TEXT.get(status.sanact, status.sanact)}, not the '
                 f'{nvme_cli.SANACT_TEXT[sanact]} that was issued')
         self.job.progress('erase', 100.0, status.describe())
+        self.verify(marks, expect_zero=False)
+
+    # -- 4. erase: Format NVM secure erase -----------------------------------------
+    def format_scope(self, ses, nsids):
+        """The NSIDs to send Format NVM to, and why (NVMe 2.0 §5.14 and Identify
+        Controller FNA). FNA bit 0: a format of any namespace formats all of them
+        (which then share one LBA format): one command, to NSID FFFFFFFFh (nvme-cli
+        2.3 sends it there anyway; with FNA bit 3, which refuses that NSID, format
+        is not offered at all: nvme_cli.Controller.format_erase). FNA bit 1: a crypto
+        erase of one namespace erases all of them (their LBA formats stay their
+        own): one command, to one namespace. Otherwise each namespace in turn."""
+        fna = self.caps.fna
+        if fna & 0x1:
+            return [nvme_cli.NSID_ALL], 'NSID FFFFFFFFh: every namespace (FNA bit 0)'
+        if ses == nvme_cli.SES_CRYPTO and fna & 0x2:
+            return nsids[:1], (f'namespace {nsids[0]}, whose crypto erase FNA bit 1 '
+                               'applies to all namespaces')
+        return nsids, (f'each namespace ({", ".join(map(str, nsids))}): FNA {fna:#x} '
+                       'formats only the namespace named')
+
+    def format_erase(self, ses, marks):
+        """Format NVM with Secure Erase Settings ``ses`` over every namespace the
+        watermarks are on, keeping each one's LBA format; then the read-back."""
+        dev = self.ctrl.char_path
+        nsids = sorted(marks)
+        targets, scope = self.format_scope(ses, nsids)
+        what = 'cryptographic erase' if ses == nvme_cli.SES_CRYPTO else 'user data erase'
+        self.uses['erase'] = f'Format NVM SES {ses} ({what}, OACS bit 1' + (
+            ', FNA bit 2)' if ses == nvme_cli.SES_CRYPTO else ')') + f'; scope: {scope}'
+        lbafs = {}
+        for nsid in nsids:
+            flbas = self.cli.id_ns(dev, nsid).flbas
+            lbafs[nsid] = (flbas & 0xf) | ((flbas >> 1) & 0x30)
+        self.record['format'] = {'ses': ses, 'nsids': targets, 'scope': scope}
+        for i, nsid in enumerate(targets):
+            self.job.check()
+            self.job.progress('erase', round(i * 100 / len(targets), 1),
+                              f'Format NVM SES {ses}, nsid {nsid:#x}')
+            lbaf = lbafs[nsids[0] if nsid == nvme_cli.NSID_ALL else nsid]
+            try:
+                self.cli.format(dev, nsid, lbaf, ses)
+            except exception.NvmeCommandFailed as err:
+                raise exception.FormatFailed(device=self.device, reason=str(err))
+        self.job.progress('erase', 100.0, f'Format NVM SES {ses} completed')
+        # Completion is the drive's word: the read-back below decides.
         self.verify(marks, expect_zero=False)
 
     # -- 4. erase: zero ------------------------------------------------------------

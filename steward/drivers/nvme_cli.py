@@ -27,6 +27,8 @@ LOG = logging.getLogger(__name__)
 
 U32 = 0xffffffff
 NSID_ALL = 0xffffffff
+FORMAT_TIMEOUT = 3590                # s; a user data erase takes the drive's time
+SES_USER_DATA, SES_CRYPTO = 1, 2
 BLOCKS_PER_WRITE_ZEROES = 65536     # NLB is 16-bit and zero-based
 SANACT_EXIT_FAILURE, SANACT_BLOCK, SANACT_OVERWRITE, SANACT_CRYPTO = 1, 2, 3, 4
 
@@ -129,8 +131,22 @@ class Controller:
     def ns_mgmt(self):
         return bool(self.oacs & 0x8)
 
+    @property
+    def format_erase(self):
+        """Format NVM (OACS bit 1): its User Data Erase (SES 1) needs nothing more.
+        Not with FNA bits 0 and 3 both set: nvme-cli (2.3) sends every format of a
+        controller with FNA bit 0 to NSID FFFFFFFFh, which FNA bit 3 (NVMe 2.0,
+        FNVMBS) says the controller refuses, so no format can be sent through it."""
+        return bool(self.oacs & 0x2) and (self.fna & 0x9) != 0x9
+
+    @property
+    def format_crypto(self):
+        """Format NVM with Cryptographic Erase (SES 2): FNA bit 2 as well."""
+        return self.format_erase and bool(self.fna & 0x4)
+
     def capabilities(self):
-        return {'ces': self.ces, 'bes': self.bes, 'wzs': self.wzs, 'ns_mgmt': self.ns_mgmt}
+        return {'ces': self.ces, 'bes': self.bes, 'wzs': self.wzs, 'ns_mgmt': self.ns_mgmt,
+                'format_erase': self.format_erase, 'format_crypto': self.format_crypto}
 
 
 def _json(command, text):
@@ -394,3 +410,9 @@ class NvmeCli:
 
     def ns_rescan(self, dev):
         self.run('ns-rescan', dev)
+
+    def format(self, dev, nsid, lbaf, ses, timeout=FORMAT_TIMEOUT):
+        """Format NVM with a secure erase (SES 1 or 2), keeping LBA format ``lbaf``.
+        The command completes when the format has: no progress to poll."""
+        self.run('format', dev, nsid=nsid, lbaf=lbaf, ses=ses, timeout_ms=timeout * 1000,
+                 timeout=timeout + 10)

@@ -179,7 +179,7 @@ def test_a_watermark_that_survives_fails_the_cleanup(sim, conf):
 
 def test_zero_path_without_namespace_management_zeroes_each_namespace(sim, conf):
     ctrl = sim.add_controller(namespaces=[8 * MiB, 4 * MiB], ces=False, bes=False,
-                              wzs=False, ns_mgmt=False)
+                              wzs=False, ns_mgmt=False, format_nvm=False)
     for ns in (1, 2):
         ctrl.write(MiB, b'x' * 4096, nsid=ns)
     driver = _driver(conf)
@@ -189,6 +189,69 @@ def test_zero_path_without_namespace_management_zeroes_each_namespace(sim, conf)
     assert rec['bytes_zeroed'] == 12 * MiB and rec['assurance_level'] == 'clear-overwrite'
     assert all(open(p, 'rb').read() == bytes(os.path.getsize(p))
                for p in ctrl.backing_files())
+
+
+@pytest.mark.parametrize('fna,ses,sent,scope', [
+    # FNA 0: a format touches only the namespace named: each one in turn
+    (0x0, 1, [1, 2], 'each namespace (1, 2)'),
+    # FNA bit 0: a format applies to all namespaces: one command, NSID FFFFFFFFh
+    (0x1, 1, [0xffffffff], 'NSID FFFFFFFFh: every namespace (FNA bit 0)'),
+    # FNA bit 1: a crypto erase of one namespace erases all (their formats stay)
+    (0x6, 2, [1], 'namespace 1, whose crypto erase FNA bit 1 applies to all'),
+    (0x4, 2, [1, 2], 'each namespace (1, 2)'),
+])
+def test_format_path_sends_format_nvm_to_the_scope_fna_gives(sim, conf, fna, ses, sent,
+                                                            scope):
+    """NVMe 2.0 §5.14 and Identify Controller FNA: without namespace management the
+    namespaces are as found (two here, one in 4 KiB blocks); every one is erased,
+    with as few commands as FNA allows and each one's LBA format kept."""
+    ctrl = sim.add_controller(namespaces=[8 * MiB, 4 * MiB], ces=False, bes=False,
+                              wzs=True, ns_mgmt=False, fna=fna)
+    r = sim.nvme('format', ctrl.char_path, '-n', '2', '--ses=0', '-l', '1', '--force')
+    assert r.returncode == 0, r.stderr
+    for ns in (1, 2):
+        ctrl.write(MiB, b'tenant' * 700, nsid=ns)
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    board = json.loads(dev.std_board_info)
+    assert board['cleanup_action'] == ('format_crypto' if ses == 2 else 'format_user_data')
+    before = len(ctrl.commands())
+    rec = _clean(driver, dev)
+    formats = [c for c in ctrl.commands()[before:] if c.get('queue') == 'admin'
+               and c['opcode'] == 0x80]
+    assert [c['nsid'] for c in formats] == sent and all(c['status'] == 0 for c in formats)
+    assert all((c['cdw10'] >> 9) & 7 == ses for c in formats)
+    assert rec['format']['nsids'] == sent and rec['format']['scope'].startswith(scope)
+    # (with FNA bit 0 the 4 KiB format of namespace 2 above formatted both)
+    assert [ns['block_size'] for ns in ctrl.namespaces()] == \
+        ([4096, 4096] if fna & 0x1 else [512, 4096])
+    assert ctrl.find_on_media(b'tenant' * 700) == []
+    assert rec['verification'] == 'passed'
+    assert rec['capability_decision']['uses']['erase'].startswith(f'Format NVM SES {ses}')
+
+
+def test_format_is_not_offered_where_nvme_cli_cannot_send_one(sim, conf):
+    """FNA bits 0 and 3: nvme-cli 2.3 sends every format of an FNA bit 0 controller
+    to NSID FFFFFFFFh, which FNA bit 3 refuses (0x400b): the policy goes on to
+    write zeroes instead of locking in an action that would always fail."""
+    ctrl = sim.add_controller(namespaces=[8 * MiB], ces=False, bes=False, ns_mgmt=False,
+                              fna=0x9)
+    r = sim.nvme('format', ctrl.char_path, '-n', '1', '--ses=1', '--force')
+    assert r.returncode == 1 and '(0x400b)' in r.stderr
+    assert ctrl.commands()[-1]['nsid'] == 0xffffffff
+    [dev] = _driver(conf).discover()
+    board = json.loads(dev.std_board_info)
+    assert board['cleanup_action'] == 'write_zeroes'
+    assert board['cleanup']['identify']['format_nvm']['usable_through_nvme_cli'] is False
+
+
+def test_format_refused_by_the_controller_is_a_format_failure(sim, conf):
+    ctrl = sim.add_controller(namespaces=[8 * MiB], ces=False, bes=False, ns_mgmt=False)
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    ctrl.inject(0x80, 0x4286, queue='admin')                # Access Denied (SED locked)
+    with pytest.raises(exception.FormatFailed, match='0x4286'):
+        _clean(driver, dev)
 
 
 def test_cleanup_without_a_locked_action_is_refused(sim, conf):

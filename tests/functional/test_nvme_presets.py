@@ -24,15 +24,22 @@ MiB = 2 ** 20
 CAPACITY = proof.CAPACITY
 NEEDLE = proof.NEEDLE
 
-# preset -> (action auto/auto locks in, assurance level)
+# preset -> (action auto/auto locks in, assurance level). Both client families have
+# Format NVM (OACS bit 1) and no sanitize: Format's secure erase ranks above Write
+# Zeroes (it reaches the namespace's user data wherever the drive keeps it).
 PATHS = {
     'enterprise_crypto_block': ('sanitize_crypto', 'purge-crypto'),
     'block_erase': ('sanitize_block', 'purge-block'),
-    'client_format': ('write_zeroes', 'clear-write-zeroes'),
-    'write_zeroes_dealloc': ('write_zeroes', 'clear-write-zeroes'),
+    'client_format': ('format_crypto', 'secure-erase-crypto'),
+    'write_zeroes_dealloc': ('format_user_data', 'secure-erase-user-data'),
     'minimal': ('shred', 'clear-overwrite'),
 }
 assert set(PATHS) == set(presets.NAMES)
+ZERO = ['{"vendor_id": "8086", "clear_action": "zero"}']
+# (preset, device_spec) -> (action, assurance): auto/auto on every family, and the
+# write zeroes path where an operator forbids Format (clear_action=zero).
+MATRIX = {**{(name, None): path for name, path in PATHS.items()},
+          ('write_zeroes_dealloc', 'zero'): ('write_zeroes', 'clear-write-zeroes')}
 
 
 def _start(nvme, preset, spec=None, **extra):
@@ -69,11 +76,12 @@ def _sanitize_log_reads(ctrl):
             and c['cdw10'] & 0xff == 0x81]
 
 
-@pytest.mark.parametrize('preset', presets.NAMES)
-def test_every_family_comes_back_clean_on_the_path_its_identify_data_allows(nvme,
-                                                                             preset):
-    action, assurance = PATHS[preset]
-    st, ctrl, dev, inst = _start(nvme, preset)
+@pytest.mark.parametrize('preset,policy', sorted(MATRIX, key=str),
+                         ids=lambda v: str(v or 'auto'))
+def test_every_family_comes_back_clean_on_the_path_its_identify_data_allows(
+        nvme, preset, policy):
+    action, assurance = MATRIX[preset, policy]
+    st, ctrl, dev, inst = _start(nvme, preset, spec=ZERO if policy == 'zero' else None)
     board = json.loads(dev['std_board_info'])
     assert board['cleanup_action'] == action
     fields = presets.get(preset)
@@ -107,20 +115,34 @@ def test_every_family_comes_back_clean_on_the_path_its_identify_data_allows(nvme
                     c['opcode'] == 0x06 and c['cdw10'] & 0xff == 0x02]
     else:
         assert decision['uses']['namespace_list'].startswith('Identify CNS 02h')
+    formats = [c for c in ctrl.commands()[before:] if c['queue'] == 'admin'
+               and c['opcode'] == 0x80]
+    if action.startswith('format_'):
+        # One Format NVM with the Secure Erase Settings of the path (cdw10 bits
+        # 11:9), to the namespace(s) FNA says it covers.
+        ses = 2 if action == 'format_crypto' else 1
+        assert [(c['cdw10'] >> 9) & 7 for c in formats] == [ses]
+        assert decision['uses']['erase'].startswith(f'Format NVM SES {ses}')
+        assert rec['details']['format']['ses'] == ses
+    else:
+        assert formats == []
     # The API shows it (GET /v2/devices/{uuid}/erase_records).
     assert st.records(dev['uuid'])[0]['capability_decision'] == decision
 
 
 @pytest.mark.parametrize('preset,policy,missing', [
-    ('client_format', 'sanitize', 'CES'),
-    ('block_erase', 'crypto', 'CES'),
-    ('minimal', 'sanitize', 'BES'),
-])
+    ('client_format', {'clear_action': 'sanitize'}, 'CES'),
+    ('block_erase', {'clear_strategy': 'crypto'}, 'CES'),
+    ('minimal', {'clear_action': 'sanitize'}, 'BES'),
+    # clear_action=format requires Format NVM; crypto also FNA bit 2
+    ('write_zeroes_dealloc', {'clear_action': 'format', 'clear_strategy': 'crypto'},
+     'FNA bit 2'),
+    ('minimal', {'clear_action': 'format'}, 'Format NVM (OACS bit 1)'),
+], ids=str)
 def test_a_policy_the_family_cannot_meet_is_refused_at_discovery(nvme, caplog, preset,
                                                                  policy, missing):
-    key = 'clear_action' if policy == 'sanitize' else 'clear_strategy'
-    nvme.conf.set_override('device_spec', [json.dumps({'vendor_id': '8086',
-                                                       key: policy})], group='nvme')
+    nvme.conf.set_override('device_spec', [json.dumps({'vendor_id': '8086', **policy})],
+                           group='nvme')
     nvme.sim.add_controller(preset=preset, namespaces=[CAPACITY])
     with caplog.at_level(logging.WARNING, logger='steward.drivers.nvme'):
         st = nvme.start()
@@ -151,10 +173,24 @@ def test_lying_sanitize_is_caught_on_sanitize_families(nvme, preset):
 
 @pytest.mark.parametrize('preset', ['client_format', 'write_zeroes_dealloc'])
 def test_lying_write_zeroes_is_caught_on_zeroing_families(nvme, preset):
-    st, ctrl, dev, inst = _start(nvme, preset)
+    st, ctrl, dev, inst = _start(nvme, preset, spec=ZERO)
+    assert json.loads(dev['std_board_info'])['cleanup_action'] == 'write_zeroes'
     _fill_every_namespace(ctrl)
     ctrl.update(lie_write_zeroes=True)
     proof._released_quarantined(st, ctrl, dev, inst, 'cyb.cleanup.verify_failed')
+
+
+@pytest.mark.parametrize('preset', ['client_format', 'write_zeroes_dealloc'])
+def test_lying_format_is_caught_on_format_families(nvme, preset):
+    """Format NVM completes with success and erases nothing: the watermarks survive,
+    the device goes to error (reserved, binds refused), never available."""
+    st, ctrl, dev, inst = _start(nvme, preset)
+    _fill_every_namespace(ctrl)
+    ctrl.update(lie_format=True)
+    rec = proof._released_quarantined(st, ctrl, dev, inst, 'cyb.cleanup.verify_failed')
+    assert rec['capability_decision']['chosen'] == PATHS[preset][0]
+    assert [c for c in ctrl.commands() if c['queue'] == 'admin' and c['opcode'] == 0x80
+            and c['status'] == 0], 'the lie: Format NVM reported success'
 
 
 def test_tenant_sanitize_still_running_on_the_block_erase_family(nvme):
@@ -211,7 +247,9 @@ def test_the_plan_says_what_the_family_will_be_sent(nvme):
     st = nvme.start()
     dev = st.device()
     plan = st.api.get(f'/v2/devices/{dev["uuid"]}/clean_plan', headers=proof.V26).json()
-    assert plan['cleanup_action'] == 'write_zeroes'
+    assert plan['cleanup_action'] == 'format_user_data'
+    assert plan['assurance_level'] == 'secure-erase-user-data'
+    assert any(step.startswith('nvme format --ses=1') for step in plan['steps'])
     assert plan['identify']['sanitize']['status_log_0x81'] is False
     assert plan['steps'][0].startswith('nothing to settle')
     assert plan['steps'][1].startswith('no namespace management')

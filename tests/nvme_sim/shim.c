@@ -1516,6 +1516,7 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 {
 	unsigned lbaf = (cmd->cdw10 & 0xf) | ((cmd->cdw10 >> 8) & 0x30), ses = (cmd->cdw10 >> 9) & 7;
 	unsigned lo = cmd->nsid, hi = cmd->nsid, nsid;
+	int fmt_all, erase_all;
 	struct state *s = &c->st;
 
 	/* OACS bit 1: Format NVM is optional -> Invalid Command Opcode without it */
@@ -1536,15 +1537,20 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 	if (cmd->nsid != NS_ALL &&
 	    (!ns_valid(c, cmd->nsid) || !s->ns[cmd->nsid].nsze || !s->ns[cmd->nsid].attached))
 		return SC_INVALID_NS;
-	/* §5.14 Figure "Format NVM Operation Scope": FNA bit 0 (format applies to all
-	 * namespaces) or, for a crypto erase, FNA bit 1 widen a one-namespace format to
-	 * every namespace of the subsystem */
-	if (cmd->nsid == NS_ALL || (fna(&c->cf) & 0x1) || (ses == 2 && (fna(&c->cf) & 0x2))) {
+	/* §5.14 Figure "Format NVM Operation Scope" and Identify Controller FNA: NSID
+	 * FFFFFFFFh or FNA bit 0 (format applies to all namespaces) make the format,
+	 * LBA format and secure erase, apply to every namespace; FNA bit 1 widens only
+	 * a cryptographic erase (SES 2) to every namespace, the LBA format change stays
+	 * with the namespace named */
+	fmt_all = cmd->nsid == NS_ALL || (fna(&c->cf) & 0x1);
+	erase_all = fmt_all || (ses == 2 && (fna(&c->cf) & 0x2));
+	if (fmt_all || erase_all) {
 		lo = 1;
 		hi = MAX_NS;
 	}
 	for (nsid = lo; nsid <= hi; nsid++)
-		if (s->ns[nsid].nsze && ns_bytes(&s->ns[nsid]) < (1ull << LBADS[lbaf]))
+		if (s->ns[nsid].nsze && (fmt_all || nsid == cmd->nsid) &&
+		    ns_bytes(&s->ns[nsid]) < (1ull << LBADS[lbaf]))
 			return SC_INVALID_FORMAT;       /* not one block of the new size */
 	for (nsid = lo; nsid <= hi; nsid++) {
 		struct ns *n = &s->ns[nsid];
@@ -1552,8 +1558,10 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 
 		if (!n->nsze)
 			continue;
-		if (ses && !c->cf.lie_format)
+		if (ses && !c->cf.lie_format && (erase_all || nsid == cmd->nsid))
 			fill_ns(c, nsid, ses == 2 ? FILL_RANDOM : FILL_ZERO);
+		if (!fmt_all && nsid != cmd->nsid)
+			continue;
 		n->flbas = lbaf;
 		n->nsze = bytes / ns_bs(n);
 		kept = ns_bytes(n);
