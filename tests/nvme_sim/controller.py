@@ -386,7 +386,8 @@ class Controller:
                 'remap_freed': 'remap_freed', 'lie_sanitize': 'lie_sanitize',
                 'lie_write_zeroes': 'lie_wz', 'lie_format': 'lie_format',
                 'dsm': 'dsm', 'verify': 'vrfy', 'version': 'ver', 'lpa': 'lpa',
-                'mdts': 'mdts', 'wzsl': 'wzsl', 'dlfeat': 'dlfeat', 'fna': 'fna'}
+                'mdts': 'mdts', 'wzsl': 'wzsl', 'dlfeat': 'dlfeat', 'fna': 'fna',
+                'format_seconds': 'format_ms'}
         numeric = {'version', 'lpa', 'mdts', 'wzsl', 'dlfeat', 'fna'}
         unknown = set(changes) - set(keys)
         if unknown:
@@ -397,8 +398,8 @@ class Controller:
             for name, value in changes.items():
                 if name == 'critical_warning':
                     state['critical_warning'] = str(int(value))
-                elif name == 'sanitize_seconds':
-                    config['sanitize_ms'] = str(int(float(value) * 1000))
+                elif name in ('sanitize_seconds', 'format_seconds'):
+                    config[keys[name]] = str(int(float(value) * 1000))
                 elif name == 'sanicap_extra':
                     config['sanicap_extra'] = f'{int(value):#x}'
                 elif name in numeric:

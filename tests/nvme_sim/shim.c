@@ -70,6 +70,8 @@
 #define SC_INVALID_NS (DNR | 0x0b)
 #define SC_SANITIZE_FAILED 0x1c
 #define SC_SANITIZE_IN_PROGRESS 0x1d
+/* NVM Command Set 1.0 Figure "Status Code - Generic Command Status Values": 84h */
+#define SC_FORMAT_IN_PROGRESS 0x84
 #define SC_LBA_RANGE (DNR | 0x80)
 #define SC_INVALID_LOG_PAGE (DNR | 0x109)
 #define SC_INVALID_FORMAT (DNR | 0x10a)
@@ -128,6 +130,7 @@ struct conf {
 	int lie_sanitize, lie_wz, lie_format;   /* report success, erase nothing */
 	uint32_t sanicap_extra;
 	long sanitize_ms;
+	long format_ms;         /* how long a Format NVM with SES 1/2 takes (0: at once) */
 	/* Identify fields a preset sets as a real model reports them (controller.py) */
 	unsigned ver, lpa, mdts, wzsl, dlfeat;
 	int fna;                /* -1: derived (bit 2 = ces), else the FNA byte */
@@ -158,6 +161,8 @@ struct state {
 	uint64_t done, total;
 	long long start_ms;
 	long eraser_pid;
+	long long fmt_until;    /* a Format NVM runs until then (ms), on fmt_nsid */
+	uint32_t fmt_nsid;      /* NS_ALL: every namespace */
 	int ninj;
 	struct inj inj[MAX_INJ];
 	int nextra;
@@ -267,7 +272,7 @@ static void conf_kv(void *obj, const char *k, const char *v, const char *line)
 	NUM(index); NUM(vid); NUM(ssvid); NUM(cntlid); NUM(max_ns); NUM(capacity);
 	NUM(ces); NUM(bes); NUM(wzs); NUM(ns_mgmt); NUM(fmt); NUM(estimates);
 	NUM(auto_rescan); NUM(sanicap_extra); NUM(sanitize_ms); NUM(remap_freed);
-	NUM(lie_sanitize); NUM(lie_wz); NUM(lie_format);
+	NUM(lie_sanitize); NUM(lie_wz); NUM(lie_format); NUM(format_ms);
 	NUM(ver); NUM(lpa); NUM(mdts); NUM(wzsl); NUM(dlfeat); NUM(dsm); NUM(vrfy);
 	if (!strcmp(k, "fna"))
 		c->fna = (int)strtol(v, NULL, 0);
@@ -307,6 +312,7 @@ static void state_kv(void *obj, const char *k, const char *v, const char *line)
 	NUM(lie_next);
 	NUM(sstat); NUM(sprog); NUM(critical_warning); NUM(gen); NUM(gde); NUM(fail_next);
 	NUM(hang_next); NUM(scdw10); NUM(done); NUM(total); NUM(start_ms); NUM(eraser_pid);
+	NUM(fmt_until); NUM(fmt_nsid);
 #undef STR
 #undef NUM
 	if (s->nextra < MAX_EXTRA)
@@ -327,10 +333,12 @@ static int state_save(struct ctx *c)
 		return -1;
 	fprintf(f, "sstat=%u\nsprog=%u\nscdw10=0x%x\ngde=%d\nmode=%s\nfailure=%s\n"
 		"fail_next=%d\nhang_next=%d\ngen=%u\ndone=%llu\ntotal=%llu\nstart_ms=%lld\n"
-		"eraser_pid=%ld\ncritical_warning=%u\nlie_next=%d\npresence=%s\n",
+		"eraser_pid=%ld\ncritical_warning=%u\nlie_next=%d\npresence=%s\n"
+		"fmt_until=%lld\nfmt_nsid=0x%x\n",
 		s->sstat, s->sprog, s->scdw10, s->gde, s->mode, s->failure, s->fail_next,
 		s->hang_next, s->gen, (unsigned long long)s->done, (unsigned long long)s->total,
-		s->start_ms, s->eraser_pid, s->critical_warning, s->lie_next, s->presence);
+		s->start_ms, s->eraser_pid, s->critical_warning, s->lie_next, s->presence,
+		s->fmt_until, s->fmt_nsid);
 	for (i = 1; i <= MAX_NS; i++)
 		if (s->ns[i].nsze)
 			fprintf(f, "ns.%d=%llu %u %d\n", i, (unsigned long long)s->ns[i].nsze,
@@ -1552,6 +1560,23 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 		if (s->ns[nsid].nsze && (fmt_all || nsid == cmd->nsid) &&
 		    ns_bytes(&s->ns[nsid]) < (1ull << LBADS[lbaf]))
 			return SC_INVALID_FORMAT;       /* not one block of the new size */
+	if (ses && c->cf.format_ms > 0) {
+		/* A secure erase takes the drive's time and Format NVM completes only when
+		 * it is done; meanwhile other submitters see Format In Progress (execute()).
+		 * The lock is let go for that time, as a controller serves other queues. */
+		char name[sizeof(c->cf.name)];
+
+		snprintf(name, sizeof(name), "%s", c->cf.name);
+		s->fmt_until = now_ms() + c->cf.format_ms;
+		s->fmt_nsid = (fmt_all || erase_all) ? NS_ALL : cmd->nsid;
+		state_save(c);
+		ctx_close(c);
+		usleep((useconds_t)c->cf.format_ms * 1000);
+		if (ctx_open(c, name) < 0)
+			return -ENODEV;
+		s->fmt_until = 0;
+		s->fmt_nsid = 0;
+	}
 	for (nsid = lo; nsid <= hi; nsid++) {
 		struct ns *n = &s->ns[nsid];
 		uint64_t bytes = ns_bytes(n), kept;
@@ -1719,6 +1744,16 @@ static int execute(struct ctx *c, int admin, struct nvme_passthru_cmd64 *cmd, ui
 
 	if (sanitizing(s) && !allowed_while_sanitizing(admin, cmd->opcode))
 		return SC_SANITIZE_IN_PROGRESS;
+	/* A Format NVM in progress (another submitter's): I/O to the namespaces it
+	 * formats, and the admin commands that would change or erase them (another
+	 * Format NVM, Sanitize, Namespace Management/Attachment), complete with Format
+	 * In Progress; Identify and Get Log Page go on. */
+	if (s->fmt_until > now_ms() &&
+	    (admin ? (cmd->opcode == nvme_admin_format_nvm ||
+		      cmd->opcode == nvme_admin_sanitize_nvm ||
+		      cmd->opcode == nvme_admin_ns_mgmt || cmd->opcode == nvme_admin_ns_attach)
+		   : (s->fmt_nsid == NS_ALL || s->fmt_nsid == cmd->nsid)))
+		return SC_FORMAT_IN_PROGRESS;
 	if (s->failure[0] && !allowed_while_sanitizing(admin, cmd->opcode) &&
 	    !(admin && cmd->opcode == nvme_admin_sanitize_nvm))
 		return SC_SANITIZE_FAILED;

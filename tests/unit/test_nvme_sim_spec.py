@@ -247,3 +247,75 @@ def test_a_preset_reports_its_models_identify_data(sim, name):
     assert d['oacs'] == p['format_nvm'] << 1 | p['ns_mgmt'] << 3
     assert d['oncs'] == p['dsm'] << 2 | p['wzs'] << 3 | p['verify'] << 7
     assert d['lpa'] == p['lpa'] & 0x7
+
+
+# --- Format NVM (§5.14) beyond the refusals above: what it erases, and while it runs
+def test_format_user_data_erase_erases_the_namespace_in_scope_only(sim):
+    """SES 001b: all user data of the namespace formatted is erased; with FNA bit 0
+    clear the other namespace keeps its data."""
+    ctrl = sim.add_controller(namespaces=[MiB, MiB], fna=0x0)
+    for nsid in (1, 2):
+        ctrl.write(0, b'tenant%d' % nsid * 100, nsid=nsid)
+    r = sim.nvme('format', ctrl.char_path, '-n', '1', '--ses=1', '--force')
+    assert r.returncode == 0, r.stderr
+    assert ctrl.find_on_media(b'tenant1' * 100) == []
+    assert ctrl.find_on_media(b'tenant2' * 100) != []
+
+
+def test_crypto_erase_changes_the_key_so_old_data_reads_as_other_bytes(sim):
+    """SES 010b: the media key changes; the old blocks read back as neither the old
+    bytes nor (necessarily) zeroes."""
+    ctrl = sim.add_controller(namespaces=[MiB], fna=0x4)
+    ctrl.write(0, b'\xab' * MiB)
+    r = sim.nvme('format', ctrl.char_path, '-n', '1', '--ses=2', '--force')
+    assert r.returncode == 0, r.stderr
+    data = ctrl.read(0, MiB)
+    assert data.count(0xab) < MiB // 64 and data != bytes(MiB)
+
+
+def test_fna_bit1_widens_a_crypto_erase_but_not_the_lba_format(sim):
+    """FNA bit 1: a cryptographic erase of one namespace erases all of them; the LBA
+    format change of the command stays with the namespace named (that is FNA bit 0)."""
+    ctrl = sim.add_controller(namespaces=[MiB, MiB], fna=0x6)
+    ctrl.write(0, b'other-ns' * 100, nsid=2)
+    r = sim.nvme('format', ctrl.char_path, '-n', '1', '--ses=2', '-l', '1', '--force')
+    assert r.returncode == 0, r.stderr
+    assert ctrl.find_on_media(b'other-ns' * 100) == []
+    assert [ns['block_size'] for ns in ctrl.namespaces()] == [4096, 512]
+    # a user data erase is not widened by FNA bit 1
+    ctrl.write(0, b'other-ns' * 100, nsid=2)
+    assert sim.nvme('format', ctrl.char_path, '-n', '1', '--ses=1', '--force').returncode == 0
+    assert ctrl.find_on_media(b'other-ns' * 100) != []
+
+
+def test_format_in_progress(sim):
+    """NVM Command Set Figure "Generic Command Status Values" 84h Format In Progress:
+    while a Format NVM runs, I/O to the namespace it formats and another Format NVM
+    complete with it; Identify and I/O to a namespace outside its scope go on."""
+    ctrl = sim.add_controller(namespaces=[MiB, MiB], fna=0x0)
+    ctrl.write(0, b'\xab' * 4096)
+    ctrl.update(format_seconds=2.0)
+    fmt = subprocess.Popen([sim.nvme_cli, 'format', ctrl.char_path, '-n', '1', '--ses=1',
+                            '--force'], env=sim.environ(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        import time
+        deadline = time.monotonic() + 10
+        while int(ctrl._state().get('fmt_until', 0) or 0) == 0:
+            assert time.monotonic() < deadline and fmt.poll() is None
+            time.sleep(0.02)
+        ns1, ns2 = (f'{sim.dev_root}/{ctrl.name}n{i}' for i in (1, 2))
+        busy = [sim.nvme('read', ns1, '-s', '0', '-c', '0', '-z', '512'),
+                sim.nvme('format', ctrl.char_path, '-n', '2', '--ses=1', '--force')]
+        free = [sim.nvme('id-ctrl', ctrl.char_path),
+                sim.nvme('read', ns2, '-s', '0', '-c', '0', '-z', '512')]
+        assert fmt.poll() is None, 'the format ended before the checks'
+    finally:
+        out, err = fmt.communicate(timeout=30)
+    for r in busy:
+        assert r.returncode == 1 and '(0x84)' in r.stderr, r.stderr
+    for r in free:
+        assert r.returncode == 0, r.stderr
+    assert fmt.returncode == 0, err
+    assert ctrl.read(0, 4096) == bytes(4096)
+    assert sim.nvme('read', ns1, '-s', '0', '-c', '0', '-z', '512').returncode == 0
