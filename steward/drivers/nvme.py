@@ -258,4 +258,7 @@ class NvmeDriver(base.Driver):
         text = nvme_cleanup.read_interrupted(self.cli, ctrl)
         if board.get('cleanup_action') in (nvme_policy.WRITE_ZEROES, nvme_policy.SHRED):
             text = f'zeroing ({board["cleanup_action"]}) was cut short; {text}'
+        elif board.get('cleanup_action') in nvme_policy.FORMATS:
+            text = (f'Format NVM ({board["cleanup_action"]}) was cut short (a format the '
+                    f'controller had begun completes on its own); {text}')
         return text

@@ -63,7 +63,8 @@ def test_discovery_reports_the_spec_shape(sim, conf):
     assert board['product_id'] == '0a54' and board['pci_address'] == '0000:0a:00.0'
     assert board['cleanup_action'] == 'sanitize_crypto'
     assert board['cleanup']['capabilities'] == {'ces': True, 'bes': True, 'wzs': False,
-                                                'ns_mgmt': True}
+                                                'ns_mgmt': True, 'format_erase': True,
+                                                'format_crypto': True}
     assert json.loads(dev.vendor_board_info) == {
         'serial': 'S7DFNG0W700063', 'model': '3.2TB NVMe Gen4 U.2 SSD V',
         'firmware': 'DNA8DNA8',
