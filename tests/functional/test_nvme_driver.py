@@ -277,3 +277,5 @@ def test_what_an_interrupted_cleanup_left_is_asked_only_where_it_can_be(sim, con
                                         'std_board_info': dev.std_board_info})
     assert said in text, text
     assert [c for c in ctrl.commands() if c['queue'] == 'admin' and c['status']] == []
+    if preset == 'client_format':               # the Format NVM path (issue 21)
+        assert text.startswith('Format NVM (format_crypto) was cut short'), text
