@@ -287,15 +287,18 @@ def test_clean_wait_shows_progress_and_ends_available(nvme_stack, clouds):
     running = json.loads(osc('accelerator', 'device', 'erase', 'record', 'list', dev,
                              '--limit', '1', '--long', '-f', 'json').stdout)[0]
     assert running['status'] == 'running' and running['progress'] == 20.0
-    # What was available, what was chosen and why (a structure in -f json).
-    decision = running['capability_decision']
+    ctrl.release_sanitize_hang()
+    _wait_state(st, dev, 'available')
+    # What was available, what was chosen and why (recorded when the attempt ends; a
+    # structure in -f json).
+    done = json.loads(osc('accelerator', 'device', 'erase', 'record', 'list', dev,
+                          '--limit', '1', '--long', '-f', 'json').stdout)[0]
+    decision = done['capability_decision']
     assert decision['chosen'] == 'sanitize_crypto' and decision['available']['sanitize'][
         'status_log_0x81'] is True and decision['assurance_level'] == 'purge-crypto'
     value = osc('accelerator', 'device', 'erase', 'record', 'list', dev, '--limit', '1',
                 '--long', '-c', 'capability_decision', '-f', 'value').stdout
     assert 'sanitize_crypto' in value and 'status_log_0x81' in value
-    ctrl.release_sanitize_hang()
-    _wait_state(st, dev, 'available')
     # Failed again; this time --wait sees it through to available.
     _to_error(st, ctrl, profile='nvme-again')
     out = osc('accelerator', 'device', 'clean', dev, '--wait', '--interval', '0.2',
