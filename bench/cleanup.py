@@ -306,10 +306,10 @@ def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
           f'Steward\'s own time (a sanitize\'s or a Format NVM\'s run on the controller '
           f'excluded), per GiB from the difference between a big namespace and a 64 MiB '
           f'one:')
-    print(f'  {"preset":<21} {"policy":<6} {"path":<16} {"assurance":<22} {"fixed":>7} '
+    print(f'  {"preset":<23} {"policy":<6} {"path":<16} {"assurance":<22} {"fixed":>7} '
           f'{"per GiB":>10} {"big":>7}')
     for name, policy, action, assurance, fixed, per_gib, big in rows:
-        print(f'  {name:<21} {policy:<6} {action:<16} {assurance:<22} {fixed:6.2f}s '
+        print(f'  {name:<23} {policy:<6} {action:<16} {assurance:<22} {fixed:6.2f}s '
               f'{per_gib * 1000:8.2f}ms {big:5d}GiB')
     return rows
 
