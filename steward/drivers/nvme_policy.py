@@ -203,16 +203,15 @@ STEPS = {
     FORMAT_CRYPTO: (
         _SETTLE, _LAYOUT, _MARKS,
         'nvme format --ses=2 (cryptographic erase) of every namespace: NSID FFFFFFFFh '
-        'when FNA bit 0 or 1 makes the format apply to all namespaces (one namespace '
-        'when FNA bit 3 refuses the broadcast NSID), else each namespace; the LBA '
+        'when FNA bit 0 makes the format apply to all namespaces, one namespace when '
+        'FNA bit 1 makes its crypto erase apply to all, else each namespace; the LBA '
         'format is kept',
         'read the watermarks back with O_DIRECT: none may survive', _RESTORE),
     FORMAT_USER_DATA: (
         _SETTLE, _LAYOUT, _MARKS,
         'nvme format --ses=1 (user data erase) of every namespace: NSID FFFFFFFFh '
-        'when FNA bit 0 makes the format apply to all namespaces (one namespace when '
-        'FNA bit 3 refuses the broadcast NSID), else each namespace; the LBA format '
-        'is kept',
+        'when FNA bit 0 makes the format apply to all namespaces, else each '
+        'namespace; the LBA format is kept',
         'read the watermarks back with O_DIRECT: none may survive (after a user data '
         'erase the contents are indeterminate, so not necessarily zeroes)', _RESTORE),
     SHRED: (
