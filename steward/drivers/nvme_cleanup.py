@@ -24,7 +24,8 @@ cleanup runs the same steps:
    the controller says it is over; only "succeeded" (and the action we issued) is
    success. Format NVM with a secure erase (SES 1 user data, SES 2 crypto): one
    command per namespace, or one for all of them where FNA says the format applies
-   to all (NSID FFFFFFFFh unless FNA bit 3 refuses it); it completes when done.
+   to all (bit 0: NSID FFFFFFFFh; bit 1, crypto erase: one namespace); it completes
+   when done, and only the read-back makes it a success.
    Write zeroes: the kernel's BLKZEROOUT over the whole namespace (the
    controller's Write Zeroes at their largest size). Shred: zeroes written from the
    host with O_DIRECT.
