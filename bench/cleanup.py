@@ -15,10 +15,18 @@
    measured on this disk); a drive's own Write Zeroes or sanitize time is its own
    and is printed as such. The old write_zeroes path (one ``nvme write-zeroes`` per
    65 536 blocks) is timed for comparison.
+4. ``--preset NAME`` (repeatable, or ``all``; then only this part runs): one
+   simulated controller per family of tests/nvme_sim/presets.py, cleaned by the
+   driver on the path its Identify data allows (auto/auto policy; and clear_action=zero
+   on the Write Zeroes family, the one path no family takes under auto/auto). Steward's
+   cost per GiB is the difference between a ``--preset-gib`` namespace and a 64 MiB
+   one, minus the simulated sanitize or Format NVM time; the media's own time is the
+   drive's.
 
     .venv/bin/python bench/cleanup.py [--size-mib 2048] [--runs 5] [--dir DIR]
                                       [--controllers 8] [--sanitize-seconds 2]
                                       [--big-gib 16]
+    .venv/bin/python bench/cleanup.py --preset all [--preset-gib 2]
 """
 import argparse
 import concurrent.futures
@@ -86,14 +94,14 @@ def bench_zeroing(directory, size_mib, runs):
     return mbps
 
 
-def _nvme_driver(sim):
+def _nvme_driver(sim, spec='{"vendor_id": "8086"}'):
     """The production nvme driver pointed at the simulation's sysfs, /dev and nvme-cli."""
     from steward.conf import CONF
     from steward.drivers import nvme
     for name, value, group in (('sysfs_root', sim.sysfs_root, None),
                                ('dev_root', sim.dev_root, None),
                                ('nvme_cli', sim.nvme_cli, 'nvme'),
-                               ('device_spec', ['{"vendor_id": "8086"}'], 'nvme')):
+                               ('device_spec', [spec], 'nvme')):
         CONF.set_override(name, value, group=group)
     # The privsep daemons (steward/privsep) keep the configuration and environment
     # of their start: new ones for each simulation.
@@ -151,14 +159,14 @@ TB4 = 4 * 10 ** 12
 GiB = 2 ** 30
 
 
-def _sim_driver(directory, **controller):
+def _sim_driver(directory, spec='{"vendor_id": "8086"}', **controller):
     """A simulated controller, discovered by the nvme driver, as a device dict."""
     from tests.nvme_sim import Simulation
 
     sim = Simulation(directory)
     os.environ.update(sim.env)
     ctrl = sim.add_controller(**controller)
-    driver = _nvme_driver(sim)
+    driver = _nvme_driver(sim, spec)
     [dev] = driver.discover()
     return sim, ctrl, driver, {'uuid': 'bench', 'std_board_info': dev.std_board_info}
 
@@ -179,7 +187,7 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     rows = []
     # write_zeroes: BLKZEROOUT in pieces (blockio.zeroout_chunks), one namespace.
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'wz'), namespaces=[size],
-                                         ces=False, bes=False, wzs=True)
+                                         ces=False, bes=False, wzs=True, format_nvm=False)
     try:
         elapsed, rec = _timed_cleanup(driver, dev)
         pieces = len(blockio.zeroout_chunks(size))
@@ -189,7 +197,8 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     finally:
         sim.close()
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'wz1'),
-                                         namespaces=[64 * MiB], ces=False, bes=False)
+                                         namespaces=[64 * MiB], ces=False, bes=False,
+                                         format_nvm=False)
     try:
         fixed, _ = _timed_cleanup(driver, dev)
     finally:
@@ -201,7 +210,7 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     # The old path: one nvme-cli process per 65536 blocks (512-byte LBAs: 32 MiB).
     sim, ctrl, driver, dev = _sim_driver(os.path.join(directory, 'old'),
                                          namespaces=[256 * MiB], ces=False, bes=False,
-                                         ns_mgmt=False)
+                                         ns_mgmt=False, format_nvm=False)
     try:
         cli = nvme_cli.NvmeCli(sim.nvme_cli)
         node = ctrl.namespace_paths()[0]
@@ -242,6 +251,69 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
     return rows
 
 
+def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
+    from steward.drivers import nvme_policy
+    from tests.nvme_sim import presets
+
+    # auto/auto on every family; and Write Zeroes where the operator forbids Format
+    # (clear_action=zero), since no family reaches it under auto/auto any more.
+    entries = [(name, 'auto') for name in names] + [
+        (name, 'zero') for name in names if name == 'write_zeroes_dealloc']
+    rows = []
+    for name, policy in entries:
+        spec = '{"vendor_id": "8086"%s}' % (
+            ', "clear_action": "zero"' if policy == 'zero' else '')
+        times, sizes = {}, {}
+        for label in ('small', 'big'):
+            # host-zeroed paths really write the namespace: at most 2 GiB of disk
+            sizes[label] = 64 * MiB if label == 'small' else \
+                (min(size_gib, 2) if rec['action'] == 'shred' else size_gib) * GiB
+            size = sizes[label]
+            sim, ctrl, driver, dev = _sim_driver(
+                os.path.join(directory, f'{name}-{policy}-{label}'), spec=spec,
+                preset=name, namespaces=[size], sanitize_seconds=sanitize_seconds)
+            try:
+                elapsed, rec = _timed_cleanup(driver, dev)
+                commands = ctrl.commands()
+                refused = [c for c in commands
+                           if c['queue'] in ('admin', 'io') and c['status']]
+                assert refused == [], refused
+            finally:
+                sim.close()
+            # The controller's own sanitize time (the simulator paces it and, for a
+            # crypto erase, really writes random bytes over the media) is the
+            # drive's, not Steward's: from the Sanitize command to the last poll of
+            # the log that saw it end.
+            started = [c['t'] for c in commands if c['queue'] == 'admin'
+                       and c['opcode'] == 0x84]
+            polls = [c['t'] for c in commands if c['queue'] == 'admin'
+                     and c['opcode'] == 0x02 and c['cdw10'] & 0xff == 0x81]
+            media = (max(polls) - started[-1]) / 1000 if started else 0.0
+            # A Format NVM's erase is the drive's too (the simulator zeroes or, for a
+            # crypto erase, writes random bytes over the namespace): the command is
+            # logged when it completes; the one before it (nvme-cli's Identify) when
+            # it was about to be sent.
+            for i, c in enumerate(commands):
+                if c['queue'] == 'admin' and c['opcode'] == 0x80 and i:
+                    media += (c['t'] - commands[i - 1]['t']) / 1000
+            times[label] = elapsed - media
+        action = rec['action']
+        per_gib = max(times['big'] - times['small'], 0.0) / \
+            ((sizes['big'] - sizes['small']) / GiB)
+        rows.append((name, policy, action, nvme_policy.ASSURANCE[action], times["small"],
+                     per_gib, sizes['big'] // GiB))
+    print(f'Cleanup per controller family (tests/nvme_sim/presets.py) and clear_action; '
+          f'Steward\'s own time (a sanitize\'s or a Format NVM\'s run on the controller '
+          f'excluded), per GiB from the difference between a big namespace and a 64 MiB '
+          f'one:')
+    print(f'  {"preset":<23} {"policy":<6} {"path":<16} {"assurance":<22} {"fixed":>7} '
+          f'{"per GiB":>10} {"big":>7}')
+    for name, policy, action, assurance, fixed, per_gib, big in rows:
+        print(f'  {name:<23} {policy:<6} {action:<16} {assurance:<22} {fixed:6.2f}s '
+              f'{per_gib * 1000:8.2f}ms {big:5d}GiB')
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--size-mib', type=int, default=2048)
@@ -253,9 +325,32 @@ def main():
     p.add_argument('--namespace-mib', type=int, default=64)
     p.add_argument('--big-gib', type=int, default=16,
                    help='size of the simulated namespace timed in part 3 (sparse)')
+    p.add_argument('--preset', action='append', default=[],
+                   help='a tests/nvme_sim/presets.py family (repeatable), or "all": '
+                        'only the per-family part runs')
+    p.add_argument('--preset-gib', type=int, default=16,
+                   help='big namespace of the per-family runs (GiB, sparse; a '
+                        'host-zeroed family writes it all, so it gets at most 2)')
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix='steward-bench-cleanup-',
                                      dir=args.dir or '/var/tmp') as tmp:
+        if args.preset:
+            from oslo_config import cfg
+            from steward.conf import CONF
+            from tests.nvme_sim import presets
+            names = presets.NAMES if 'all' in args.preset else args.preset
+            unknown = set(names) - set(presets.NAMES)
+            if unknown:
+                p.error(f'unknown preset(s) {sorted(unknown)}; known: '
+                        f'{", ".join(presets.NAMES)}, all')
+            CONF([], project='steward', default_config_files=[])
+            try:
+                bench_presets(tmp, names, args.preset_gib)
+            finally:
+                for name, group in (('sysfs_root', None), ('dev_root', None),
+                                    ('nvme_cli', 'nvme'), ('device_spec', 'nvme')):
+                    cfg.CONF.clear_override(name, group=group)
+            return
         mbps = bench_zeroing(tmp, args.size_mib, args.runs)
         bench_sanitizes(tmp, args.controllers, args.sanitize_seconds, args.namespace_mib)
         bench_big_drives(tmp, args.big_gib, mbps['steward'])

@@ -191,5 +191,8 @@ HISTORY_FIELDS = ('uuid', 'created_at', 'event', 'source_state', 'target_state',
 def erase_record(req, record):
     """``record``: ``db.erase_record_record()`` output (2.5)."""
     out = dict(record)
+    # what Identify advertised, the action chosen and why (issue 21); None on
+    # records written before it was kept
+    out.setdefault('capability_decision', None)
     out['links'] = [_link(req, 'devices', record['device_uuid'], 'erase_records')]
     return out

@@ -325,6 +325,11 @@ class CleanupFailed(StewardError):
     message = 'Cleanup of device %(device)s failed: %(reason)s'
 
 
+class FormatFailed(CleanupFailed):
+    code = 'cyb.cleanup.format_failed'
+    message = 'Format NVM secure erase of %(device)s failed: %(reason)s'
+
+
 class CleanupUnsupported(CleanupFailed):
     code = 'cyb.cleanup.unsupported'
     message = 'Device %(device)s has no usable cleanup action: %(reason)s'

@@ -30,7 +30,7 @@ LOG = logging.getLogger(__name__)
 CLEANUP_RPC = '1.1'
 RECORD_COLUMNS = ('serial', 'model', 'firmware', 'capabilities', 'action',
                   'assurance_level', 'sstat', 'sstat_text', 'verification',
-                  'verification_detail', 'pci_address')
+                  'verification_detail', 'pci_address', 'capability_decision')
 RESULT_NOT_DETAILS = frozenset(RECORD_COLUMNS) | {'sprog'}
 
 
@@ -236,7 +236,8 @@ def plan(ctx, device_uuid):
                       'clear_strategy': cleanup.get('clear_strategy')},
            'capabilities': cleanup.get('capabilities'),
            'reason': cleanup.get('reason'),
-           'steps': list(nvme_policy.STEPS.get(action, ())),
+           'steps': nvme_policy.steps_for(action, cleanup.get('identify')),
+           'identify': cleanup.get('identify'),
            'last_erase_record': last}
     try:
         _check_cleanable(device)

@@ -416,7 +416,8 @@ class Reporter:
                           else states.DEV_AVAILABLE)
         if excluded:
             device.last_error = f'excluded: {excluded}'
-            LOG.error('device %s on %s: kept in error: %s',
+            # The agent's driver logged the reason (once); this only adds the uuid.
+            LOG.debug('device %s on %s: kept in error: %s',
                       device.uuid, host, excluded)
         s.add(device)
         s.flush()

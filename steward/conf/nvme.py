@@ -7,7 +7,9 @@ group = cfg.OptGroup('nvme', title='Generic NVMe driver with secure cleanup',
 opts = [
     cfg.MultiStrOpt('device_spec', default=[],
                     help='One JSON object per value: vendor_id, product_id, address '
-                         '(glob or regex dict) plus clear_action (auto|sanitize|zero), '
+                         '(glob or regex dict) plus clear_action '
+                         '(auto|sanitize|format|zero; format requires Format NVM with '
+                         'a secure erase, sanitize and zero never format), '
                          'clear_strategy (auto|crypto|block) and lba_size (the block '
                          'size in bytes of the one namespace every cleanup leaves; '
                          'default: the one the device had at discovery).'),

@@ -590,6 +590,9 @@ def erase_values(values):
         out['capabilities'] = json.dumps(values['capabilities'], sort_keys=True)
     if 'details' in values:
         out['details'] = json.dumps(values['details'], sort_keys=True)
+    if 'capability_decision' in values:
+        out['capability_decision'] = json.dumps(values['capability_decision'],
+                                                sort_keys=True)
     return out
 
 
@@ -637,6 +640,8 @@ def erase_record_record(rec):
     out['finished_at'] = timestamp(rec.finished_at)
     out['capabilities'] = json.loads(rec.capabilities) if rec.capabilities else None
     out['details'] = json.loads(rec.details) if rec.details else {}
+    out['capability_decision'] = (json.loads(rec.capability_decision)
+                                  if rec.capability_decision else None)
     out['created_at'] = timestamp(rec.created_at)
     out['updated_at'] = timestamp(rec.updated_at)
     return out

@@ -262,6 +262,8 @@ class EraseRecord(TimestampMixin, Base):
     error_code = orm.mapped_column(sa.String(64))
     error_message = orm.mapped_column(sa.Text)
     details = orm.mapped_column(sa.Text)                # JSON: namespaces, watermarks...
+    # JSON: what Identify advertised, the action chosen, why, what was sent (issue 21)
+    capability_decision = orm.mapped_column(sa.Text)
 
 
 class DeviceHistory(Base):

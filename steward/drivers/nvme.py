@@ -27,6 +27,7 @@ import os_traits
 from steward.common import exception
 from steward.drivers import base
 from steward.drivers import device_spec
+from steward.drivers import nvme_caps
 from steward.drivers import nvme_cleanup
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_policy
@@ -68,7 +69,7 @@ def resource_class(vendor_id, product_id):
 
 
 def board_info(product_id, address, resolution, clear_action, clear_strategy, caps,
-               lba_size=None, lba_size_source=None):
+               lba_size=None, lba_size_source=None, identify=None):
     """std_board_info: the spec's product_id and pci_address, the locked-in
     ``cleanup_action`` and, under ``cleanup``, why it was chosen and the LBA size of
     the canonical layout every cleanup leaves behind."""
@@ -78,7 +79,9 @@ def board_info(product_id, address, resolution, clear_action, clear_strategy, ca
         'cleanup': {'clear_action': clear_action, 'clear_strategy': clear_strategy,
                     'capabilities': caps, 'reason': resolution.reason,
                     'excluded': resolution.reason if resolution.excluded else None,
-                    'lba_size': lba_size, 'lba_size_source': lba_size_source},
+                    'lba_size': lba_size, 'lba_size_source': lba_size_source,
+                    # what Identify Controller advertised when the action was chosen
+                    'identify': identify},
     }, sort_keys=True)
 
 
@@ -172,8 +175,10 @@ class NvmeDriver(base.Driver):
         key = (address, resolution.reason)
         if resolution.excluded and key not in self._reported_exclusions:
             self._reported_exclusions.add(key)
-            LOG.error('nvme: device %s excluded from the pool: %s', address,
-                      resolution.reason)
+            # A wrong policy is the operator's error; a controller that lacks what
+            # a valid policy needs is a fact about the hardware: one WARNING.
+            (LOG.error if resolution.invalid else LOG.warning)(
+                'nvme: device %s excluded from the pool: %s', address, resolution.reason)
         elif not resolution.excluded:
             self._reported_exclusions = {k for k in self._reported_exclusions
                                          if k[0] != address}
@@ -202,7 +207,9 @@ class NvmeDriver(base.Driver):
             deployable_list=[deployable],
             std_board_info=board_info(pci.product_id, address, resolution,
                                       clear_action, clear_strategy, caps, lba_size,
-                                      source if lba_size is not None else None),
+                                      source if lba_size is not None else None,
+                                      nvme_caps.profile(identity).as_dict()
+                                      if identity is not None else None),
             vendor_board_info=json.dumps(vendor_info, sort_keys=True),
             driver_name=self.name)
 
@@ -236,8 +243,10 @@ class NvmeDriver(base.Driver):
         board, ctrl = self._controller(device)
         lba_size = (board.get('cleanup') or {}).get('lba_size')
         # [nvme] blkdiscard is the block_io daemon's own setting (steward/privsep).
-        nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'],
-                             lba_size=lba_size).run(action)
+        cleanup = board.get('cleanup') or {}
+        nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'], lba_size=lba_size,
+                             reason=cleanup.get('reason'),
+                             discovered=cleanup.get('identify')).run(action)
         return job.record
 
     def describe_interrupted(self, device):
@@ -249,4 +258,7 @@ class NvmeDriver(base.Driver):
         text = nvme_cleanup.read_interrupted(self.cli, ctrl)
         if board.get('cleanup_action') in (nvme_policy.WRITE_ZEROES, nvme_policy.SHRED):
             text = f'zeroing ({board["cleanup_action"]}) was cut short; {text}'
+        elif board.get('cleanup_action') in nvme_policy.FORMATS:
+            text = (f'Format NVM ({board["cleanup_action"]}) was cut short (a format the '
+                    f'controller had begun completes on its own); {text}')
         return text

@@ -22,7 +22,11 @@ cleanup runs the same steps:
    written before the erase, where tenant data could be.
 4. **Erase**: the locked-in action. Sanitize: issued, then SPROG/SSTAT polled until
    the controller says it is over; only "succeeded" (and the action we issued) is
-   success. Write zeroes: the kernel's BLKZEROOUT over the whole namespace (the
+   success. Format NVM with a secure erase (SES 1 user data, SES 2 crypto): one
+   command per namespace, or one for all of them where FNA says the format applies
+   to all (bit 0: NSID FFFFFFFFh; bit 1, crypto erase: one namespace); it completes
+   when done, and only the read-back makes it a success.
+   Write zeroes: the kernel's BLKZEROOUT over the whole namespace (the
    controller's Write Zeroes at their largest size). Shred: zeroes written from the
    host with O_DIRECT.
 5. **Verify**: the watermarks read back with O_DIRECT must be gone; after zeroing,
@@ -38,6 +42,7 @@ import time
 
 from steward.common import exception
 from steward.drivers import blockio
+from steward.drivers import nvme_caps
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_policy as policy
 from steward.drivers import nvme_sysfs
@@ -47,14 +52,28 @@ LOG = logging.getLogger(__name__)
 
 SANACT = {policy.SANITIZE_CRYPTO: nvme_cli.SANACT_CRYPTO,
           policy.SANITIZE_BLOCK: nvme_cli.SANACT_BLOCK}
+# What each action sends that the controller must advertise (nvme_caps.Profile).
+NEEDS = {policy.SANITIZE_CRYPTO: ('sanitize_crypto', 'Sanitize crypto erase (SANICAP bit 0)'),
+         policy.SANITIZE_BLOCK: ('sanitize_block', 'Sanitize block erase (SANICAP bit 1)'),
+         policy.FORMAT_CRYPTO: ('format_crypto',
+                                'Format NVM (OACS bit 1) with crypto erase (FNA bit 2)'),
+         policy.FORMAT_USER_DATA: ('format_usable', 'Format NVM (OACS bit 1)'),
+         policy.WRITE_ZEROES: ('write_zeroes', 'Write Zeroes (ONCS bit 3)')}
+SES = {policy.FORMAT_CRYPTO: nvme_cli.SES_CRYPTO,
+       policy.FORMAT_USER_DATA: nvme_cli.SES_USER_DATA}
 POLL_FIRST, POLL_MAX = 0.05, 1.0
 NAMESPACE_APPEAR_SECONDS = 30
 ZERO_SAMPLES = 64           # extra blocks read back after zeroing, at random offsets
 
 
 class Cleaner:
-    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None):
+    def __init__(self, cli, ctrl, job, device_uuid, lba_size=None, reason=None,
+                 discovered=None):
         self.cli = cli
+        self.reason = reason                # why discovery locked this action in
+        self.discovered = discovered        # the Identify profile discovery chose on
+        self.caps = None                    # nvme_caps.Profile, read once in run()
+        self.uses = {}                      # step -> what was sent, or why not
         self.ctrl = ctrl                    # nvme_sysfs.ControllerRef
         self.job = job
         self.device = device_uuid
@@ -72,6 +91,29 @@ class Cleaner:
         self.record.update(serial=identity.serial, model=identity.model,
                            firmware=identity.firmware, subsysnqn=identity.subnqn,
                            capabilities=identity.capabilities(), action=action)
+        # One Identify read decides what this cleanup may send; every optional
+        # command below asks self.caps, and the erase record says what it found.
+        self.caps = nvme_caps.profile(identity)
+        self.record['capability_decision'] = {
+            'available': self.caps.as_dict(), 'chosen': action,
+            'assurance_level': policy.ASSURANCE[action], 'why': self.reason,
+            'uses': self.uses}
+        then = (self.discovered or {}).get('fields') or {}
+        now = self.caps.as_dict()['fields']
+        changed = {k: [then[k], now[k]] for k in now if k in then and then[k] != now[k]}
+        if changed:
+            # e.g. a firmware update while the device was in use: the action was
+            # chosen on the old data; what is sent below follows the new.
+            self.record['capability_decision']['changed_since_discovery'] = changed
+            LOG.warning('device %s: Identify changed since discovery: %s', self.device,
+                        changed)
+        need = NEEDS.get(action)
+        if need and not getattr(self.caps, need[0]):
+            raise exception.CleanupUnsupported(
+                device=self.device, reason=f'the locked-in action {action} needs '
+                f'{need[1]}, which the controller no longer reports '
+                f'({self.caps.as_dict()["fields"]}); nothing was sent. Re-discover and '
+                f're-clean: in error the action may change')
         self.precheck()
         self.settle(action)
         self.record['layout_before'] = layout = self.layout()
@@ -79,9 +121,17 @@ class Cleaner:
         marks = self.write_marks()
         self.job.check()
         if action in SANACT:
+            self.uses['erase'] = f'Sanitize {nvme_cli.SANACT_TEXT[SANACT[action]]}'
             self.sanitize(SANACT[action], marks)
+        elif action in SES:
+            self.format_erase(SES[action], marks)
         else:
+            self.uses['erase'] = (
+                "BLKZEROOUT: the kernel's Write Zeroes (ONCS bit 3)"
+                if action == policy.WRITE_ZEROES else
+                'host writes of zeroes (O_DIRECT): no optional command needed')
             self.zero(marks, kernel=action == policy.WRITE_ZEROES)
+        self.uses['verify'] = 'host O_DIRECT read-back (the Verify command proves nothing here)'
         self.record['layout_after'] = self.lay_out(self.layout(), phase='restore')
         self.record['assurance_level'] = policy.ASSURANCE[action]
 
@@ -103,7 +153,15 @@ class Cleaner:
     def settle(self, action):
         """Nothing of the tenant's may still be running or blocking: wait for its
         sanitize, then leave sanitize failure mode."""
+        if not self.caps.sanitize:
+            # No Sanitize command: no tenant sanitize can be running or have failed,
+            # and the log page 0x81 is not there to read (Invalid Log Page).
+            self.record['sanitize_before'] = ('no sanitize on this controller (SANICAP '
+                                              f'{self.caps.sanicap:#x}): nothing to settle')
+            self.uses['sanitize_log'] = 'not read: SANICAP reports no sanitize action'
+            return
         self.job.progress('sanitize_log')
+        self.uses['sanitize_log'] = 'Get Log Page 0x81 (SANICAP reports sanitize)'
         status = self.cli.sanitize_log(self.ctrl.char_path)
         self.record['sanitize_before'] = status.describe()
         if status.in_progress:
@@ -145,15 +203,36 @@ class Cleaner:
         allocated namespace (attached or not)."""
         dev = self.ctrl.char_path
         ident = self.cli.id_ctrl(dev)
-        active = self.cli.list_ns(dev)
-        allocated = self.cli.list_ns(dev, allocated=True) if ident.ns_mgmt else active
+        found = {}
+        if self.caps.active_ns_list:
+            active = self.cli.list_ns(dev)
+            self.uses['namespace_list'] = 'Identify CNS 02h (active namespace list)'
+        else:
+            # Before NVMe 1.1 there is no namespace list: Identify Namespace of every
+            # nsid up to NN, an inactive one reads as zeroes.
+            active = []
+            for nsid in range(1, max(ident.nn, 1) + 1):
+                info = self.cli.id_ns(dev, nsid)
+                if info.nsze:
+                    active.append(nsid)
+                    found[nsid] = info
+            self.uses['namespace_list'] = (
+                f'Identify CNS 00h for nsid 1..{max(ident.nn, 1)} (NVMe '
+                f'{nvme_caps.version_text(self.caps.ver)} has no CNS 02h)')
+        if self.caps.ns_mgmt:
+            allocated = self.cli.list_ns(dev, allocated=True)
+            self.uses['allocated_list'] = 'Identify CNS 10h (namespace management)'
+        else:
+            allocated = active
         namespaces = []
         for nsid in sorted(set(allocated) | set(active)):
             entry = {'nsid': nsid, 'attached': nsid in active}
             if nsid in active:
-                info = self.cli.id_ns(dev, nsid)
+                info = found.get(nsid) or self.cli.id_ns(dev, nsid)
                 entry.update(blocks=info.nsze, lba_size=info.lba_size,
                              bytes=info.size_bytes)
+                decision = self.record['capability_decision']['available']
+                decision.setdefault('dlfeat', nvme_caps.dlfeat_dict(info.dlfeat))
             namespaces.append(entry)
         return {'capacity': ident.tnvmcap, 'unallocated': ident.unvmcap,
                 'namespaces': namespaces}
@@ -189,7 +268,9 @@ class Cleaner:
     def lay_out(self, layout, phase='layout'):
         """Bring the controller from ``layout`` (as layout() read it) to the
         canonical one (see module doc); returns the layout it leaves."""
-        if not self.identity.ns_mgmt:
+        if not self.caps.ns_mgmt:
+            self.uses['layout'] = ('as found: no Namespace Management/Attachment '
+                                   '(OACS bit 3)')
             if not self.ctrl.namespaces():
                 raise exception.NamespaceLayoutFailed(
                     device=self.device, reason='no namespace is attached and the '
@@ -202,6 +283,8 @@ class Cleaner:
             raise exception.NamespaceLayoutFailed(
                 device=self.device, reason='namespace management without TNVMCAP: the '
                                            'whole capacity cannot be laid out')
+        self.uses['layout'] = ('Namespace Management + Attachment (OACS bit 3), '
+                               'Identify CNS 00h NSID FFFFFFFFh for the LBA formats')
         if self._format is None:        # the restore keeps the format chosen first
             self._format = self._target_format(layout)
         fmt = self._format
@@ -343,6 +426,51 @@ class Cleaner:
         self.job.progress('erase', 100.0, status.describe())
         self.verify(marks, expect_zero=False)
 
+    # -- 4. erase: Format NVM secure erase -----------------------------------------
+    def format_scope(self, ses, nsids):
+        """The NSIDs to send Format NVM to, and why (NVMe 2.0 §5.14 and Identify
+        Controller FNA). FNA bit 0: a format of any namespace formats all of them
+        (which then share one LBA format): one command, to NSID FFFFFFFFh (nvme-cli
+        2.3 sends it there anyway; with FNA bit 3, which refuses that NSID, format
+        is not offered at all: nvme_cli.Controller.format_erase). FNA bit 1: a crypto
+        erase of one namespace erases all of them (their LBA formats stay their
+        own): one command, to one namespace. Otherwise each namespace in turn."""
+        fna = self.caps.fna
+        if fna & 0x1:
+            return [nvme_cli.NSID_ALL], 'NSID FFFFFFFFh: every namespace (FNA bit 0)'
+        if ses == nvme_cli.SES_CRYPTO and fna & 0x2:
+            return nsids[:1], (f'namespace {nsids[0]}, whose crypto erase FNA bit 1 '
+                               'applies to all namespaces')
+        return nsids, (f'each namespace ({", ".join(map(str, nsids))}): FNA {fna:#x} '
+                       'formats only the namespace named')
+
+    def format_erase(self, ses, marks):
+        """Format NVM with Secure Erase Settings ``ses`` over every namespace the
+        watermarks are on, keeping each one's LBA format; then the read-back."""
+        dev = self.ctrl.char_path
+        nsids = sorted(marks)
+        targets, scope = self.format_scope(ses, nsids)
+        what = 'cryptographic erase' if ses == nvme_cli.SES_CRYPTO else 'user data erase'
+        self.uses['erase'] = f'Format NVM SES {ses} ({what}, OACS bit 1' + (
+            ', FNA bit 2)' if ses == nvme_cli.SES_CRYPTO else ')') + f'; scope: {scope}'
+        lbafs = {}
+        for nsid in nsids:
+            flbas = self.cli.id_ns(dev, nsid).flbas
+            lbafs[nsid] = (flbas & 0xf) | ((flbas >> 1) & 0x30)
+        self.record['format'] = {'ses': ses, 'nsids': targets, 'scope': scope}
+        for i, nsid in enumerate(targets):
+            self.job.check()
+            self.job.progress('erase', round(i * 100 / len(targets), 1),
+                              f'Format NVM SES {ses}, nsid {nsid:#x}')
+            lbaf = lbafs[nsids[0] if nsid == nvme_cli.NSID_ALL else nsid]
+            try:
+                self.cli.format(dev, nsid, lbaf, ses)
+            except exception.NvmeCommandFailed as err:
+                raise exception.FormatFailed(device=self.device, reason=str(err))
+        self.job.progress('erase', 100.0, f'Format NVM SES {ses} completed')
+        # Completion is the drive's word: the read-back below decides.
+        self.verify(marks, expect_zero=False)
+
     # -- 4. erase: zero ------------------------------------------------------------
     def zero(self, marks, kernel):
         namespaces = [ns for ns, _, _ in (marks[n] for n in sorted(marks))]
@@ -379,6 +507,10 @@ def read_interrupted(cli, ctrl):
     """What the sanitize log says of a controller whose cleanup was cut short
     (agent crash), e.g. "sanitize still in progress 43 %"."""
     try:
+        caps = nvme_caps.profile(cli.id_ctrl(ctrl.char_path))
+        if not caps.sanitize:
+            return (f'no sanitize on this controller (SANICAP {caps.sanicap:#x}): '
+                    'nothing runs on in the background')
         return cli.sanitize_log(ctrl.char_path).describe()
     except exception.NvmeCliMissing:
         return 'sanitize log unreadable: nvme-cli missing'

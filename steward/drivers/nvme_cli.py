@@ -27,6 +27,8 @@ LOG = logging.getLogger(__name__)
 
 U32 = 0xffffffff
 NSID_ALL = 0xffffffff
+FORMAT_TIMEOUT = 3590                # s; a user data erase takes the drive's time
+SES_USER_DATA, SES_CRYPTO = 1, 2
 BLOCKS_PER_WRITE_ZEROES = 65536     # NLB is 16-bit and zero-based
 SANACT_EXIT_FAILURE, SANACT_BLOCK, SANACT_OVERWRITE, SANACT_CRYPTO = 1, 2, 3, 4
 
@@ -105,6 +107,9 @@ class Controller:
     tnvmcap: int
     unvmcap: int = 0
     subnqn: str = ''
+    ver: int = 0
+    lpa: int = 0
+    mdts: int = 0
 
     @property
     def ces(self):
@@ -126,8 +131,22 @@ class Controller:
     def ns_mgmt(self):
         return bool(self.oacs & 0x8)
 
+    @property
+    def format_erase(self):
+        """Format NVM (OACS bit 1): its User Data Erase (SES 1) needs nothing more.
+        Not with FNA bits 0 and 3 both set: nvme-cli (2.3) sends every format of a
+        controller with FNA bit 0 to NSID FFFFFFFFh, which FNA bit 3 (NVMe 2.0,
+        FNVMBS) says the controller refuses, so no format can be sent through it."""
+        return bool(self.oacs & 0x2) and (self.fna & 0x9) != 0x9
+
+    @property
+    def format_crypto(self):
+        """Format NVM with Cryptographic Erase (SES 2): FNA bit 2 as well."""
+        return self.format_erase and bool(self.fna & 0x4)
+
     def capabilities(self):
-        return {'ces': self.ces, 'bes': self.bes, 'wzs': self.wzs, 'ns_mgmt': self.ns_mgmt}
+        return {'ces': self.ces, 'bes': self.bes, 'wzs': self.wzs, 'ns_mgmt': self.ns_mgmt,
+                'format_erase': self.format_erase, 'format_crypto': self.format_crypto}
 
 
 def _json(command, text):
@@ -148,7 +167,9 @@ def parse_id_ctrl(text):
             oncs=int(d.get('oncs', 0)) & 0xffff, sanicap=u32(d.get('sanicap', 0)),
             fna=int(d.get('fna', 0)) & 0xff, nn=u32(d.get('nn', 0)),
             tnvmcap=u128(d.get('tnvmcap')), unvmcap=u128(d.get('unvmcap')),
-            subnqn=str(d.get('subnqn') or '').strip('\x00 '))
+            subnqn=str(d.get('subnqn') or '').strip('\x00 '),
+            ver=u32(d.get('ver', 0)), lpa=int(d.get('lpa', 0)) & 0xff,
+            mdts=int(d.get('mdts', 0)) & 0xff)
     except (KeyError, TypeError, ValueError) as err:
         raise exception.NvmeBadOutput(command='id-ctrl',
                                       reason=f'missing or bad field ({err})')
@@ -161,6 +182,7 @@ class Namespace:
     ncap: int
     flbas: int
     lba_size: int
+    dlfeat: int = 0
 
     @property
     def size_bytes(self):
@@ -176,7 +198,8 @@ def parse_id_ns(text, nsid):
         index = (flbas & 0xf) | ((flbas >> 1) & 0x30)
         lba_size = 2 ** int(lbafs[index]['ds']) if index < len(lbafs) else 512
         return Namespace(nsid=nsid, nsze=int(d['nsze']), ncap=int(d.get('ncap', 0)),
-                         flbas=flbas, lba_size=lba_size)
+                         flbas=flbas, lba_size=lba_size,
+                         dlfeat=int(d.get('dlfeat', 0)) & 0xff)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise exception.NvmeBadOutput(command='id-ns',
                                       reason=f'missing or bad field ({err})')
@@ -387,3 +410,9 @@ class NvmeCli:
 
     def ns_rescan(self, dev):
         self.run('ns-rescan', dev)
+
+    def format(self, dev, nsid, lbaf, ses, timeout=FORMAT_TIMEOUT):
+        """Format NVM with a secure erase (SES 1 or 2), keeping LBA format ``lbaf``.
+        The command completes when the format has: no progress to poll."""
+        self.run('format', dev, nsid=nsid, lbaf=lbaf, ses=ses, timeout_ms=timeout * 1000,
+                 timeout=timeout + 10)

@@ -30,6 +30,22 @@ def _sanact(opts):
     return ['-a', str(sanact)]
 
 
+def _ses(opts):
+    ses = paths.integer('nvme', 'ses', opts.get('ses'), 0, 7)
+    if ses not in (1, 2):
+        # SES 0 erases nothing (the FOG and scout regressions): never a cleanup.
+        raise paths.refuse('nvme', f'ses {ses} is not allowed: 1 (user data erase) or '
+                                   f'2 (cryptographic erase)')
+    return [f'--ses={ses}']
+
+
+def _format(opts):
+    # -l always: for NSID FFFFFFFFh nvme-cli 2.3 reads no namespace and would send
+    # LBA format 0, reformatting a 4 KiB namespace to 512 B.
+    return _nsid(opts) + ['-l', _opt(opts, 'lbaf', 0, 63)] + _ses(opts) + [
+        '-t', _opt(opts, 'timeout_ms', 1000, 3600 * 1000), '--force']
+
+
 # command -> (options accepted, argv after ``nvme <command> <node>``)
 COMMANDS = {
     'id-ctrl': ((), lambda o: ['-o', 'json']),
@@ -52,6 +68,7 @@ COMMANDS = {
                                                                           0xffff)]),
     'delete-ns': (('nsid',), lambda o: _nsid(o)),
     'ns-rescan': ((), lambda o: []),
+    'format': (('nsid', 'lbaf', 'ses', 'timeout_ms'), _format),
 }
 
 

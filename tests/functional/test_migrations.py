@@ -149,3 +149,18 @@ def test_two_conductors_starting_together_migrate_once(empty_db):
         t.join()
     assert errors == []
     assert migration.current_revision() == migration.head_revision()
+
+
+def test_0006_adds_the_capability_decision_to_erase_records(empty_db):
+    migration.upgrade('0005')
+    with session.get_engine().begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO erase_records (uuid, device_uuid, status, created_at) "
+            "VALUES ('e-1', 'd-1', 'succeeded', '2026-01-01 00:00:00')"))
+    migration.upgrade()
+    columns = {c['name']: c for c in sa.inspect(session.get_engine())
+               .get_columns('erase_records')}
+    assert columns['capability_decision']['nullable']
+    with session.get_engine().begin() as conn:
+        assert conn.execute(sa.text(
+            'SELECT capability_decision FROM erase_records')).scalar() is None

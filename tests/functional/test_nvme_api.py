@@ -67,7 +67,8 @@ def test_clean_answers(nvme):
     assert plan['accepted'] is True and plan['refusal'] is None
     assert plan['cleanup_action'] == 'sanitize_crypto'
     assert plan['assurance_level'] == 'purge-crypto'
-    assert plan['capabilities'] == {'ces': True, 'bes': True, 'wzs': True, 'ns_mgmt': True}
+    assert plan['capabilities'] == {'ces': True, 'bes': True, 'wzs': True, 'ns_mgmt': True,
+                                    'format_erase': True, 'format_crypto': True}
     assert plan['policy'] == {'clear_action': 'auto', 'clear_strategy': 'auto'}
     assert 'CES sanitize' in plan['reason'] and len(plan['steps']) == 7
     assert 'canonical' in plan['steps'][1] and 'crypto-erase' in plan['steps'][3]

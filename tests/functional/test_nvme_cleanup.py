@@ -102,8 +102,11 @@ def _allocated(st, dev, ctrl):
 @pytest.mark.parametrize('caps,action,assurance', [
     (dict(ces=True, bes=True, wzs=True), 'sanitize_crypto', 'purge-crypto'),
     (dict(ces=False, bes=True, wzs=True), 'sanitize_block', 'purge-block'),
-    (dict(ces=False, bes=False, wzs=True), 'write_zeroes', 'clear-write-zeroes'),
-    (dict(ces=False, bes=False, wzs=False), 'shred', 'clear-overwrite'),
+    (dict(ces=False, bes=False, wzs=True, fna=0x4), 'format_crypto', 'secure-erase-crypto'),
+    (dict(ces=False, bes=False, wzs=True), 'format_user_data', 'secure-erase-user-data'),
+    (dict(ces=False, bes=False, wzs=True, format_nvm=False), 'write_zeroes',
+     'clear-write-zeroes'),
+    (dict(ces=False, bes=False, wzs=False, format_nvm=False), 'shred', 'clear-overwrite'),
 ])
 def test_released_device_is_cleaned_before_it_is_available_again(
         nvme, marks_spy, caps, action, assurance):
@@ -118,7 +121,8 @@ def test_released_device_is_cleaned_before_it_is_available_again(
     dep = st.deployable(dev)
     assert dep['name'] == f'{nvme.host}_0000:0a:00.0'
     assert st.inventory(dep['rp_uuid'])['reserved'] == 0
-    want = {'OWNER_CYBORG'} | {f'HW_NVME_{c.upper()}' for c, on in caps.items() if on}
+    want = {'OWNER_CYBORG'} | {f'HW_NVME_{c.upper()}' for c in ('ces', 'bes', 'wzs')
+                               if caps[c]}
     assert st.traits(dep['rp_uuid']) == want
 
     inst = _allocated(st, dev, ctrl)
@@ -141,13 +145,29 @@ def test_released_device_is_cleaned_before_it_is_available_again(
     assert (rec['action'], rec['assurance_level'], rec['verification']) == \
         (action, assurance, 'passed')
     assert (rec['serial'], rec['firmware'], rec['model']) == ('SN-E2E', 'FW42', 'Sim NVMe')
-    assert rec['capabilities'] == dict(caps, ns_mgmt=True)
+    fmt = caps.get('format_nvm', True)          # the simulator's defaults: OACS bit 1,
+    fna = caps.get('fna', 0x4 if caps['ces'] else 0)        # FNA bit 2 with CES
+    assert rec['capabilities'] == {'ces': caps['ces'], 'bes': caps['bes'],
+                                   'wzs': caps['wzs'], 'ns_mgmt': True,
+                                   'format_erase': fmt,
+                                   'format_crypto': fmt and bool(fna & 0x4)}
     assert rec['started_at'] and rec['finished_at']
     if action.startswith('sanitize'):
         assert rec['sstat'] == 1 and 'succeeded' in rec['sstat_text']
         sanitizes = [c for c in ctrl.commands() if c.get('opcode') == 0x84]
         assert len(sanitizes) == 1
         assert sanitizes[0]['cdw10'] & 7 == (4 if action == 'sanitize_crypto' else 2)
+    elif action.startswith('format'):
+        # One Format NVM, to the one canonical namespace (the simulator's FNA has no
+        # bit 0), with SES 2 or 1 in cdw10 bits 11:9 and the LBA format kept.
+        formats = [c for c in ctrl.commands() if c.get('queue') == 'admin'
+                   and c['opcode'] == 0x80]
+        ses = 2 if action == 'format_crypto' else 1
+        assert [(c['nsid'], c['cdw10'], c['status']) for c in formats] == \
+            [(1, ses << 9, 0)]
+        assert rec['details']['format'] == {'ses': ses, 'nsids': [1], 'scope': (
+            'each namespace (1): FNA 0x4 formats only the namespace named' if ses == 2 else
+            'each namespace (1): FNA 0x0 formats only the namespace named')}
     else:
         assert ctrl.read(0, MiB) == bytes(MiB)
     # Every path: the two namespaces became the canonical one covering the capacity,
@@ -184,7 +204,7 @@ def test_write_zeroes_is_the_kernels_zeroout_over_the_whole_namespace(nvme):
     """write_zeroes asks the kernel (BLKZEROOUT, which issues the controller's Write
     Zeroes at their largest size), not one nvme-cli process per 65536 blocks."""
     ctrl = nvme.sim.add_controller(namespaces=[80 * MiB], ces=False, bes=False, wzs=True,
-                                   ns_mgmt=False)
+                                   ns_mgmt=False, format_nvm=False)
     st = nvme.start()
     dev = st.device()
     st.release(_allocated(st, dev, ctrl))

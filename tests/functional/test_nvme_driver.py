@@ -63,7 +63,8 @@ def test_discovery_reports_the_spec_shape(sim, conf):
     assert board['product_id'] == '0a54' and board['pci_address'] == '0000:0a:00.0'
     assert board['cleanup_action'] == 'sanitize_crypto'
     assert board['cleanup']['capabilities'] == {'ces': True, 'bes': True, 'wzs': False,
-                                                'ns_mgmt': True}
+                                                'ns_mgmt': True, 'format_erase': True,
+                                                'format_crypto': True}
     assert json.loads(dev.vendor_board_info) == {
         'serial': 'S7DFNG0W700063', 'model': '3.2TB NVMe Gen4 U.2 SSD V',
         'firmware': 'DNA8DNA8',
@@ -179,7 +180,7 @@ def test_a_watermark_that_survives_fails_the_cleanup(sim, conf):
 
 def test_zero_path_without_namespace_management_zeroes_each_namespace(sim, conf):
     ctrl = sim.add_controller(namespaces=[8 * MiB, 4 * MiB], ces=False, bes=False,
-                              wzs=False, ns_mgmt=False)
+                              wzs=False, ns_mgmt=False, format_nvm=False)
     for ns in (1, 2):
         ctrl.write(MiB, b'x' * 4096, nsid=ns)
     driver = _driver(conf)
@@ -191,8 +192,90 @@ def test_zero_path_without_namespace_management_zeroes_each_namespace(sim, conf)
                for p in ctrl.backing_files())
 
 
+@pytest.mark.parametrize('fna,ses,sent,scope', [
+    # FNA 0: a format touches only the namespace named: each one in turn
+    (0x0, 1, [1, 2], 'each namespace (1, 2)'),
+    # FNA bit 0: a format applies to all namespaces: one command, NSID FFFFFFFFh
+    (0x1, 1, [0xffffffff], 'NSID FFFFFFFFh: every namespace (FNA bit 0)'),
+    # FNA bit 1: a crypto erase of one namespace erases all (their formats stay)
+    (0x6, 2, [1], 'namespace 1, whose crypto erase FNA bit 1 applies to all'),
+    (0x4, 2, [1, 2], 'each namespace (1, 2)'),
+])
+def test_format_path_sends_format_nvm_to_the_scope_fna_gives(sim, conf, fna, ses, sent,
+                                                            scope):
+    """NVMe 2.0 §5.14 and Identify Controller FNA: without namespace management the
+    namespaces are as found (two here, one in 4 KiB blocks); every one is erased,
+    with as few commands as FNA allows and each one's LBA format kept."""
+    ctrl = sim.add_controller(namespaces=[8 * MiB, 4 * MiB], ces=False, bes=False,
+                              wzs=True, ns_mgmt=False, fna=fna)
+    r = sim.nvme('format', ctrl.char_path, '-n', '2', '--ses=0', '-l', '1', '--force')
+    assert r.returncode == 0, r.stderr
+    for ns in (1, 2):
+        ctrl.write(MiB, b'tenant' * 700, nsid=ns)
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    board = json.loads(dev.std_board_info)
+    assert board['cleanup_action'] == ('format_crypto' if ses == 2 else 'format_user_data')
+    before = len(ctrl.commands())
+    rec = _clean(driver, dev)
+    formats = [c for c in ctrl.commands()[before:] if c.get('queue') == 'admin'
+               and c['opcode'] == 0x80]
+    assert [c['nsid'] for c in formats] == sent and all(c['status'] == 0 for c in formats)
+    assert all((c['cdw10'] >> 9) & 7 == ses for c in formats)
+    assert rec['format']['nsids'] == sent and rec['format']['scope'].startswith(scope)
+    # (with FNA bit 0 the 4 KiB format of namespace 2 above formatted both)
+    assert [ns['block_size'] for ns in ctrl.namespaces()] == \
+        ([4096, 4096] if fna & 0x1 else [512, 4096])
+    assert ctrl.find_on_media(b'tenant' * 700) == []
+    assert rec['verification'] == 'passed'
+    assert rec['capability_decision']['uses']['erase'].startswith(f'Format NVM SES {ses}')
+
+
+def test_format_is_not_offered_where_nvme_cli_cannot_send_one(sim, conf):
+    """FNA bits 0 and 3: nvme-cli 2.3 sends every format of an FNA bit 0 controller
+    to NSID FFFFFFFFh, which FNA bit 3 refuses (0x400b): the policy goes on to
+    write zeroes instead of locking in an action that would always fail."""
+    ctrl = sim.add_controller(namespaces=[8 * MiB], ces=False, bes=False, ns_mgmt=False,
+                              fna=0x9)
+    r = sim.nvme('format', ctrl.char_path, '-n', '1', '--ses=1', '--force')
+    assert r.returncode == 1 and '(0x400b)' in r.stderr
+    assert ctrl.commands()[-1]['nsid'] == 0xffffffff
+    [dev] = _driver(conf).discover()
+    board = json.loads(dev.std_board_info)
+    assert board['cleanup_action'] == 'write_zeroes'
+    assert board['cleanup']['identify']['format_nvm']['usable_through_nvme_cli'] is False
+
+
+def test_format_refused_by_the_controller_is_a_format_failure(sim, conf):
+    ctrl = sim.add_controller(namespaces=[8 * MiB], ces=False, bes=False, ns_mgmt=False)
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    ctrl.inject(0x80, 0x4286, queue='admin')                # Access Denied (SED locked)
+    with pytest.raises(exception.FormatFailed, match='0x4286'):
+        _clean(driver, dev)
+
+
 def test_cleanup_without_a_locked_action_is_refused(sim, conf):
     with pytest.raises(exception.CleanupUnsupported, match='not locked|nothing'):
         nvme.NvmeDriver(conf, 'h').cleanup(
             {'uuid': 'd', 'std_board_info': json.dumps(
                 {'cleanup_action': None, 'cleanup': {'reason': 'nothing fits'}})})
+
+
+@pytest.mark.parametrize('preset,said', [
+    ('client_format', 'no sanitize on this controller (SANICAP 0x0)'),
+    ('block_erase', 'never sanitized')])
+def test_what_an_interrupted_cleanup_left_is_asked_only_where_it_can_be(sim, conf,
+                                                                      preset, said):
+    """At agent start, a cleanup the agent did not see finish is described from the
+    sanitize log, on a controller that has one; on one without sanitize, reading it
+    would only get Invalid Log Page (issue 21)."""
+    ctrl = sim.add_controller(preset=preset, namespaces=[4 * MiB])
+    driver = _driver(conf)
+    [dev] = driver.discover()
+    text = driver.describe_interrupted({'uuid': 'dev-1',
+                                        'std_board_info': dev.std_board_info})
+    assert said in text, text
+    assert [c for c in ctrl.commands() if c['queue'] == 'admin' and c['status']] == []
+    if preset == 'client_format':               # the Format NVM path (issue 21)
+        assert text.startswith('Format NVM (format_crypto) was cut short'), text

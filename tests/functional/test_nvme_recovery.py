@@ -25,13 +25,15 @@ def test_unmeetable_policy_excludes_the_device(nvme, caplog):
     nvme.conf.set_override('device_spec', [
         '{"address": "0000:0a:00.*", "clear_action": "sanitize", '
         '"clear_strategy": "crypto"}'], group='nvme')
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.WARNING):
         st = nvme.start()
     dev = st.device()
     assert dev['device_state'] == 'error'                 # reported, never available
     assert _board(dev)['cleanup_action'] is None
     assert 'excluded' in _board(dev)['cleanup']['excluded']
-    assert any('excluded from the pool' in r.getMessage() for r in caplog.records)
+    # a fact about the hardware, not a configuration error: one WARNING
+    assert [r.levelno for r in caplog.records if r.name == 'steward.drivers.nvme'
+            and 'excluded from the pool' in r.getMessage()] == [logging.WARNING]
     dep = st.deployable(dev)
     inv = st.inventory(dep['rp_uuid'])
     assert inv['reserved'] == inv['total'] == 1
@@ -101,13 +103,20 @@ def test_locked_in_action_and_no_runtime_fallback(nvme):
     assert _board(dev)['cleanup']['capabilities']['ces'] is True
     st.release(inst)
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'
-    sanitizes = [c['cdw10'] & 7 for c in ctrl.commands() if c.get('opcode') == 0x84]
-    assert sanitizes == [4]                 # crypto, refused; no block erase tried
+    # The controller no longer advertises crypto erase: the locked-in action is not
+    # sent (it would be refused) and no block erase is tried instead.
+    assert [c['cdw10'] & 7 for c in ctrl.commands() if c.get('opcode') == 0x84] == []
+    rec = st.records(dev['uuid'])[0]
+    assert rec['error_code'] == 'cyb.cleanup.unsupported'
+    assert 'SANICAP bit 0' in rec['error_message'] and 'nothing was sent' in \
+        rec['error_message']
+    assert rec['capability_decision']['changed_since_discovery'] == {
+        'sanicap': ['0x3', '0x2'], 'fna': ['0x4', '0x0']}   # FNA bit 2 follows CES here
     st.discover()
     assert _board(st.device())['cleanup_action'] == 'sanitize_block'  # error: may change
     assert st.clean(dev['uuid']).status_code == 202
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
-    assert [c['cdw10'] & 7 for c in ctrl.commands() if c.get('opcode') == 0x84] == [4, 2]
+    assert [c['cdw10'] & 7 for c in ctrl.commands() if c.get('opcode') == 0x84] == [2]
 
 
 # --- recovery at agent start --------------------------------------------------------

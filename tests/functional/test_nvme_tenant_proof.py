@@ -21,10 +21,18 @@ CAPACITY = 48 * MiB
 NEEDLE = TENANT[:64]
 
 CAPS = {
-    'sanitize_crypto': dict(ces=True, bes=True, wzs=True),
+    # The enterprise family of tests/nvme_sim/presets.py (Samsung PM1733's Identify
+    # data): the one preset with namespace management, which every scenario here
+    # needs; the other actions' families have none (tests/functional/
+    # test_nvme_presets.py runs the scenarios that apply to them).
+    'sanitize_crypto': dict(preset='enterprise_crypto_block'),
     'sanitize_block': dict(ces=False, bes=True, wzs=True),
-    'write_zeroes': dict(ces=False, bes=False, wzs=True),
-    'shred': dict(ces=False, bes=False, wzs=False),
+    # Format NVM with a secure erase, no sanitize (issue 21's client path), on a
+    # controller with namespace management so every namespace game applies.
+    'format_crypto': dict(ces=False, bes=False, wzs=True, fna=0x4),
+    'format_user_data': dict(ces=False, bes=False, wzs=True, fna=0x0),
+    'write_zeroes': dict(ces=False, bes=False, wzs=True, format_nvm=False),
+    'shred': dict(ces=False, bes=False, wzs=False, format_nvm=False),
 }
 ACTIONS = sorted(CAPS)
 

@@ -274,6 +274,9 @@ def test_clean_wait_shows_progress_and_ends_available(nvme_stack, clouds):
                               '-f', 'yaml').stdout)
     assert plan['accepted'] is True and plan['cleanup_action'] == 'sanitize_crypto'
     assert plan['last_erase_record']['error_code'] == 'cyb.cleanup.sanitize_failed'
+    # What the controller's Identify data says, as the plan is made from it (issue 21).
+    assert plan['identify']['sanitize']['crypto'] is True
+    assert plan['identify']['fields']['sanicap'] == '0x3'
     # A sanitize that hangs: --wait-timeout gives up waiting (exit 6), not the work.
     ctrl.inject_sanitize_hang(progress=0.2)
     out = osc('accelerator', 'device', 'clean', dev, '--wait', '--wait-timeout', '5',
@@ -286,6 +289,16 @@ def test_clean_wait_shows_progress_and_ends_available(nvme_stack, clouds):
     assert running['status'] == 'running' and running['progress'] == 20.0
     ctrl.release_sanitize_hang()
     _wait_state(st, dev, 'available')
+    # What was available, what was chosen and why (recorded when the attempt ends; a
+    # structure in -f json).
+    done = json.loads(osc('accelerator', 'device', 'erase', 'record', 'list', dev,
+                          '--limit', '1', '--long', '-f', 'json').stdout)[0]
+    decision = done['capability_decision']
+    assert decision['chosen'] == 'sanitize_crypto' and decision['available']['sanitize'][
+        'status_log_0x81'] is True and decision['assurance_level'] == 'purge-crypto'
+    value = osc('accelerator', 'device', 'erase', 'record', 'list', dev, '--limit', '1',
+                '--long', '-c', 'capability_decision', '-f', 'value').stdout
+    assert 'sanitize_crypto' in value and 'status_log_0x81' in value
     # Failed again; this time --wait sees it through to available.
     _to_error(st, ctrl, profile='nvme-again')
     out = osc('accelerator', 'device', 'clean', dev, '--wait', '--interval', '0.2',

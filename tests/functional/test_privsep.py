@@ -98,7 +98,16 @@ def test_nvme_refuses_commands_and_options_outside_the_allow_list(sim):
     ctrl = sim.add_controller()
     cli = nvme_cli.NvmeCli(sim.nvme_cli)
     refused = [
-        (('format', ctrl.char_path), {'nsid': 1}, 'not one of'),
+        (('fw-download', ctrl.char_path), {}, 'not one of'),
+        # Format NVM: only a secure erase (SES 0 erases nothing), LBA format explicit
+        (('format', ctrl.char_path), {'nsid': 1, 'lbaf': 0, 'ses': 0,
+                                      'timeout_ms': 60000}, 'ses 0 is not allowed'),
+        (('format', ctrl.char_path), {'nsid': 1, 'lbaf': 0, 'ses': 3,
+                                      'timeout_ms': 60000}, 'ses 3 is not allowed'),
+        (('format', ctrl.char_path), {'nsid': 1, 'ses': 1, 'timeout_ms': 60000},
+         'lbaf None is not an integer'),
+        (('format', ctrl.char_path), {'nsid': 1, 'lbaf': 0, 'ses': 1, 'timeout_ms': 1,
+                                      'force': 1}, 'takes only'),
         (('admin-passthru', ctrl.char_path), {}, 'not one of'),
         (('id-ctrl', ctrl.char_path), {'nsid': 1}, 'takes only no option'),
         (('delete-ns', ctrl.char_path), {'nsid': '1 --force'}, 'not an integer'),
@@ -174,7 +183,7 @@ def test_daemon_started_by_helper_command_is_fenced_in_the_same_way(sim, conf):
     assert privsep.nvme_admin.pid is None           # not forked by this process
     assert nvme_cli.NvmeCli(sim.nvme_cli).id_ctrl(ctrl.char_path).serial == 'SIMSN0001'
     with pytest.raises(exception.PrivsepRefused, match='not one of'):
-        nvme_cli.NvmeCli(sim.nvme_cli).run('format', ctrl.char_path)
+        nvme_cli.NvmeCli(sim.nvme_cli).run('fw-download', ctrl.char_path)
     daemons = [p for p in map(int, filter(str.isdigit, os.listdir('/proc')))
                if alive(p) and conf_file in cmdline(p)]
     assert len(daemons) == 1, daemons

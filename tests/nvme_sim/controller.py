@@ -384,7 +384,11 @@ class Controller:
                 'auto_rescan': 'auto_rescan', 'sanicap_extra': 'sanicap_extra',
                 'sanitize_seconds': 'sanitize_ms', 'critical_warning': None,
                 'remap_freed': 'remap_freed', 'lie_sanitize': 'lie_sanitize',
-                'lie_write_zeroes': 'lie_wz', 'lie_format': 'lie_format'}
+                'lie_write_zeroes': 'lie_wz', 'lie_format': 'lie_format',
+                'dsm': 'dsm', 'verify': 'vrfy', 'version': 'ver', 'lpa': 'lpa',
+                'mdts': 'mdts', 'wzsl': 'wzsl', 'dlfeat': 'dlfeat', 'fna': 'fna',
+                'format_seconds': 'format_ms'}
+        numeric = {'version', 'lpa', 'mdts', 'wzsl', 'dlfeat', 'fna'}
         unknown = set(changes) - set(keys)
         if unknown:
             raise SimError(f'cannot update {sorted(unknown)}; known: {sorted(keys)}')
@@ -394,10 +398,12 @@ class Controller:
             for name, value in changes.items():
                 if name == 'critical_warning':
                     state['critical_warning'] = str(int(value))
-                elif name == 'sanitize_seconds':
-                    config['sanitize_ms'] = str(int(float(value) * 1000))
+                elif name in ('sanitize_seconds', 'format_seconds'):
+                    config[keys[name]] = str(int(float(value) * 1000))
                 elif name == 'sanicap_extra':
                     config['sanicap_extra'] = f'{int(value):#x}'
+                elif name in numeric:
+                    config[keys[name]] = '-1' if value is None else f'{int(value):#x}'
                 else:
                     config[keys[name]] = str(int(bool(value)))
             _write_kv(self.dir / 'config', config)
@@ -727,7 +733,28 @@ class Simulation:
                        subsystem_vendor_id=None, capacity=None, max_namespaces=32,
                        cntlid=0, format_nvm=True, sanicap_extra=0, report_estimates=True,
                        auto_rescan=True, remap_freed=True, lie_sanitize=False,
-                       lie_write_zeroes=False, lie_format=False):
+                       lie_write_zeroes=False, lie_format=False, version=0x20000,
+                       lpa=0x2, mdts=5, wzsl=0, dlfeat=0x9, fna=None, dsm=True,
+                       verify=False, preset=None):
+        if preset is not None:
+            # A preset (tests/nvme_sim/presets.py) is a real model's identify data:
+            # it sets every capability (ces ... verify, max_namespaces, the model
+            # string unless one is given); the rest (media, timing, lies) is the test's.
+            from tests.nvme_sim import presets
+            fields = presets.get(preset)
+            model = fields.pop('model') if model == 'Sim NVMe' else model
+            fields.pop('model', None)
+            return self.add_controller(address, vendor_id, product_id, serial, model,
+                                       firmware, namespaces, block_size, **{
+                                           **fields,
+                                           'sanitize_seconds': sanitize_seconds,
+                                           'subsystem_vendor_id': subsystem_vendor_id,
+                                           'capacity': capacity, 'cntlid': cntlid,
+                                           'auto_rescan': auto_rescan,
+                                           'remap_freed': remap_freed,
+                                           'lie_sanitize': lie_sanitize,
+                                           'lie_write_zeroes': lie_write_zeroes,
+                                           'lie_format': lie_format})
         index = len(self.controllers)
         name = f'nvme{index}'
         try:
@@ -755,6 +782,10 @@ class Simulation:
             raise SimError('capacity is smaller than the namespaces')
         if sanitize_seconds < 0:
             raise SimError('sanitize_seconds must be >= 0')
+        if not (0 <= version <= 0xffffffff and 0 <= lpa <= 0xff and 0 <= mdts <= 0xff
+                and 0 <= wzsl <= 0xff and 0 <= dlfeat <= 0xff
+                and (fna is None or 0 <= fna <= 0xff)):
+            raise SimError('version/lpa/mdts/wzsl/dlfeat/fna out of range')
 
         ctrl = Controller(self, name, index, address)
         ctrl.dir.mkdir()
@@ -770,7 +801,10 @@ class Simulation:
             'sanitize_ms': int(sanitize_seconds * 1000),
             'sysfs_rel': _sysfs_rel(address, name), 'remap_freed': int(bool(remap_freed)),
             'lie_sanitize': int(bool(lie_sanitize)), 'lie_wz': int(bool(lie_write_zeroes)),
-            'lie_format': int(bool(lie_format))}
+            'lie_format': int(bool(lie_format)), 'ver': f'{version:#x}',
+            'lpa': f'{lpa:#x}', 'mdts': mdts, 'wzsl': wzsl, 'dlfeat': f'{dlfeat:#x}',
+            'fna': -1 if fna is None else f'{fna:#x}', 'dsm': int(bool(dsm)),
+            'vrfy': int(bool(verify))}
         _write_kv(ctrl.dir / 'config', config)
         state = {'sstat': 0, 'sprog': SPROG_SCALE - 1, 'scdw10': '0x0', 'gde': 1, 'mode': '',
                  'failure': '', 'fail_next': 0, 'hang_next': -1, 'gen': 0, 'done': 0,

@@ -70,6 +70,8 @@
 #define SC_INVALID_NS (DNR | 0x0b)
 #define SC_SANITIZE_FAILED 0x1c
 #define SC_SANITIZE_IN_PROGRESS 0x1d
+/* NVM Command Set 1.0 Figure "Status Code - Generic Command Status Values": 84h */
+#define SC_FORMAT_IN_PROGRESS 0x84
 #define SC_LBA_RANGE (DNR | 0x80)
 #define SC_INVALID_LOG_PAGE (DNR | 0x109)
 #define SC_INVALID_FORMAT (DNR | 0x10a)
@@ -78,6 +80,8 @@
 #define SC_NS_ALREADY_ATTACHED (DNR | 0x118)
 #define SC_NS_NOT_ATTACHED (DNR | 0x119)
 #define SC_CTRL_LIST_INVALID (DNR | 0x11c)
+#define MPSMIN 4096u        /* CAP.MPSMIN: MDTS and WZSL count in these */
+#define LOG_EFFECTS 0x05
 
 static const unsigned LBADS[] = {9, 12};      /* LBA formats 0 and 1: 512 B and 4 KiB */
 #define NLBAF 2
@@ -126,6 +130,11 @@ struct conf {
 	int lie_sanitize, lie_wz, lie_format;   /* report success, erase nothing */
 	uint32_t sanicap_extra;
 	long sanitize_ms;
+	long format_ms;         /* how long a Format NVM with SES 1/2 takes (0: at once) */
+	/* Identify fields a preset sets as a real model reports them (controller.py) */
+	unsigned ver, lpa, mdts, wzsl, dlfeat;
+	int fna;                /* -1: derived (bit 2 = ces), else the FNA byte */
+	int dsm, vrfy;          /* ONCS bit 2 (Dataset Management), bit 7 (Verify) */
 };
 
 struct ns {
@@ -152,6 +161,8 @@ struct state {
 	uint64_t done, total;
 	long long start_ms;
 	long eraser_pid;
+	long long fmt_until;    /* a Format NVM runs until then (ms), on fmt_nsid */
+	uint32_t fmt_nsid;      /* NS_ALL: every namespace */
 	int ninj;
 	struct inj inj[MAX_INJ];
 	int nextra;
@@ -261,7 +272,10 @@ static void conf_kv(void *obj, const char *k, const char *v, const char *line)
 	NUM(index); NUM(vid); NUM(ssvid); NUM(cntlid); NUM(max_ns); NUM(capacity);
 	NUM(ces); NUM(bes); NUM(wzs); NUM(ns_mgmt); NUM(fmt); NUM(estimates);
 	NUM(auto_rescan); NUM(sanicap_extra); NUM(sanitize_ms); NUM(remap_freed);
-	NUM(lie_sanitize); NUM(lie_wz); NUM(lie_format);
+	NUM(lie_sanitize); NUM(lie_wz); NUM(lie_format); NUM(format_ms);
+	NUM(ver); NUM(lpa); NUM(mdts); NUM(wzsl); NUM(dlfeat); NUM(dsm); NUM(vrfy);
+	if (!strcmp(k, "fna"))
+		c->fna = (int)strtol(v, NULL, 0);
 #undef STR
 #undef NUM
 }
@@ -298,6 +312,7 @@ static void state_kv(void *obj, const char *k, const char *v, const char *line)
 	NUM(lie_next);
 	NUM(sstat); NUM(sprog); NUM(critical_warning); NUM(gen); NUM(gde); NUM(fail_next);
 	NUM(hang_next); NUM(scdw10); NUM(done); NUM(total); NUM(start_ms); NUM(eraser_pid);
+	NUM(fmt_until); NUM(fmt_nsid);
 #undef STR
 #undef NUM
 	if (s->nextra < MAX_EXTRA)
@@ -318,10 +333,12 @@ static int state_save(struct ctx *c)
 		return -1;
 	fprintf(f, "sstat=%u\nsprog=%u\nscdw10=0x%x\ngde=%d\nmode=%s\nfailure=%s\n"
 		"fail_next=%d\nhang_next=%d\ngen=%u\ndone=%llu\ntotal=%llu\nstart_ms=%lld\n"
-		"eraser_pid=%ld\ncritical_warning=%u\nlie_next=%d\npresence=%s\n",
+		"eraser_pid=%ld\ncritical_warning=%u\nlie_next=%d\npresence=%s\n"
+		"fmt_until=%lld\nfmt_nsid=0x%x\n",
 		s->sstat, s->sprog, s->scdw10, s->gde, s->mode, s->failure, s->fail_next,
 		s->hang_next, s->gen, (unsigned long long)s->done, (unsigned long long)s->total,
-		s->start_ms, s->eraser_pid, s->critical_warning, s->lie_next, s->presence);
+		s->start_ms, s->eraser_pid, s->critical_warning, s->lie_next, s->presence,
+		s->fmt_until, s->fmt_nsid);
 	for (i = 1; i <= MAX_NS; i++)
 		if (s->ns[i].nsze)
 			fprintf(f, "ns.%d=%llu %u %d\n", i, (unsigned long long)s->ns[i].nsze,
@@ -354,6 +371,13 @@ static int ctx_open(struct ctx *c, const char *name)
 			goto fail;
 	snprintf(path, sizeof(path), "%s/config", c->dir);
 	c->cf.remap_freed = 1;
+	/* what a controller written before these knobs existed reports */
+	c->cf.ver = 0x20000;
+	c->cf.lpa = 0x2;
+	c->cf.mdts = 5;
+	c->cf.dlfeat = 0x9;
+	c->cf.fna = -1;
+	c->cf.dsm = 1;
 	if (kv_load(path, conf_kv, &c->cf) < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "%s/state", c->dir);
@@ -417,6 +441,41 @@ static void backing_path(const struct ctx *c, unsigned nsid, char *out, size_t s
 static int sanitizing(const struct state *s)
 {
 	return s->mode[0] != 0;
+}
+
+/*
+ * What Identify Controller advertises. Every optional command, log page and CNS value
+ * below is refused unless these say the controller has it (NVMe Base Specification 2.0).
+ */
+static uint32_t sanicap(const struct conf *cf)
+{
+	return (cf->ces ? 1 : 0) | (cf->bes ? 2 : 0) | cf->sanicap_extra;
+}
+
+/* SANICAP bits 2:0 all clear: the Sanitize command is not supported (§5.24). */
+static int sanitize_supported(const struct conf *cf)
+{
+	return (sanicap(cf) & 7) != 0;
+}
+
+static unsigned fna(const struct conf *cf)
+{
+	return cf->fna >= 0 ? (unsigned)cf->fna : (cf->ces ? 1u << 2 : 0);
+}
+
+static int ver_at_least(const struct conf *cf, unsigned major, unsigned minor)
+{
+	return cf->ver >= (major << 16 | minor << 8);
+}
+
+static uint16_t oacs(const struct conf *cf)
+{
+	return (cf->fmt ? 1 << 1 : 0) | (cf->ns_mgmt ? 1 << 3 : 0);
+}
+
+static uint16_t oncs(const struct conf *cf)
+{
+	return (cf->dsm ? 1 << 2 : 0) | (cf->wzs ? 1 << 3 : 0) | (cf->vrfy ? 1 << 7 : 0);
 }
 
 /* Bound to the nvme driver: the host has nodes and can send commands. */
@@ -1055,6 +1114,18 @@ static int cmd_sanitize(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 	struct state *s = &c->st;
 	unsigned act = SANACT(cmd->cdw10);
 
+	/* Figure "Opcodes for Admin Commands": Sanitize is optional; a controller whose
+	 * SANICAP reports no action does not implement it -> Invalid Command Opcode. */
+	if (!sanitize_supported(&c->cf))
+		return SC_INVALID_OPCODE;
+	/* §5.24 Figure "Sanitize - Command Dword 10": bits 31:10 reserved, SANACT 0h and
+	 * 5h..7h reserved -> Invalid Field in Command */
+	if ((cmd->cdw10 & 0xfffffc00u) || act == 0 || act > 4)
+		return SC_INVALID_FIELD;
+	/* §5.24 / SANICAP NDI (bit 29): with No-Deallocate Inhibited and the default
+	 * No-Deallocate Response Mode 0, NDAS=1 is aborted with Invalid Field in Command */
+	if ((cmd->cdw10 & (1u << 9)) && (sanicap(&c->cf) & (1u << 29)) && act != 1)
+		return SC_INVALID_FIELD;
 	if (sanitizing(s))
 		return SC_SANITIZE_IN_PROGRESS;
 	if (act == 1) {
@@ -1063,6 +1134,8 @@ static int cmd_sanitize(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 		s->failure[0] = 0;
 		return 0;
 	}
+	/* §5.24: an action SANICAP does not report -> Invalid Field in Command (overwrite
+	 * is not simulated: refused like an unsupported action) */
 	if (!((act == 2 && c->cf.bes) || (act == 4 && c->cf.ces)))
 		return SC_INVALID_FIELD;
 	s->scdw10 = cmd->cdw10;
@@ -1120,38 +1193,41 @@ static void id_ctrl(const struct ctx *c, struct nvme_id_ctrl *id)
 	pad(id->fr, cf->firmware, sizeof(id->fr));
 	id->rab = 6;
 	id->ieee[0] = 0xe4; id->ieee[1] = 0xd2; id->ieee[2] = 0x5c;
-	id->mdts = 5;
+	id->mdts = cf->mdts;
 	id->cntlid = cf->cntlid;
-	id->ver = 0x10400;
+	id->ver = cf->ver;
 	id->cntrltype = 1;
-	id->oacs = (cf->fmt ? 1 << 1 : 0) | (cf->ns_mgmt ? 1 << 3 : 0);
+	id->oacs = oacs(cf);
 	id->acl = 3;
 	id->aerl = 3;
 	id->frmw = 0x3;
-	id->lpa = 0x2;
+	/* only what is simulated is advertised: LPA bits 0-2 (per-namespace SMART,
+	 * Commands Supported and Effects, extended data); telemetry and the persistent
+	 * event log a preset's model has are not served, so not claimed */
+	id->lpa = cf->lpa & 0x7;
 	id->elpe = 63;
 	id->wctemp = 343;
 	id->cctemp = 353;
 	le128(id->tnvmcap, cf->capacity);
 	le128(id->unvmcap, cf->ns_mgmt ? cf->capacity - allocated(&c->st) : 0);
-	id->sanicap = (cf->ces ? 1 : 0) | (cf->bes ? 2 : 0) | cf->sanicap_extra;
+	id->sanicap = sanicap(cf);
 	id->sqes = 0x66;
 	id->cqes = 0x44;
 	id->nn = cf->max_ns;
-	id->oncs = (1 << 2) | (cf->wzs ? 1 << 3 : 0);
-	id->fna = cf->ces ? 1 << 2 : 0;
+	id->oncs = oncs(cf);
+	id->fna = fna(cf);
 	snprintf(id->subnqn, sizeof(id->subnqn), "nqn.2024-01.org.steward.nvme-sim:%s", cf->serial);
 	id->psd[0].mp = 2500;
 	id->psd[0].enlat = 16;
 	id->psd[0].exlat = 4;
 }
 
-static void id_ns_common(struct nvme_id_ns *id)
+static void id_ns_common(const struct ctx *c, struct nvme_id_ns *id)
 {
 	unsigned i;
 
 	id->nlbaf = NLBAF - 1;
-	id->dlfeat = 0x9;
+	id->dlfeat = c->cf.dlfeat;
 	for (i = 0; i < NLBAF; i++)
 		id->lbaf[i].ds = LBADS[i];
 }
@@ -1162,7 +1238,7 @@ static void id_ns(const struct ctx *c, unsigned nsid, struct nvme_id_ns *id)
 	uint64_t eui = ns_eui64(c, nsid);
 	int i;
 
-	id_ns_common(id);
+	id_ns_common(c, id);
 	id->nsze = id->ncap = id->nuse = n->nsze;
 	id->flbas = n->flbas;
 	le128(id->nvmcap, ns_bytes(n));
@@ -1181,11 +1257,26 @@ static int cmd_identify(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, ui
 	unsigned cns = cmd->cdw10 & 0xff, csi = cmd->cdw11 >> 24, nsid = cmd->nsid, i, n = 0;
 	const struct state *s = &c->st;
 
+	/* §5.17.1 Figure "CNS Values": CNS 02h came with NVMe 1.1, 03h with 1.3, the
+	 * I/O Command Set specific 05h/06h with 2.0; 10h..13h exist only with Namespace
+	 * Management (OACS bit 3). A CNS value the controller does not support is
+	 * aborted with Invalid Field in Command. */
+	if ((cns == NVME_IDENTIFY_CNS_NS_ACTIVE_LIST && !ver_at_least(&c->cf, 1, 1)) ||
+	    (cns == NVME_IDENTIFY_CNS_NS_DESC_LIST && !ver_at_least(&c->cf, 1, 3)) ||
+	    ((cns == NVME_IDENTIFY_CNS_CSI_NS || cns == NVME_IDENTIFY_CNS_CSI_CTRL) &&
+	     !ver_at_least(&c->cf, 2, 0)) ||
+	    (cns >= NVME_IDENTIFY_CNS_ALLOCATED_NS_LIST && cns <= NVME_IDENTIFY_CNS_CTRL_LIST &&
+	     !c->cf.ns_mgmt))
+		return SC_INVALID_FIELD;
 	switch (cns) {
 	case NVME_IDENTIFY_CNS_NS:
 	case NVME_IDENTIFY_CNS_ALLOCATED_NS:
 		if (nsid == NS_ALL) {
-			id_ns_common((void *)buf);
+			/* §5.17.2.1: NSID FFFFFFFFh (capabilities common to all namespaces)
+			 * needs Namespace Management, else Invalid Namespace or Format */
+			if (!c->cf.ns_mgmt)
+				return SC_INVALID_NS;
+			id_ns_common(c, (void *)buf);
 			return 0;
 		}
 		if (!ns_valid(c, nsid))
@@ -1216,8 +1307,13 @@ static int cmd_identify(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, ui
 		}
 		return 0;
 	case NVME_IDENTIFY_CNS_CSI_NS:
-	case NVME_IDENTIFY_CNS_CSI_CTRL:
 		return csi == NVME_CSI_NVM ? 0 : SC_INVALID_FIELD;
+	case NVME_IDENTIFY_CNS_CSI_CTRL:
+		if (csi != NVME_CSI_NVM)
+			return SC_INVALID_FIELD;
+		/* NVM Command Set spec §4.1.5.1: WZSL, 2^n units of CAP.MPSMIN, 0 = no limit */
+		((struct nvme_id_ctrl_nvm *)buf)->wzsl = c->cf.wzsl;
+		return 0;
 	case NVME_IDENTIFY_CNS_NS_CTRL_LIST:
 		if (ns_valid(c, nsid) && s->ns[nsid].nsze && s->ns[nsid].attached &&
 		    c->cf.cntlid >= (cmd->cdw10 >> 16)) {
@@ -1244,10 +1340,19 @@ static int cmd_get_log(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uin
 	const struct state *s = &c->st;
 
 	memset(page, 0, sizeof(page));
+	/* §5.16 Figure "Get Log Page - Command Dword 12/13": the Log Page Offset needs
+	 * LPA bit 2 (extended data for Get Log Page); without it the field is reserved
+	 * -> Invalid Field in Command. An offset past the page is Invalid Field too. */
+	if (lpo && (!(c->cf.lpa & 0x4) || lpo >= sizeof(page) || (lpo & 3)))
+		return SC_INVALID_FIELD;
 	switch (lid) {
 	case NVME_LOG_LID_ERROR:
 		break;
 	case NVME_LOG_LID_SMART: {
+		/* §5.16.1.3: a per-namespace SMART log needs LPA bit 0; otherwise an NSID
+		 * other than 0h/FFFFFFFFh is aborted with Invalid Field in Command */
+		if (cmd->nsid && cmd->nsid != NS_ALL && !(c->cf.lpa & 0x1))
+			return SC_INVALID_FIELD;
 		struct nvme_smart_log *l = (void *)page;
 		unsigned kelvin = 310;
 
@@ -1264,8 +1369,40 @@ static int cmd_get_log(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uin
 		pad(l->frs[0], c->cf.firmware, sizeof(l->frs[0]));
 		break;
 	}
+	case LOG_EFFECTS: {
+		/* §5.16.1.6 Commands Supported and Effects: optional, LPA bit 1 */
+		struct nvme_cmd_effects_log *l = (void *)page;
+		static const unsigned admin_ops[] = {0x00, 0x01, 0x02, 0x04, 0x05, 0x06,
+						     0x08, 0x09, 0x0a, 0x0c};
+		unsigned i;
+
+		if (!(c->cf.lpa & 0x2))
+			return SC_INVALID_LOG_PAGE;
+		for (i = 0; i < sizeof(admin_ops) / sizeof(admin_ops[0]); i++)
+			l->acs[admin_ops[i]] = 1;
+		if (c->cf.fmt)
+			l->acs[nvme_admin_format_nvm] = 1 | 2 | 4;       /* CSUPP LBCC NCC */
+		if (c->cf.ns_mgmt)
+			l->acs[nvme_admin_ns_mgmt] = l->acs[nvme_admin_ns_attach] = 1 | 4;
+		if (sanitize_supported(&c->cf))
+			l->acs[nvme_admin_sanitize_nvm] = 1 | 2;
+		l->iocs[nvme_cmd_flush] = l->iocs[nvme_cmd_read] = 1;
+		l->iocs[nvme_cmd_write] = 1 | 2;
+		if (c->cf.wzs)
+			l->iocs[nvme_cmd_write_zeroes] = 1 | 2;
+		if (c->cf.dsm)
+			l->iocs[nvme_cmd_dsm] = 1 | 2;
+		if (c->cf.vrfy)
+			l->iocs[nvme_cmd_verify] = 1;
+		break;
+	}
 	case NVME_LOG_LID_SANITIZE: {
 		struct nvme_sanitize_log_page *l = (void *)page;
+
+		/* Figure "Log Page Identifiers": the Sanitize Status log is mandatory only
+		 * with the Sanitize command; otherwise Invalid Log Page (§5.16) */
+		if (!sanitize_supported(&c->cf))
+			return SC_INVALID_LOG_PAGE;
 		uint32_t secs = (uint32_t)((c->cf.sanitize_ms + 999) / 1000);
 
 		l->sprog = sanitizing(s) ? s->sprog : 0xffff;
@@ -1387,31 +1524,69 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 {
 	unsigned lbaf = (cmd->cdw10 & 0xf) | ((cmd->cdw10 >> 8) & 0x30), ses = (cmd->cdw10 >> 9) & 7;
 	unsigned lo = cmd->nsid, hi = cmd->nsid, nsid;
+	int fmt_all, erase_all;
 	struct state *s = &c->st;
 
+	/* OACS bit 1: Format NVM is optional -> Invalid Command Opcode without it */
 	if (!c->cf.fmt)
 		return SC_INVALID_OPCODE;
 	if (lbaf >= NLBAF)
 		return SC_INVALID_FORMAT;
-	if (ses > 2 || (ses == 2 && !c->cf.ces) || (cmd->cdw10 & 0x1f0))
+	/* §5.14 Figure "Format NVM - Command Dword 10": SES 3h..7h reserved; SES 2h
+	 * (cryptographic erase) needs FNA bit 2 (CRYES); metadata/PI settings are not
+	 * simulated (MS, PI, PIL must be 0) -> Invalid Field in Command */
+	if (ses > 2 || (ses == 2 && !(fna(&c->cf) & 0x4)) || (cmd->cdw10 & 0x1f0) ||
+	    (cmd->cdw10 & 0xffffc000u))
 		return SC_INVALID_FIELD;
-	if (cmd->nsid == NS_ALL) {
+	/* FNA bit 3 (FNVMBS, 2.0): NSID FFFFFFFFh not supported for Format NVM ->
+	 * Invalid Namespace or Format */
+	if (cmd->nsid == NS_ALL && (fna(&c->cf) & 0x8))
+		return SC_INVALID_NS;
+	if (cmd->nsid != NS_ALL &&
+	    (!ns_valid(c, cmd->nsid) || !s->ns[cmd->nsid].nsze || !s->ns[cmd->nsid].attached))
+		return SC_INVALID_NS;
+	/* §5.14 Figure "Format NVM Operation Scope" and Identify Controller FNA: NSID
+	 * FFFFFFFFh or FNA bit 0 (format applies to all namespaces) make the format,
+	 * LBA format and secure erase, apply to every namespace; FNA bit 1 widens only
+	 * a cryptographic erase (SES 2) to every namespace, the LBA format change stays
+	 * with the namespace named */
+	fmt_all = cmd->nsid == NS_ALL || (fna(&c->cf) & 0x1);
+	erase_all = fmt_all || (ses == 2 && (fna(&c->cf) & 0x2));
+	if (fmt_all || erase_all) {
 		lo = 1;
 		hi = MAX_NS;
-	} else if (!ns_valid(c, cmd->nsid) || !s->ns[cmd->nsid].nsze || !s->ns[cmd->nsid].attached) {
-		return SC_INVALID_NS;
 	}
 	for (nsid = lo; nsid <= hi; nsid++)
-		if (s->ns[nsid].nsze && ns_bytes(&s->ns[nsid]) < (1ull << LBADS[lbaf]))
+		if (s->ns[nsid].nsze && (fmt_all || nsid == cmd->nsid) &&
+		    ns_bytes(&s->ns[nsid]) < (1ull << LBADS[lbaf]))
 			return SC_INVALID_FORMAT;       /* not one block of the new size */
+	if (ses && c->cf.format_ms > 0) {
+		/* A secure erase takes the drive's time and Format NVM completes only when
+		 * it is done; meanwhile other submitters see Format In Progress (execute()).
+		 * The lock is let go for that time, as a controller serves other queues. */
+		char name[sizeof(c->cf.name)];
+
+		snprintf(name, sizeof(name), "%s", c->cf.name);
+		s->fmt_until = now_ms() + c->cf.format_ms;
+		s->fmt_nsid = (fmt_all || erase_all) ? NS_ALL : cmd->nsid;
+		state_save(c);
+		ctx_close(c);
+		usleep((useconds_t)c->cf.format_ms * 1000);
+		if (ctx_open(c, name) < 0)
+			return -ENODEV;
+		s->fmt_until = 0;
+		s->fmt_nsid = 0;
+	}
 	for (nsid = lo; nsid <= hi; nsid++) {
 		struct ns *n = &s->ns[nsid];
 		uint64_t bytes = ns_bytes(n), kept;
 
 		if (!n->nsze)
 			continue;
-		if (ses && !c->cf.lie_format)
+		if (ses && !c->cf.lie_format && (erase_all || nsid == cmd->nsid))
 			fill_ns(c, nsid, ses == 2 ? FILL_RANDOM : FILL_ZERO);
+		if (!fmt_all && nsid != cmd->nsid)
+			continue;
 		n->flbas = lbaf;
 		n->nsze = bytes / ns_bs(n);
 		kept = ns_bytes(n);
@@ -1435,6 +1610,33 @@ static int cmd_format(struct ctx *c, const struct nvme_passthru_cmd64 *cmd)
 
 /* ------------------------------------------------------------ I/O */
 
+/* Dataset Management (NVM Command Set §3.3.3): with AD (cdw11 bit 2) every range is
+ * deallocated. What a later read returns is DLFEAT bits 2:0: 001b zeroes (the range
+ * becomes a hole), anything else not promised (the old bytes stay, as on a drive
+ * that only unmaps). */
+static int cmd_dsm(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, const uint8_t *buf,
+		   const struct ns *n, const char *path)
+{
+	unsigned nr = (cmd->cdw10 & 0xff) + 1, i;
+	const struct nvme_dsm_range *r = (const void *)buf;
+
+	if (!buf || cmd->data_len < nr * sizeof(*r))
+		return SC_INVALID_FIELD;
+	for (i = 0; i < nr; i++)
+		if (r[i].slba + r[i].nlb > n->nsze)
+			return SC_LBA_RANGE;
+	if (!(cmd->cdw11 & (1u << 2)))
+		return 0;
+	c->st.gde = 0;
+	if ((c->cf.dlfeat & 7) != 1)
+		return 0;
+	for (i = 0; i < nr; i++)
+		if (r[i].nlb && fill_range(path, r[i].slba * ns_bs(n), (uint64_t)r[i].nlb * ns_bs(n),
+					   FILL_ZERO) < 0)
+			return -EIO;
+	return 0;
+}
+
 static int cmd_io(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uint8_t *buf)
 {
 	uint64_t slba = cmd->cdw10 | (uint64_t)cmd->cdw11 << 32, nlb = (cmd->cdw12 & 0xffff) + 1;
@@ -1443,22 +1645,40 @@ static int cmd_io(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uint8_t 
 	uint64_t off, len;
 	int fd, rc = 0;
 
+	/* NVM Command Set: Write Zeroes (ONCS bit 3), Dataset Management (bit 2) and
+	 * Verify (bit 7) are optional; an opcode ONCS does not advertise is aborted with
+	 * Invalid Command Opcode (Base spec Figure "Generic Command Status Values") */
 	if (cmd->opcode != nvme_cmd_flush && cmd->opcode != nvme_cmd_write &&
-	    cmd->opcode != nvme_cmd_read && cmd->opcode != nvme_cmd_write_zeroes)
+	    cmd->opcode != nvme_cmd_read && cmd->opcode != nvme_cmd_write_zeroes &&
+	    cmd->opcode != nvme_cmd_dsm && cmd->opcode != nvme_cmd_verify)
 		return SC_INVALID_OPCODE;
-	if (cmd->opcode == nvme_cmd_write_zeroes && !c->cf.wzs)
+	if ((cmd->opcode == nvme_cmd_write_zeroes && !c->cf.wzs) ||
+	    (cmd->opcode == nvme_cmd_dsm && !c->cf.dsm) ||
+	    (cmd->opcode == nvme_cmd_verify && !c->cf.vrfy))
 		return SC_INVALID_OPCODE;
 	if (!ns_valid(c, cmd->nsid) || !c->st.ns[cmd->nsid].nsze || !c->st.ns[cmd->nsid].attached)
 		return SC_INVALID_NS;
 	if (cmd->opcode == nvme_cmd_flush)
 		return 0;
 	n = &c->st.ns[cmd->nsid];
+	backing_path(c, cmd->nsid, path, sizeof(path));
+	if (cmd->opcode == nvme_cmd_dsm)
+		return cmd_dsm(c, cmd, buf, n, path);
 	if (slba + nlb > n->nsze)
 		return SC_LBA_RANGE;
 	off = slba * ns_bs(n);
 	len = nlb * ns_bs(n);
-	backing_path(c, cmd->nsid, path, sizeof(path));
+	/* Base spec "Maximum Data Transfer Size": a transfer beyond 2^MDTS * MPSMIN is
+	 * aborted with Invalid Field in Command */
+	if ((cmd->opcode == nvme_cmd_read || cmd->opcode == nvme_cmd_write) && c->cf.mdts &&
+	    len > ((uint64_t)MPSMIN << c->cf.mdts))
+		return SC_INVALID_FIELD;
+	if (cmd->opcode == nvme_cmd_verify)
+		return 0;       /* reads the range internally; nothing transferred */
 	if (cmd->opcode == nvme_cmd_write_zeroes) {
+		/* NVM Command Set §3.3.7: more blocks than WZSL allows -> Invalid Field */
+		if (c->cf.wzsl && len > ((uint64_t)MPSMIN << c->cf.wzsl))
+			return SC_INVALID_FIELD;
 		c->st.gde = 0;
 		if (c->cf.lie_wz)
 			return 0;       /* a lying drive: success, nothing written */
@@ -1524,6 +1744,16 @@ static int execute(struct ctx *c, int admin, struct nvme_passthru_cmd64 *cmd, ui
 
 	if (sanitizing(s) && !allowed_while_sanitizing(admin, cmd->opcode))
 		return SC_SANITIZE_IN_PROGRESS;
+	/* A Format NVM in progress (another submitter's): I/O to the namespaces it
+	 * formats, and the admin commands that would change or erase them (another
+	 * Format NVM, Sanitize, Namespace Management/Attachment), complete with Format
+	 * In Progress; Identify and Get Log Page go on. */
+	if (s->fmt_until > now_ms() &&
+	    (admin ? (cmd->opcode == nvme_admin_format_nvm ||
+		      cmd->opcode == nvme_admin_sanitize_nvm ||
+		      cmd->opcode == nvme_admin_ns_mgmt || cmd->opcode == nvme_admin_ns_attach)
+		   : (s->fmt_nsid == NS_ALL || s->fmt_nsid == cmd->nsid)))
+		return SC_FORMAT_IN_PROGRESS;
 	if (s->failure[0] && !allowed_while_sanitizing(admin, cmd->opcode) &&
 	    !(admin && cmd->opcode == nvme_admin_sanitize_nvm))
 		return SC_SANITIZE_FAILED;
@@ -1795,6 +2025,15 @@ static int other_ioctl(const struct target *t, unsigned long req, void *arg)
 			/* the kernel turns BLKZEROOUT into Write Zeroes when the controller has
 			 * them (ONCS), and writes zero pages itself when it has not */
 			if (req == BLKZEROOUT && c.cf.lie_wz && c.cf.wzs)
+				break;
+			/* the kernel sends discards as Dataset Management deallocate: without
+			 * ONCS bit 2 the queue has no discard support (EOPNOTSUPP); what the
+			 * range then reads as is DLFEAT's to say (see cmd_dsm) */
+			if (req == BLKDISCARD && !c.cf.dsm) {
+				err = EOPNOTSUPP;
+				break;
+			}
+			if (req == BLKDISCARD && (c.cf.dlfeat & 7) != 1)
 				break;
 			backing_path(&c, t->nsid, path, sizeof(path));
 			if (fill_range(path, range[0], range[1], FILL_ZERO) < 0)

@@ -24,7 +24,8 @@ def test_id_ctrl_2_3_strips_padding_and_reads_capability_bits():
     assert c.tnvmcap == 1073741824              # a decimal string in 2.3
     assert c.sanicap == 0x60000003
     # oacs 0x12a has bit 3 (namespace management), oncs 0x15d has bit 3 (write zeroes)
-    assert c.capabilities() == {'ces': True, 'bes': True, 'wzs': True, 'ns_mgmt': True}
+    assert c.capabilities() == {'ces': True, 'bes': True, 'wzs': True, 'ns_mgmt': True,
+                                'format_erase': True, 'format_crypto': True}
 
 
 def test_id_ctrl_2_3_signed_sanicap_is_read_unsigned():

@@ -1,7 +1,9 @@
 """The policy matrix of spec 1, every row x every capability combination.
 
-EXPECTED is the spec's table copied as data (the "else" chains read left to right);
-the test derives nothing from the code under test.
+EXPECTED is the spec's table copied as data (the "else" chains read left to right),
+with issue 21's Format NVM secure erase (FC: SES 2, FU: SES 1) between sanitize and
+write zeroes, and its clear_action=format rows; the test derives nothing from the
+code under test.
 """
 import itertools
 
@@ -10,11 +12,15 @@ import pytest
 from steward.drivers import nvme_policy as p
 
 CES, BES, WZ, SHRED = 'sanitize_crypto', 'sanitize_block', 'write_zeroes', 'shred'
+FC, FU = 'format_crypto', 'format_user_data'
 EXPECTED = {
     # clear_action, clear_strategy: ladder from the spec's "selected cleanup operation"
-    ('auto', 'auto'): [CES, BES, WZ, SHRED],      # CES, else BES, else write zeroes, else shred
-    ('auto', 'crypto'): [CES],                    # CES sanitize only
-    ('auto', 'block'): [BES, WZ, SHRED],          # BES, else write zeroes, else shred
+    ('auto', 'auto'): [CES, BES, FC, FU, WZ, SHRED],  # CES, BES, format, WZ, shred
+    ('auto', 'crypto'): [CES, FC],                # a cryptographic erase: CES, else format
+    ('auto', 'block'): [BES, FU, WZ, SHRED],      # BES, else format, WZ, shred
+    ('format', 'auto'): [FC, FU],                 # issue 21: format required
+    ('format', 'crypto'): [FC],
+    ('format', 'block'): [FU],
     ('sanitize', 'auto'): [CES, BES],             # CES, else BES
     ('sanitize', 'crypto'): [CES],                # CES only
     ('sanitize', 'block'): [BES],                 # BES only
@@ -22,9 +28,11 @@ EXPECTED = {
     ('zero', 'block'): [WZ, SHRED],
     ('zero', 'crypto'): None,                     # invalid configuration
 }
-NEEDS = {CES: 'ces', BES: 'bes', WZ: 'wzs', SHRED: None}
-CAPS = [dict(zip(('ces', 'bes', 'wzs', 'ns_mgmt'), bits))
-        for bits in itertools.product((False, True), repeat=4)]
+NEEDS = {CES: 'ces', BES: 'bes', FC: 'format_crypto', FU: 'format_erase', WZ: 'wzs',
+         SHRED: None}
+# format_crypto (FNA bit 2) only with format_erase (OACS bit 1)
+CAPS = [dict(zip(('ces', 'bes', 'wzs', 'ns_mgmt', 'format_erase', 'format_crypto'), bits))
+        for bits in itertools.product((False, True), repeat=6) if bits[4] or not bits[5]]
 
 
 def _expected(row, caps):

@@ -54,10 +54,13 @@ def watch_sanitize(sim, ctrl, timeout=10):
 
 # ------------------------------------------------------------------ sanitize
 
-@pytest.mark.parametrize('sanact', ['2', '4'])
-def test_lying_sanitize_runs_its_course_reports_success_erases_nothing(sim, sanact):
+# Each preset (tests/nvme_sim/presets.py) with the sanitize action it advertises.
+@pytest.mark.parametrize('preset,sanact', [(None, '2'), (None, '4'),
+                                           ('enterprise_crypto_block', '4'),
+                                           ('block_erase', '2')])
+def test_lying_sanitize_runs_its_course_reports_success_erases_nothing(sim, preset, sanact):
     ctrl = sim.add_controller(namespaces=[4 * MiB], capacity=6 * MiB, sanitize_seconds=0.6,
-                              lie_sanitize=True)
+                              lie_sanitize=True, preset=preset)
     before = spray(ctrl)
     assert before == 4
     data = ctrl.read(0, 4 * MiB)
@@ -140,8 +143,9 @@ def test_blkdiscard_zeroout_zeroes_exactly_its_range(sim):
     assert names.count('blkzeroout') == 2
 
 
-def test_lying_write_zeroes_through_nvme_cli_and_blkzeroout(sim):
-    ctrl = sim.add_controller(namespaces=[2 * MiB], lie_write_zeroes=True)
+@pytest.mark.parametrize('preset', [None, 'client_format', 'write_zeroes_dealloc'])
+def test_lying_write_zeroes_through_nvme_cli_and_blkzeroout(sim, preset):
+    ctrl = sim.add_controller(namespaces=[2 * MiB], lie_write_zeroes=True, preset=preset)
     spray(ctrl)
     node = ctrl.namespace_paths()[0]
     assert ok(sim, 'write-zeroes', node, '-s', '0', '-c', '4095').strip() == \
@@ -158,9 +162,11 @@ def test_lying_write_zeroes_through_nvme_cli_and_blkzeroout(sim):
     assert ctrl.find_on_media(NEEDLE) == []
 
 
-def test_without_write_zeroes_the_kernel_writes_zero_pages(sim):
+@pytest.mark.parametrize('preset', [None, 'minimal'])
+def test_without_write_zeroes_the_kernel_writes_zero_pages(sim, preset):
     # BLKZEROOUT on a controller without Write Zeroes never reaches the liar's firmware
-    ctrl = sim.add_controller(namespaces=[MiB], wzs=False, lie_write_zeroes=True)
+    ctrl = sim.add_controller(namespaces=[MiB], wzs=False, lie_write_zeroes=True,
+                              preset=preset)
     spray(ctrl)
     fails(sim, 'write-zeroes', ctrl.namespace_paths()[0], '-s', '0', '-c', '0', status=0x4001)
     assert blkdiscard(sim, '--zeroout', '--force', ctrl.namespace_paths()[0]).returncode == 0
@@ -169,9 +175,10 @@ def test_without_write_zeroes_the_kernel_writes_zero_pages(sim):
 
 # ------------------------------------------------------------------ format
 
-@pytest.mark.parametrize('ses', ['1', '2'])
-def test_lying_format_reports_success_and_erases_nothing(sim, ses):
-    ctrl = sim.add_controller(namespaces=[MiB], lie_format=True)
+@pytest.mark.parametrize('preset,ses', [(None, '1'), (None, '2'), ('client_format', '2'),
+                                        ('write_zeroes_dealloc', '1')])
+def test_lying_format_reports_success_and_erases_nothing(sim, preset, ses):
+    ctrl = sim.add_controller(namespaces=[MiB], lie_format=True, preset=preset)
     spray(ctrl)
     assert ok(sim, 'format', ctrl.char_path, '-n', '1', f'--ses={ses}', '-l', '1',
               '--force').strip() == 'Success formatting namespace:1'

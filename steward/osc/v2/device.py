@@ -28,7 +28,8 @@ RECORD_COLUMNS = ('uuid', 'status', 'trigger', 'action', 'assurance_level',
                   'verification', 'started_at', 'finished_at', 'error_code')
 RECORD_FIELDS = ('uuid', 'device_uuid', 'hostname', 'pci_address', 'trigger', 'status',
                  'action', 'assurance_level', 'serial', 'model', 'firmware',
-                 'capabilities', 'started_at', 'finished_at', 'phase', 'progress',
+                 'capabilities', 'capability_decision', 'started_at', 'finished_at',
+                 'phase', 'progress',
                  'progress_detail', 'sstat', 'sstat_text', 'verification',
                  'verification_detail', 'error_code', 'error_message', 'details')
 HISTORY_COLUMNS = ('created_at', 'event', 'source_state', 'target_state', 'actor',
@@ -36,7 +37,7 @@ HISTORY_COLUMNS = ('created_at', 'event', 'source_state', 'target_state', 'actor
 HISTORY_FIELDS = ('uuid',) + HISTORY_COLUMNS
 PLAN_FIELDS = ('device_uuid', 'type', 'hostname', 'pci_address', 'device_state',
                'cleanup_action', 'assurance_level', 'reason', 'steps', 'policy',
-               'capabilities', 'accepted', 'refusal', 'last_erase_record')
+               'capabilities', 'identify', 'accepted', 'refusal', 'last_erase_record')
 CLEAN_FIELDS = ('device_uuid', 'device_state', 'last_error', 'erase_record_uuid',
                 'status', 'action', 'assurance_level', 'verification', 'sstat_text',
                 'error_code', 'error_message', 'started_at', 'finished_at')

@@ -9,14 +9,14 @@ Steward's driver reports for a handle that still holds, while it is in use, the
 attach info Cyborg gave the instance.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-25
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 
