@@ -252,6 +252,7 @@ def offered_rp(api_url, placement_url):
 # cyborg-dbsync create_schema, with a name for each ENUM the models leave unnamed
 # (the ARQ state): PostgreSQL needs one, and upstream's migrations fail there too.
 _NAMED_ENUMS_CREATE_SCHEMA = """
+import sys
 import sqlalchemy as sa
 from cyborg.db.sqlalchemy import models
 for table in models.Base.metadata.tables.values():
