@@ -85,6 +85,13 @@ def conf():
     # clear_override per option rather than CONF.reset(): reset also un-parses CONF
     # and oslo.policy then refuses to work in later tests.
     CONF.clear_override('connection', group='database')
+    # oslo.messaging's own option, outside Steward's list: a rabbit:// URL left
+    # behind made the next in-process RPC server of that worker retry an
+    # unreachable broker forever.
+    try:
+        CONF.clear_override('transport_url')
+    except cfg.NoSuchOptError:
+        pass
     for group, opts in _overridable():
         for opt in opts:
             try:
