@@ -144,10 +144,8 @@ def bind_instance(url, placement_url, profile, rc, hostname):
             {'op': 'add', 'path': '/device_rp_uuid', 'value': dep['rp_uuid']},
             {'op': 'add', 'path': '/instance_uuid', 'value': inst}]})
         assert r.status_code == 202, r.text
-        deadline = time.monotonic() + 30
-        while api.get(f'/v2/accelerator_requests/{arq}').json()['state'] != 'Bound':
-            assert time.monotonic() < deadline, 'ARQ never bound'
-            time.sleep(0.1)
+        wait_for(lambda: api.get(f'/v2/accelerator_requests/{arq}').json()['state']
+                 == 'Bound', f'ARQ {arq} to bind')
         return inst
 
 
