@@ -83,7 +83,14 @@ def run_http(app, host, port):
     _exit['server'] = server            # stop_process() ends it
     if _stop_requested.is_set():
         return
-    server.run()
+    try:
+        server.run()
+    finally:
+        # The handler threads (steward/api/app.py): a request still stuck on an
+        # unreachable database must not hold the exit up.
+        executor = getattr(getattr(app, 'state', None), 'executor', None)
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
 
 # How the process ends: the status its command returns, the HTTP server to stop, the

@@ -2,17 +2,15 @@
 
 ``create_app(conductor_api)`` returns a FastAPI app: the route table below (the
 whole API in one dict, URL -> {method: handler}; a known URL with another method
-answers 405 with ``Allow``), the error handlers of ``errors.py`` and a short,
-fixed middleware pipeline built by ``_build_pipeline``.
+answers 405 with ``Allow``), served by a short, fixed pipeline of three ASGI
+layers (see create_app) that renders every error through ``errors.py``.
 """
+import asyncio
+from concurrent import futures
 import logging
 import uuid as uuidlib
 
-import anyio
-from anyio import lowlevel
-from anyio import to_thread
 import fastapi
-from starlette import routing
 
 from steward.api import auth
 from steward.api import errors
@@ -204,24 +202,6 @@ def _version_headers(scope):
     return {'openstack-api-version': ','.join(values)} if values else {}
 
 
-def _build_pipeline(app):
-    """The middleware pipeline, outermost first:
-
-    1. ApiMiddleware: request id, path normalisation, microversion (406),
-       version headers on every answer, catch-all 500. Outermost so that even
-       an authentication failure or a crash leaves with the headers.
-    2. auth (NoAuthMiddleware or KeystoneMiddleware, [api] auth_strategy): the
-       RequestContext; skipped for the version documents. After 1 because it
-       needs the request id and the normalised path.
-    (Then FastAPI's exception layer, which hands StewardError and the
-    framework's HTTP errors to errors.py, and the router.)
-    """
-    layers = [ApiMiddleware, auth.middleware_class()]
-    # add_middleware() wraps what is there already: add the innermost first.
-    for layer in reversed(layers):
-        app.add_middleware(layer)
-
-
 # --- routing ----------------------------------------------------------------------
 def _api_request(scope, app):
     """The handler's view of the request, built from the scope (the body was
@@ -246,71 +226,132 @@ def _api_request(scope, app):
 
 # How many handlers run at once, on SQLite. Its writers are serial (one lock per
 # database), and a writer runs ~10 statements, giving the GIL up at each: with
-# FastAPI's 40 threads every one of those hand-backs queued behind the other
-# threads' Python (one switch interval each), so a 5 ms bind held the write lock
-# for ~100 ms and 16 clients got no more done than one. Two threads keep a read
-# going beside a write; the event loop still parses every connection meanwhile.
+# 40 threads every one of those hand-backs queued behind the other threads'
+# Python (one switch interval each), so a 5 ms bind held the write lock for
+# ~100 ms and 16 clients got no more done than one. Two threads keep a read going
+# beside a write; the event loop still parses every connection meanwhile.
 SQLITE_HANDLER_THREADS = 2
-# One limiter per event loop, as anyio keeps its own default one.
-_LIMITER = lowlevel.RunVar('steward_handler_limiter')
+# On a database with parallel writers: anyio's (and FastAPI's) default.
+HANDLER_THREADS = 40
 
 
-def _handler_limiter():
-    """The CapacityLimiter of the handler threads; anyio's default one (40
-    threads) for a database with parallel writers."""
-    try:
-        return _LIMITER.get()
-    except LookupError:
-        pass
-    if (CONF.database.connection or '').startswith('sqlite'):
-        limiter = anyio.CapacityLimiter(SQLITE_HANDLER_THREADS)
-    else:
-        limiter = to_thread.current_default_thread_limiter()
-    _LIMITER.set(limiter)
-    return limiter
+def handler_threads():
+    sqlite = (CONF.database.connection or '').startswith('sqlite')
+    return SQLITE_HANDLER_THREADS if sqlite else HANDLER_THREADS
 
 
-class _Endpoint:
-    """One endpoint per URL dispatching on the method, so that the router's 405
-    carries every allowed method in ``Allow``. A plain ASGI app, not a FastAPI
-    route function: the framework's per-request dependency solving, Request
-    object and response wrapping were a third of a request's time on the event
-    loop, and a handler needs none of it (it gets its ApiRequest from the scope).
-    The handler runs in a worker thread (the database layer is synchronous), at
-    most ``_handler_limiter()`` at once, with the request's context as the
-    thread's current one: every log line names the request id. ``since``: the
-    microversion the URL appeared in (``SINCE``); below it the URL answers 404."""
+class Router:
+    """The route table as one ASGI app (Placement's way: a dict of paths to
+    {method: handler}, no framework router). A path is matched by its segments:
+    a template's ``{name}`` segment takes any one segment, as in Placement's
+    routes. Unknown path: 404 ``cyb.request.path_not_found``; a known path with
+    another method: 405 with ``Allow``; a path below the microversion it appeared
+    in (``SINCE``): 404, before any policy check.
 
-    def __init__(self, methods, since=None):
-        self.methods, self.since = methods, since
+    Handlers run in a pool of worker threads (the database layer is synchronous),
+    at most ``handler_threads()`` at once, with the request's context as the
+    thread's current one: every log line names the request id. The pool is the
+    app's, made by ``create_app`` and shut down with it."""
 
-    def _run(self, scope):
+    def __init__(self, routes, since, executor):
+        self.executor = executor
+        self.exact = {}
+        self.templates = {}
+        for path, methods in routes.items():
+            segments = tuple(path.split('/'))
+            entry = (methods, since.get(path), ', '.join(sorted(methods)))
+            if '{' in path:
+                names = tuple((i, seg[1:-1]) for i, seg in enumerate(segments)
+                              if seg.startswith('{'))
+                literals = tuple((i, seg) for i, seg in enumerate(segments)
+                                 if not seg.startswith('{'))
+                self.templates.setdefault(len(segments), []).append(
+                    (literals, names, entry))
+            else:
+                self.exact[path] = entry
+
+    def match(self, path):
+        """(entry, path params) of ``path``, or (None, None)."""
+        entry = self.exact.get(path)
+        if entry is not None:
+            return entry, {}
+        segments = path.split('/')
+        for literals, names, entry in self.templates.get(len(segments), ()):
+            if all(segments[i] == seg for i, seg in literals) and \
+                    all(segments[i] for i, _ in names):
+                return entry, {name: segments[i] for i, name in names}
+        return None, None
+
+    def _run(self, scope, handler):
         req = _api_request(scope, scope['app'])
         with auth.current_context(req.ctx):
-            return self.methods[req.method](req)
+            return handler(req)
 
     async def __call__(self, scope, receive, send):
-        if self.since is not None and scope['steward.version'] < self.since:
-            raise exception.PathNotFound(
-                path=scope.get('steward.original_path', scope['path']))
-        response = await to_thread.run_sync(self._run, scope,
-                                            limiter=_handler_limiter())
+        if scope['type'] == 'lifespan':
+            return await self._lifespan(receive, send)
+        if scope['type'] != 'http':
+            return
+        root_path = scope.get('root_path', '')
+        path = scope['path'][len(root_path):] if root_path else scope['path']
+        entry, params = self.match(path)
+        original = scope.get('steward.original_path', scope['path'])
+        if entry is None:
+            raise exception.PathNotFound(path=original)
+        methods, since, allow = entry
+        if since is not None and scope['steward.version'] < since:
+            raise exception.PathNotFound(path=original)
+        handler = methods.get(scope['method'])
+        if handler is None:
+            err = exception.MethodNotAllowed(method=scope['method'], path=original)
+            err.headers = [('allow', allow)]
+            raise err
+        scope['path_params'] = params
+        loop = asyncio.get_running_loop()
+        response = await loop.run_in_executor(self.executor, self._run, scope, handler)
         await response(scope, receive, send)
+
+
+    async def _lifespan(self, receive, send):
+        """Servers that speak ASGI lifespan (test clients; Steward's own servers
+        run with lifespan off) learn the app has nothing to start."""
+        while True:
+            message = await receive()
+            if message['type'] == 'lifespan.startup':
+                await send({'type': 'lifespan.startup.complete'})
+            elif message['type'] == 'lifespan.shutdown':
+                await send({'type': 'lifespan.shutdown.complete'})
+                return
+
+
+class _App(fastapi.FastAPI):
+    """The FastAPI application with Steward's own pipeline (``_pipeline``) in
+    place of the framework's router and exception layers: nothing of those is
+    used (no typed parameters, no pydantic, no OpenAPI), and their seven layers
+    of wrapping were a fifth of a request's time on the event loop."""
+
+    def build_middleware_stack(self):
+        return self.state.pipeline
 
 
 def create_app(conductor_api):
     """The API application; ``conductor_api`` is a ConductorAPI (the only way
-    the API changes ARQs and devices)."""
-    app = fastapi.FastAPI(title='Steward accelerator API', openapi_url=None,
-                          docs_url=None, redoc_url=None, redirect_slashes=False)
+    the API changes ARQs and devices). The pipeline, outermost first:
+
+    1. ApiMiddleware: request id, path normalisation, microversion (406),
+       version headers on every answer, and every error rendered by errors.py
+       (a StewardError as itself, anything else a clean 500). Outermost so that
+       even an authentication failure or a crash leaves with the headers.
+    2. auth (NoAuthMiddleware or KeystoneMiddleware, [api] auth_strategy): the
+       RequestContext; skipped for the version documents. After 1 because it
+       needs the request id and the normalised path.
+    3. Router: the route table, the handler in a worker thread.
+    """
+    app = _App(title='Steward accelerator API', openapi_url=None,
+               docs_url=None, redoc_url=None, redirect_slashes=False)
     app.state.conductor = conductor_api
-    for path, methods in ROUTES.items():
-        route = routing.Route(path, _Endpoint(methods, SINCE.get(path)),
-                              methods=list(methods), include_in_schema=False)
-        # Starlette adds HEAD to every GET route; the API serves only what the
-        # route table names (a HEAD answers 405 with Allow, as before).
-        route.methods.discard('HEAD')
-        app.router.routes.append(route)
-    errors.install(app)
-    _build_pipeline(app)
+    app.state.executor = futures.ThreadPoolExecutor(
+        handler_threads(), thread_name_prefix='steward-api')
+    app.state.router = Router(ROUTES, SINCE, app.state.executor)
+    app.state.pipeline = ApiMiddleware(auth.middleware_class()(app.state.router))
     return app

@@ -9,17 +9,14 @@ Every error leaves as one JSON document (never HTML, never a traceback)::
 ``faultstring`` from the root object (its WSME fallback). Upstream double-encoded
 a JSON (or HTML) document inside ``error_message`` (defect 5); this does not.
 
-Handlers raise ``steward.common.exception`` errors; the framework's own errors
-(unknown path, wrong method, request validation) are mapped onto those classes
-here, and anything else is logged with its traceback and answered with a clean
-500 by ``unexpected()`` (called from the outermost API middleware).
+Handlers and the router raise ``steward.common.exception`` errors (an unknown
+path is PathNotFound, a wrong method MethodNotAllowed with ``Allow``);
+``unexpected()``, called from the outermost API middleware, renders them, maps
+an outage of a service behind the API to 503, and logs anything else with its
+traceback and answers a clean 500.
 """
 import json
 import logging
-
-from fastapi import exceptions as fastapi_exc
-from starlette import exceptions as starlette_exc
-from starlette import responses
 
 from steward.common import exception
 
@@ -56,31 +53,6 @@ def _log(exc, request_id, method, path):
                  exc.code, _message(exc), request_id)
 
 
-def _response(request, exc):
-    request_id = request.scope.get('steward.request_id')
-    _log(exc, request_id, request.method,
-         request.scope.get('steward.original_path', request.url.path))
-    status, hdrs, body = render(exc, request_id)
-    return responses.Response(body, status_code=status, headers=dict(hdrs),
-                              media_type=JSON_TYPE)
-
-
-def from_http_exception(exc, method, path):
-    """The StewardError for a Starlette/FastAPI HTTPException."""
-    if exc.status_code == 404:
-        return exception.PathNotFound(path=path)
-    if exc.status_code == 405:
-        err = exception.MethodNotAllowed(method=method, path=path)
-        allow = (exc.headers or {}).get('Allow')
-        if allow:
-            err.headers = [('allow', allow)]
-        return err
-    err = exception.StewardError(str(exc.detail))
-    err.status = exc.status_code
-    err.code = 'cyb.request.http_error'
-    return err
-
-
 def outage(exc):
     """A failure of a service behind the API (database, broker, conductor) is a 503
     the client may retry, not a 500 bug report. Returns None for anything else."""
@@ -109,8 +81,6 @@ def outage(exc):
 def unexpected(exc, request_id, method, path):
     """A bug or an unforeseen failure: log the traceback, answer a clean 500.
     (Errors that are not bugs are rendered as such.)"""
-    if isinstance(exc, starlette_exc.HTTPException):
-        exc = from_http_exception(exc, method, path)
     exc = outage(exc) or exc
     if isinstance(exc, exception.StewardError):
         _log(exc, request_id, method, path)
@@ -118,30 +88,3 @@ def unexpected(exc, request_id, method, path):
     LOG.error('%s %s: unexpected error request_id=%s', method, path, request_id,
               exc_info=(type(exc), exc, exc.__traceback__))
     return render(exception.StewardError(), request_id)
-
-
-async def steward_error(request, exc):
-    return _response(request, exc)
-
-
-async def http_error(request, exc):
-    """Starlette/FastAPI HTTPException: unknown path, wrong method, ..."""
-    path = request.scope.get('steward.original_path', request.url.path)
-    return _response(request, from_http_exception(exc, request.method, path))
-
-
-async def validation_error(request, exc):
-    # No route declares typed parameters, so this is not expected; keep the
-    # framework's 422 shape out of the API all the same.
-    errors = exc.errors()
-    where = '/'.join(str(p) for p in errors[0].get('loc', ())) if errors else ''
-    reason = errors[0].get('msg', 'invalid request') if errors else 'invalid request'
-    return _response(request, exception.SchemaViolation(
-        reason=f'{reason} (at {where})' if where else reason))
-
-
-def install(app):
-    """Register the handlers on a FastAPI app."""
-    app.add_exception_handler(exception.StewardError, steward_error)
-    app.add_exception_handler(starlette_exc.HTTPException, http_error)
-    app.add_exception_handler(fastapi_exc.RequestValidationError, validation_error)
