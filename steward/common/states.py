@@ -244,9 +244,8 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
             event=event or 'transition', source_state=current, target_state=target,
             reason=reason or None, request_id=request_id,
             actor=(actor or default_actor())[:255])])
-    _log_after_commit(session, '%s %s: %s -> %s (%s)%s%s', kind, row.uuid, current,
-                      target, event or 'transition', f' reason={reason}' if reason else '',
-                      f' request_id={request_id}' if request_id else '')
+    _log_after_commit(session, (kind, row.uuid, current, target, event or 'transition',
+                                reason, request_id))
     return row
 
 
@@ -269,13 +268,33 @@ def _update_statement(model, columns, from_null):
     return stmt
 
 
-# A transition that is rolled back did not happen: its line is held until the
+# A transition that is rolled back did not happen: it is logged once the
 # transaction commits, and dropped with it otherwise.
 _PENDING_LOGS = 'steward.transition_logs'
 
 
-def _log_after_commit(session, *args):
-    session.info.setdefault(_PENDING_LOGS, []).append(args)
+def _log_after_commit(session, transition):
+    session.info.setdefault(_PENDING_LOGS, []).append(transition)
+
+
+def _transitions_line(transitions):
+    """One line for the transitions a transaction committed, in their order:
+    ``<kind> <uuid>: <old> -> <new> (<event>)[ reason=...]``, joined by ``; ``,
+    then ``request_id=`` once when they share it (a bind or a delete is one
+    transaction: an ARQ's two transitions and its device's are one line, not
+    three, at hundreds of boots a second)."""
+    ids = {t[6] for t in transitions}
+    shared = ids.pop() if len(ids) == 1 else None
+    parts = []
+    for kind, uuid, current, target, event, reason, request_id in transitions:
+        part = f'{kind} {uuid}: {current} -> {target} ({event})'
+        if reason:
+            part += f' reason={reason}'
+        if request_id and shared is None:
+            part += f' request_id={request_id}'
+        parts.append(part)
+    line = '; '.join(parts)
+    return f'{line} request_id={shared}' if shared else line
 
 
 def check_created(kind, state):
@@ -306,8 +325,9 @@ def _created_history(_mapper, connection, target):
 
 @event.listens_for(orm.Session, 'after_commit')
 def _flush_logs(session):
-    for args in session.info.pop(_PENDING_LOGS, ()):
-        LOG.info(*args)
+    transitions = session.info.pop(_PENDING_LOGS, None)
+    if transitions:
+        LOG.info('%s', _transitions_line(transitions))
 
 
 @event.listens_for(orm.Session, 'after_rollback')

@@ -70,3 +70,23 @@ def test_advance_detects_concurrent_change(db):
         with session.writer() as s:
             # ``stale`` still believes the device is available.
             states.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')
+
+
+def test_a_transaction_logs_its_transitions_as_one_line_in_order():
+    line = states._transitions_line([
+        ('arq', 'a1', 'Initial', 'BindStarted', 'bind', None, 'req-1'),
+        ('arq', 'a1', 'BindStarted', 'Bound', 'bind_done', None, 'req-1'),
+        ('device', 'd1', 'available', 'allocated', 'bind', None, 'req-1')])
+    assert line == ('arq a1: Initial -> BindStarted (bind); '
+                    'arq a1: BindStarted -> Bound (bind_done); '
+                    'device d1: available -> allocated (bind) request_id=req-1')
+
+
+def test_transitions_of_several_requests_keep_each_its_request_id():
+    line = states._transitions_line([
+        ('device', 'd1', 'cleaning', 'error', 'fail', 'cyb.cleanup.x', 'req-1'),
+        ('device', 'd2', 'cleaning', 'available', 'cleaned', None, 'req-2'),
+        ('device', 'd3', 'cleaning', 'available', 'cleaned', None, None)])
+    assert line == ('device d1: cleaning -> error (fail) reason=cyb.cleanup.x '
+                    'request_id=req-1; device d2: cleaning -> available (cleaned) '
+                    'request_id=req-2; device d3: cleaning -> available (cleaned)')
