@@ -15,6 +15,8 @@ ONLY = {
                             'none of them'),
     'steward.common': ({'steward.conf'}, 'the shared vocabulary (states, exceptions, '
                                          'context, RPC) under every service'),
+    'steward.osc': (set(), "the OpenStackClient plugin runs on a client's machine, "
+                           'apart from the services'),
 }
 # package: (the packages it must not import, why).
 NEVER = {
@@ -23,6 +25,15 @@ NEVER = {
                     'steward.cmd'},
                    'the database layer serves the services; they hand it what it '
                    'needs'),
+    'steward.drivers': ({'steward.api', 'steward.conductor', 'steward.agent',
+                         'steward.compute', 'steward.placement', 'steward.db',
+                         'steward.cmd'},
+                        'a driver runs in the agent and reports objects; the agent '
+                        'hands them on'),
+    'steward.api': ({'steward.agent', 'steward.drivers', 'steward.privsep',
+                     'steward.cmd'},
+                    'the API reaches devices only through the conductor it is '
+                    'handed'),
     'steward.privsep': ({'steward.drivers', 'steward.agent'},
                         'the privileged entry points: drivers call them, never the '
                         'other way'),
