@@ -1,6 +1,6 @@
 """NVMe cleanup speed: host-side zeroing against dd, and parallel sanitizes.
 
-1. Host-side zeroing (the "shred" action, steward/drivers/blockio.zero_fill) of a
+1. Host-side zeroing (the "shred" action, steward/privsep/blockio.zero_fill) of a
    2 GiB backing file, as a ratio to ``dd if=/dev/zero of=FILE bs=1M count=2048
    oflag=direct`` on the same file (target >= 0.9). That dd command truncates the
    file first and so re-allocates it; ``conv=notrunc`` (an in-place overwrite, what
@@ -38,7 +38,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from steward.drivers import blockio  # noqa: E402
+from steward.privsep import blockio  # noqa: E402
 
 MiB = 2 ** 20
 

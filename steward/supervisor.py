@@ -16,7 +16,7 @@ import os
 from gunicorn.app import base
 from uvicorn_worker import UvicornWorker
 
-from steward.common import lifetime
+from steward import lifetime
 
 
 class ApiWorker(UvicornWorker):

@@ -5,7 +5,7 @@ import sys
 
 from steward import process
 from steward.common import rpc
-from steward.conf import checks
+from steward.cmd import checks
 from steward.placement import handle as placement_handle
 from steward.common import exception
 from steward.conf import CONF
@@ -108,7 +108,7 @@ def _serve_listeners():
 
 
 def cmd_api(argv):
-    from steward import api_factory
+    from steward.cmd import api_factory
     process.prepare(argv)
     checks.check_service_config('api')
     checks.check_exposure([('the API', CONF.api.host_ip)])
@@ -209,8 +209,8 @@ def cmd_agent(argv):
 
 def cmd_db(argv):
     if argv[:1] == ['import-cyborg']:
-        from steward.db import cyborg_import_cmd
-        return cyborg_import_cmd.main(argv[1:])
+        from steward.cmd import import_cyborg
+        return import_cyborg.main(argv[1:])
     parser = argparse.ArgumentParser(prog='steward db')
     parser.add_argument('action', choices=['sync', 'online-data-migrations', 'version'])
     args, rest = parser.parse_known_args(argv)

@@ -176,11 +176,10 @@ def _address_order(text):
     return tuple(int(info.get(k, '0'), 16) for k in _PCI_KEYS)
 
 
-def fake_driver_infos(host, cpid_text, dep_name):
-    """What Steward's fake driver reports as attach infos for ``dep_name`` on
-    ``host``, in address order; None when it reports no such deployable."""
-    from steward.drivers import fake
-    for dev in fake.FakeDriver(None, host).discover():
+def fake_driver_infos(devices, cpid_text, dep_name):
+    """The attach infos ``devices`` (what Steward's fake driver reports on a host)
+    give ``dep_name``, in address order; None when they hold no such deployable."""
+    for dev in devices:
         if normalized_info(dev.controlpath_id.cpid_info) != normalized_info(cpid_text):
             continue
         for dep in dev.deployable_list:
@@ -221,8 +220,9 @@ class Result:
 
 
 class Importer:
-    def __init__(self, revision, data, not_carried, merge=None):
+    def __init__(self, revision, data, not_carried, merge=None, fake_devices=None):
         self.data, self.merge = data, merge
+        self.fake_devices = fake_devices
         self.result = Result(revision=revision, not_carried=not_carried)
         # Cyborg row id -> Steward row id, per table.
         self.ids = {t: {} for t in TABLES}
@@ -463,9 +463,10 @@ class Importer:
         """{Cyborg handle id: the attach info Steward's driver will report for it}."""
         device = self.rows['devices'][dep_row['device_id']]
         cpid = self.cpid_of.get(device['id'])
-        if dep_row.get('driver_name') == 'fake' and cpid is not None:
-            wanted = fake_driver_infos(device['hostname'], cpid['cpid_info'],
-                                       dep_row['name'])
+        if dep_row.get('driver_name') == 'fake' and cpid is not None \
+                and self.fake_devices is not None:
+            wanted = fake_driver_infos(self.fake_devices(device['hostname']),
+                                       cpid['cpid_info'], dep_row['name'])
             if wanted is not None:
                 ordered = sorted(handles, key=lambda h: _address_order(h['attach_info']))
                 if len(wanted) != len(ordered):
@@ -647,16 +648,20 @@ class _Rollback(Exception):
     """A dry run, or nothing to write: the transaction is rolled back."""
 
 
-def run(cyborg_url, dry_run=False, merge=None, placement=None):
+def run(cyborg_url, dry_run=False, merge=None, placement=None, fake_devices=None):
     """The import, in one transaction; returns its Result. Raises
     CyborgImportError with nothing written. The Placement writes come last, before
     the commit: a failure there rolls the database back, and a trait already added
-    makes no write on the next run."""
+    makes no write on the next run. ``fake_devices(host)``: what Steward's fake
+    driver reports on ``host`` (the command passes it: the database layer imports
+    no driver); without it a fake deployable's handles are normalised like any
+    other driver's."""
     if merge is not None and merge not in MERGE_POLICIES:
         raise exception.CyborgImportRefused(
             reason=f'unknown merge policy {merge!r} (known: {", ".join(MERGE_POLICIES)})')
     revision, data, not_carried = read_cyborg(cyborg_url)
-    importer = Importer(revision, data, not_carried, merge=merge)
+    importer = Importer(revision, data, not_carried, merge=merge,
+                        fake_devices=fake_devices)
     result = importer.result
     try:
         with db_session.writer() as s:

@@ -41,12 +41,12 @@ import os
 import time
 
 from steward.common import exception
-from steward.drivers import blockio
 from steward.drivers import nvme_caps
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_policy as policy
 from steward.drivers import nvme_sysfs
 from steward.privsep import blockdev
+from steward.privsep import blockio
 
 LOG = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import time
 import urllib.error
 import urllib.request
 
+from steward import lifetime
 from steward.common import exception
-from steward.common import lifetime
 from steward.common import netutils
 
 # The connection URL travels to the child in the environment, not argv: a MySQL URL

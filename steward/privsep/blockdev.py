@@ -8,7 +8,7 @@ back as digests, read-backs as the offsets that failed, zeroing one piece per ca
 from oslo_config import cfg
 
 from steward import privsep
-from steward.drivers import blockio
+from steward.privsep import blockio
 from steward.privsep import paths
 
 MAX_OFFSETS = 4096          # blocks read back per call

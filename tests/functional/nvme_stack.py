@@ -22,7 +22,7 @@ from steward.api import policy as api_policy
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
-from steward.drivers import blockio
+from steward.privsep import blockio
 from steward.placement import client as placement_client
 from steward.common import rpc as steward_rpc
 from tests import placement_fixture

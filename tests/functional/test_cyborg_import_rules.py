@@ -13,6 +13,7 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from steward.cmd import import_cyborg
 from steward.common import exception
 from steward.db import cyborg_import
 from steward.db import models as m
@@ -28,6 +29,13 @@ from tests.functional.conductor_fixtures import admin, make_profile, stack
 pytestmark = pytest.mark.xdist_group('cyborg')
 HOST = 'host-a'
 NOW = datetime.datetime(2026, 11, 1, 12, 0, 0)
+
+
+def _import(url, **kwargs):
+    """The import as `steward db import-cyborg` runs it: fake deployables paired
+    with what Steward's fake driver reports."""
+    return cyborg_import.run(url, fake_devices=import_cyborg.fake_driver_devices,
+                             **kwargs)
 
 
 @pytest.fixture(scope='module')
@@ -142,7 +150,7 @@ def _uuid_of(cyborg, table, row_id):
 def test_unknown_revision_is_refused_by_name(cyborg, db):
     cyborg.revision('6c77bd6afea5')      # Cyborg before 17.0.0: no device_state
     with pytest.raises(exception.CyborgSchemaUnknown) as err:
-        cyborg_import.run(cyborg.url)
+        _import(cyborg.url)
     assert '6c77bd6afea5' in str(err.value) and 'b47c8f2d1e3a' in str(err.value)
     assert err.value.code == 'cyb.cyborg_import.schema_unknown'
 
@@ -151,15 +159,15 @@ def test_non_empty_steward_database_needs_a_merge_policy(cyborg, db):
     cyborg.profile('from-cyborg')
     make_profile('steward-own')
     with pytest.raises(exception.CyborgImportRefused) as err:
-        cyborg_import.run(cyborg.url)
+        _import(cyborg.url)
     assert '--merge keep-steward' in str(err.value)
     with session.reader() as s:
         assert s.execute(sa.select(sa.func.count()).select_from(m.DeviceProfile)) \
             .scalar() == 1
-    result = cyborg_import.run(cyborg.url, merge='keep-steward')
+    result = _import(cyborg.url, merge='keep-steward')
     assert result.written == {'device_profiles': 1}
     # A dry run of it again: nothing written (an earlier run holds everything).
-    assert cyborg_import.run(cyborg.url, merge='keep-steward', dry_run=True) \
+    assert _import(cyborg.url, merge='keep-steward', dry_run=True) \
         .already_imported
 
 
@@ -179,7 +187,7 @@ def test_transitional_arqs_follow_the_documented_rule(cyborg, db, conf):
         conn.execute(t.update().where(t.c.id == handles[1]).values(in_use=True))
     deleting = cyborg.arq(dp, 'Deleting', handles[2], dep, inst_deleting)
 
-    result = cyborg_import.run(cyborg.url)
+    result = _import(cyborg.url)
     assert any('in use in Cyborg but no Bound ARQ holds it' in w for w in result.warnings)
     arq, handle = _arq(bound)
     assert arq.state == 'Bound' and handle.in_use
@@ -233,7 +241,7 @@ def test_device_steward_has_no_driver_for_is_kept_not_offered(cyborg, db, conf):
     inst = str(uuid.uuid4())
     arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
 
-    result = cyborg_import.run(cyborg.url)
+    result = _import(cyborg.url)
     device_uuid = _uuid_of(cyborg, 'devices', dev)
     [warning] = result.warnings
     assert device_uuid in warning and 'no driver' in warning
@@ -295,7 +303,7 @@ def test_deployable_named_otherwise_keeps_its_name_and_provider(cyborg, db, conf
     dp = cyborg.profile(rc='PGPU')
     inst = str(uuid.uuid4())
     arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
-    cyborg_import.run(cyborg.url)
+    _import(cyborg.url)
 
     conductor, agent = stack(conf, host=HOST, drivers=[_RenamingGpuDriver(conf, HOST)])
     try:
@@ -326,7 +334,7 @@ def test_a_conflict_stops_the_import_with_nothing_written(cyborg, db):
     cyborg.device('FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake',
                   'TEST_PCI', [_pci('0', '1')], 'FPGA')
     with pytest.raises(exception.CyborgImportConflict) as err:
-        cyborg_import.run(cyborg.url)
+        _import(cyborg.url)
     assert "Cyborg has 1 handles, Steward's fake driver reports 16" in str(err.value)
     with session.reader() as s:
         assert s.execute(sa.select(sa.func.count()).select_from(m.Device)).scalar() == 0
@@ -343,8 +351,8 @@ def test_merge_into_steward_that_discovered_the_device_first(cyborg, db, conf):
         inst = str(uuid.uuid4())
         arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
         with pytest.raises(exception.CyborgImportRefused):
-            cyborg_import.run(cyborg.url)
-        result = cyborg_import.run(cyborg.url, merge='keep-steward')
+            _import(cyborg.url)
+        result = _import(cyborg.url, merge='keep-steward')
         assert result.written == {'device_profiles': 1,
                                   'extended_accelerator_requests': 1}
         assert result.kept == {'devices': 1, 'deployables': 1, 'attributes': 1,
@@ -416,15 +424,15 @@ def test_command_prints_every_conflict_and_refuses_unknown_schemas(cyborg, tmp_p
 def test_a_missing_or_unreachable_cyborg_database_is_a_clear_error(tmp_path, db):
     missing = tmp_path / 'no-such.db'
     with pytest.raises(exception.CyborgImportError, match='no SQLite database at'):
-        cyborg_import.run(f'sqlite:///{missing}')
+        _import(f'sqlite:///{missing}')
     assert not missing.exists()          # nothing created where Cyborg's was meant
     from steward.db import migration
     with pytest.raises(exception.CyborgSchemaUnknown,
                        match=f'revision {migration.head_revision()},'):
-        cyborg_import.run(db)            # Steward's own database: its revision named
+        _import(db)            # Steward's own database: its revision named
     empty = tmp_path / 'empty.db'
     sa.create_engine(f'sqlite:///{empty}').connect().close()
     with pytest.raises(exception.CyborgImportError, match='not a Cyborg database'):
-        cyborg_import.run(f'sqlite:///{empty}')
+        _import(f'sqlite:///{empty}')
     with pytest.raises(exception.CyborgImportError, match='--cyborg-connection'):
-        cyborg_import.run('not a url')
+        _import('not a url')

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from steward.conf import checks
+from steward.cmd import checks
 from steward.conf import CONF
 from tests.stack import free_port
 from tests.stack import running_stack

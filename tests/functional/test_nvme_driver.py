@@ -8,12 +8,12 @@ import shutil
 import pytest
 
 from steward.common import exception
-from steward.drivers import blockio
 from steward.drivers import cleanup_job
 from steward.drivers import nvme
 from steward.drivers import nvme_cleanup
 from steward.drivers import nvme_cli
 from steward.drivers import nvme_sysfs
+from steward.privsep import blockio
 from tests import sysfs_tree
 from tests.nvme_sim import Simulation
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from oslo_utils import timeutils
 
-from steward.conf import checks
+from steward.cmd import checks
 from steward.common import context
 from steward.common import exception
 from steward.common import states

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from steward.drivers import blockio
 from steward.drivers import nvme_sysfs
+from steward.privsep import blockio
 
 MiB = 2 ** 20
 

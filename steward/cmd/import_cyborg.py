@@ -1,4 +1,5 @@
-"""The command line of `steward db import-cyborg` (the import is cyborg_import.py)."""
+"""The command line of `steward db import-cyborg` (the import is
+steward/db/cyborg_import.py)."""
 import argparse
 import sys
 
@@ -40,7 +41,8 @@ def main(argv):
                      '`steward db sync` first')
     try:
         result = cyborg_import.run(args.cyborg_connection, dry_run=args.dry_run,
-                                   merge=args.merge, placement=handle.placement_client())
+                                   merge=args.merge, placement=handle.placement_client(),
+                                   fake_devices=fake_driver_devices)
     except exception.StewardError as err:
         if getattr(err, 'result', None) is not None:
             report(err.result, args.dry_run,
@@ -49,6 +51,13 @@ def main(argv):
         return 1
     report(result, args.dry_run, cyborg_import.url_for_humans(args.cyborg_connection))
     return 0
+
+
+def fake_driver_devices(host):
+    """What Steward's fake driver reports on ``host`` (the import pairs a Cyborg
+    fake deployable's handles with these)."""
+    from steward.drivers import fake
+    return fake.FakeDriver(None, host).discover()
 
 
 def report(result, dry_run, source, failed=False):

@@ -8,7 +8,7 @@ hosts) correct. None of them reaches an agent: what needs one goes to the
 conductor that owns it, over RPC.
 """
 from steward import process
-from steward.conf import checks
+from steward.cmd import checks
 
 
 def build():
