@@ -30,6 +30,7 @@ import uuid
 
 import httpx
 
+from tests import http_double
 from tests import side_venv
 from tests.multihost.rabbit import free_port
 
@@ -81,17 +82,7 @@ def installed_versions():
 
 
 # -- a stub Nova: the conductor posts os-server-external-events after every bind -----
-class _NovaHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-
-    def _send(self, code, body):
-        raw = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
+class _NovaHandler(http_double.JsonHandler):
     def do_GET(self):   # openstacksdk's version discovery
         base = f'http://{self.headers["Host"]}/v2.1'
         self._send(200, {'version': {'id': 'v2.1', 'status': 'CURRENT', 'version': '2.96',
@@ -102,9 +93,6 @@ class _NovaHandler(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get('Content-Length', 0))) or b'{}')
         self.server.events += len(body.get('events', []))
         self._send(200, {'events': [dict(e, code=200) for e in body.get('events', [])]})
-
-    def log_message(self, *args):
-        pass
 
 
 class _NovaServer(http.server.ThreadingHTTPServer):

@@ -9,6 +9,9 @@ in-memory: the server is threaded and in-memory SQLite is one shared connection.
     @pytest.fixture(scope='session')
     def placement():
         return get_placement()
+
+A test module of PlacementClient imports the fixtures below (``placement``,
+``admin``, ``client``, ``root``) instead of writing them again.
 """
 import atexit
 import logging
@@ -21,6 +24,7 @@ import uuid
 from wsgiref import simple_server
 
 import httpx
+import pytest
 
 from steward.common import netutils
 from steward.db import sqlite
@@ -124,3 +128,26 @@ def serve(wsgi_app, host='127.0.0.1', port=0):
                               name='placement-%d' % httpd.server_address[1], daemon=True)
     thread.start()
     return EmbeddedServer(httpd, thread)
+
+
+@pytest.fixture(scope='session')
+def placement():
+    return get_placement()
+
+
+@pytest.fixture
+def admin(placement):
+    with admin_session(placement.url) as session:
+        yield session
+
+
+@pytest.fixture
+def client(placement):
+    from steward.placement.client import PlacementClient
+    return PlacementClient.from_conf(endpoint=placement.url)
+
+
+@pytest.fixture
+def root(client):
+    """A compute-node root provider of a unique name."""
+    return client.ensure_compute_node(unique_name('host'))

@@ -3,35 +3,13 @@ real embedded Placement: creation without reads, traits in parallel, inventories
 in one POST /reshaper, and the fallbacks to sync_provider when Placement disagrees."""
 import uuid
 
-import pytest
-
 from steward.common import exception
 from steward.placement import client as placement_client
 from steward.placement.client import OWNER_TRAIT, PlacementClient, ProviderSpec
-from tests.placement_fixture import admin_session, get_placement, unique_name
+from tests.placement_fixture import admin, client, placement, root  # noqa: F401
+from tests.placement_fixture import unique_name
 
 N = placement_client._RESHAPE_MIN * 3
-
-
-@pytest.fixture(scope='module')
-def placement():
-    return get_placement()
-
-
-@pytest.fixture
-def admin(placement):
-    with admin_session(placement.url) as session:
-        yield session
-
-
-@pytest.fixture
-def client(placement):
-    return PlacementClient.from_conf(endpoint=placement.url)
-
-
-@pytest.fixture
-def root(client):
-    return client.ensure_compute_node(unique_name('host'))
 
 
 def _specs(root, n=N, total=4, **kw):

@@ -8,28 +8,8 @@ import pytest
 
 from steward.common import exception
 from steward.placement.client import OWNER_TRAIT, PlacementClient, ProviderSpec
-from tests.placement_fixture import admin_session, get_placement, unique_name
-
-
-@pytest.fixture(scope='session')
-def placement():
-    return get_placement()
-
-
-@pytest.fixture
-def admin(placement):
-    with admin_session(placement.url) as session:
-        yield session
-
-
-@pytest.fixture
-def client(placement):
-    return PlacementClient.from_conf(endpoint=placement.url)
-
-
-@pytest.fixture
-def root(client):
-    return client.ensure_compute_node(unique_name('host'))
+from tests.placement_fixture import admin, client, placement, root  # noqa: F401
+from tests.placement_fixture import unique_name
 
 
 def _custom(prefix):

@@ -12,22 +12,13 @@ import time
 import httpx
 import pytest
 
+from tests import http_double
 from tests.stack import bind_instance, running_stack
 
 pytestmark = pytest.mark.slow
 
 
-class NovaEvents(http.server.BaseHTTPRequestHandler):
-    protocol_version = 'HTTP/1.1'
-
-    def _send(self, code, body):
-        raw = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
+class NovaEvents(http_double.JsonHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
         self.server.posts.append(body['events'])
@@ -54,9 +45,6 @@ class NovaEvents(http.server.BaseHTTPRequestHandler):
     def do_GET(self):       # the conductor's orphan check: GET /servers/{id}
         inst = self.path.rsplit('/', 1)[-1]
         self._send(404 if inst in self.server.deleted else 200, {'server': {'id': inst}})
-
-    def log_message(self, *args):
-        pass
 
 
 @pytest.fixture
