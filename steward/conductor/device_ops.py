@@ -38,10 +38,10 @@ def lock_devices(session, device_ids):
     return [device for device, _ in lock_devices_counted(session, device_ids)]
 
 
-_LOCK_COUNTED = (
-    sa.select(m.Device, reservation.accelerators_column(m.Device.id))
-    .where(m.Device.id.in_(sa.bindparam('ids', expanding=True)))
-    .order_by(m.Device.id).with_for_update(of=m.Device)
+_LOCK_COUNTED = db.OneOrMany(
+    m.Device.id, 'ids',
+    lambda clause: sa.select(m.Device, reservation.accelerators_column(m.Device.id))
+    .where(clause).order_by(m.Device.id).with_for_update(of=m.Device)
     .execution_options(populate_existing=True))
 
 
@@ -51,7 +51,7 @@ def lock_devices_counted(session, device_ids):
     if not device_ids:
         return []
     return [tuple(row) for row in session.execute(
-        _LOCK_COUNTED, {'ids': sorted(set(device_ids))}).all()]
+        *_LOCK_COUNTED(sorted(set(device_ids)))).all()]
 
 
 def check_bindable(session, deployable, locked=None):

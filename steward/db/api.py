@@ -62,6 +62,26 @@ def _storable(column, value):
     return True
 
 
+class OneOrMany:
+    """A statement filtered on a column taking one value of a list, built twice:
+    ``column = :name`` for one value (Nova's case: one ARQ, one instance, one
+    device) and ``column IN (:name)`` for several. SQLAlchemy renders an
+    expanding IN into new SQL at every execution, a sixth of such a query's time.
+    ``build(clause)`` makes the statement from the filter clause on ``column``.
+    Calling it with the values gives (statement, parameters)."""
+
+    def __init__(self, column, name, build):
+        self.name = name
+        self.one = build(column == sa.bindparam(name))
+        self.many = build(column.in_(sa.bindparam(name, expanding=True)))
+
+    def __call__(self, values, **params):
+        values = list(values)
+        if len(values) == 1:
+            return self.one, dict(params, **{self.name: values[0]})
+        return self.many, dict(params, **{self.name: values})
+
+
 # --- devices ----------------------------------------------------------------------
 DEVICE_FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status',
                   'device_state')
@@ -170,8 +190,8 @@ def deployable_get_by_rp_uuid(session, rp_uuid):
 
 
 _DEPLOYABLES_T = m.Deployable.__table__
-_DEPLOYABLES_BY_RP = sa.select(*_DEPLOYABLES_T.c).where(
-    _DEPLOYABLES_T.c.rp_uuid.in_(sa.bindparam('rp_uuids', expanding=True)))
+_DEPLOYABLES_BY_RP = OneOrMany(_DEPLOYABLES_T.c.rp_uuid, 'rp_uuids',
+                               sa.select(*_DEPLOYABLES_T.c).where)
 
 
 def deployables_by_rp_uuids(session, rp_uuids):
@@ -179,7 +199,7 @@ def deployables_by_rp_uuids(session, rp_uuids):
     one of ``rp_uuids`` in one query (the device is not loaded: a bind locks and
     re-reads it); raises for the first unknown one."""
     found = {d.rp_uuid: d for d in session.connection().execute(
-        _DEPLOYABLES_BY_RP, {'rp_uuids': list(rp_uuids)})}
+        *_DEPLOYABLES_BY_RP(rp_uuids))}
     for rp_uuid in rp_uuids:
         if rp_uuid not in found:
             raise exception.DeployableNotFound(resource='Deployable', key='rp_uuid',
@@ -270,8 +290,7 @@ def device_profile_get(session, uuid=None, name=None):
 
 
 _PROFILES = sa.select(*m.DeviceProfile.__table__.c).order_by(m.DeviceProfile.__table__.c.id)
-_PROFILES_NAMED = _PROFILES.where(m.DeviceProfile.__table__.c.name.in_(
-    sa.bindparam('names', expanding=True)))
+_PROFILES_NAMED = OneOrMany(m.DeviceProfile.__table__.c.name, 'names', _PROFILES.where)
 
 
 def device_profile_list(session, names=None):
@@ -279,7 +298,7 @@ def device_profile_list(session, names=None):
     only those of ``names``: Nova's ``?name=`` before every boot."""
     if names is None:
         return session.execute(_PROFILES).all()
-    return session.execute(_PROFILES_NAMED, {'names': list(names)}).all()
+    return session.execute(*_PROFILES_NAMED(names)).all()
 
 
 def device_profile_create(session, name, groups, description=None, uuid=None):
@@ -383,8 +402,10 @@ _ARQ_ROWS = (sa.select(*_ARQ_T.c, _PROFILE_T.c.name.label('profile_name'))
              .select_from(_ARQ_T.join(_PROFILE_T,
                                       _PROFILE_T.c.id == _ARQ_T.c.device_profile_id)))
 # Nova's calls (by uuid, by instance), built once, with and without a project scope.
-_ARQS_BY_UUID = _ARQ_ROWS.where(_ARQ_T.c.uuid.in_(sa.bindparam('uuids', expanding=True)))
-_ARQS_BY_UUID_SCOPED = _ARQS_BY_UUID.where(_ARQ_T.c.project_id == sa.bindparam('project_id'))
+_ARQS_BY_UUID = OneOrMany(_ARQ_T.c.uuid, 'uuids', _ARQ_ROWS.where)
+_ARQS_BY_UUID_SCOPED = OneOrMany(
+    _ARQ_T.c.uuid, 'uuids',
+    lambda clause: _ARQ_ROWS.where(clause, _ARQ_T.c.project_id == sa.bindparam('project_id')))
 _ARQS_BY_INSTANCE = (_ARQ_ROWS.where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'))
                      .order_by(_ARQ_T.c.id))
 _ARQS_BY_INSTANCE_SCOPED = (
@@ -399,8 +420,8 @@ def _arq_rows(result):
 
 def arq_get_many(session, uuids, project_id=None):
     """ARQs (ArqRow) by uuid, in the order asked; raises for the first missing one."""
-    stmt, params = (_ARQS_BY_UUID, {'uuids': list(uuids)}) if project_id is None else (
-        _ARQS_BY_UUID_SCOPED, {'uuids': list(uuids), 'project_id': project_id})
+    stmt, params = _ARQS_BY_UUID(uuids) if project_id is None else \
+        _ARQS_BY_UUID_SCOPED(uuids, project_id=project_id)
     by_uuid = {r.uuid: r for r in _arq_rows(session.execute(stmt, params))}
     for uuid in uuids:
         if uuid not in by_uuid:
@@ -447,10 +468,14 @@ def arq_instance_has_binding(session, instance_uuid, exclude_ids=()):
     return bool(arq_instances_with_binding(session, [instance_uuid], exclude_ids))
 
 
-_INSTANCES_WITH_BINDING = (
-    sa.select(m.ExtARQ.instance_uuid).distinct()
-    .where(m.ExtARQ.instance_uuid.in_(sa.bindparam('instances', expanding=True)),
-           m.ExtARQ.id.notin_(sa.bindparam('exclude', expanding=True))))
+# By how many ARQs are excluded: one (a bind of one ARQ), or any other number.
+_INSTANCES_WITH_BINDING = {
+    one: OneOrMany(m.ExtARQ.instance_uuid, 'instances',
+                   lambda clause, excluded=excluded: sa.select(
+                       m.ExtARQ.instance_uuid).distinct().where(clause, excluded))
+    for one, excluded in (
+        (True, m.ExtARQ.id != sa.bindparam('exclude')),
+        (False, m.ExtARQ.id.notin_(sa.bindparam('exclude', expanding=True))))}
 
 
 def arq_instances_with_binding(session, instance_uuids, exclude_ids=()):
@@ -458,9 +483,11 @@ def arq_instances_with_binding(session, instance_uuids, exclude_ids=()):
     ``exclude_ids``) bound to them, in one query."""
     # An empty expanding NOT IN is valid SQL in SQLAlchemy (it renders an
     # always-true test), but no ARQ has id 0: keep the statement one shape.
-    return set(session.execute(_INSTANCES_WITH_BINDING, {
-        'instances': list(instance_uuids),
-        'exclude': list(exclude_ids) or [0]}).scalars())
+    exclude = list(exclude_ids) or [0]
+    one = len(exclude) == 1
+    stmt, params = _INSTANCES_WITH_BINDING[one](
+        instance_uuids, exclude=exclude[0] if one else exclude)
+    return set(session.execute(stmt, params).scalars())
 
 
 def arq_create(session, dp, group_id, project_id):
