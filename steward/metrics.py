@@ -21,7 +21,7 @@ agent serves a registry of its own (``serve_agent``) without the API's families.
 
 Served at ``/metrics`` on a listener of its own, never on the API port (it has no
 authentication): ``[api] metrics_listen`` for ``steward api`` and ``steward serve``
-(``serve_api``), ``[agent] metrics_listen`` for an agent running alone.
+(``Metrics.serve``), ``[agent] metrics_listen`` for an agent running alone.
 """
 import contextlib
 import logging

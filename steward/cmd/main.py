@@ -65,8 +65,8 @@ def cmd_serve(argv):
         if placement_proc is not None:
             placement_proc.wait_ready()
         conductor = conductor_manager.ConductorManager(
-            root.database, placement_handle.placement_client(), metrics=root.metrics,
-            transport=root.transport)
+            root.database, root.placement_client(), notifier=root.nova_notifier(),
+            metrics=root.metrics, transport=root.transport)
         conductor.init_host()
         servers.append(root.transport.start_server(CONF.rpc_topic_conductor, CONF.host,
                                                    [conductor]))
@@ -166,8 +166,8 @@ def cmd_conductor(argv):
         from steward.agent import rpcapi as agent_rpcapi
         extra['agent_api'] = agent_rpcapi.AgentAPI(root.transport, version_cap=agent_cap)
     conductor = conductor_manager.ConductorManager(
-        root.database, placement_handle.placement_client(), transport=root.transport,
-        **extra)
+        root.database, root.placement_client(), notifier=root.nova_notifier(),
+        transport=root.transport, **extra)
     conductor.init_host()
     srv = root.transport.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
     conductor.start()

@@ -56,6 +56,18 @@ class Root:
 
         signal.signal(signal.SIGHUP, handler)
 
+    def placement_client(self):
+        """The Placement client of a conductor: [placement] names the service, or
+        the embedded one of this host (steward/placement/handle.py)."""
+        from steward.placement import handle
+        return handle.placement_client()
+
+    def nova_notifier(self):
+        """The Nova client a conductor sends external events with (off when
+        [nova] names no endpoint)."""
+        from steward.conductor import nova
+        return nova.NovaNotifier()
+
     def sync_database(self):
         """Migrate the schema at start when [database] sync_on_startup says so."""
         from steward.db import migration

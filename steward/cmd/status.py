@@ -42,12 +42,12 @@ class Checks(upgradecheck.UpgradeCommands):
 
 def main(argv):
     process.prepare(argv)
-    from steward.db import session
-    database = session.Database()
+    from steward.cmd import root as cmd_root
+    root = cmd_root.Root()
     try:
-        return Checks(database).check()
+        return Checks(root.database).check()
     finally:
-        database.dispose()
+        root.close()
 
 
 if __name__ == '__main__':
