@@ -64,8 +64,9 @@ def build_tree(root, parents, types, available, created):
 
 def fresh_database(tmp, name):
     CONF.set_override('connection', f'sqlite:///{tmp}/{name}.sqlite', group='database')
-    session.dispose()
-    migration.upgrade()
+    database = session.Database()
+    migration.upgrade(database)
+    return database
 
 
 def one_cycle(agent, conductor):
@@ -120,8 +121,8 @@ def cpu_seconds(pid):
 
 
 def run(tmp, args, tree, placement=None, label='', placement_pid=None):
-    fresh_database(tmp, 'steward-' + label.replace(' ', '-'))
-    conductor = ConductorManager(placement, notifier=Silent())
+    database = fresh_database(tmp, 'steward-' + label.replace(' ', '-'))
+    conductor = ConductorManager(database, placement, notifier=Silent())
     conductor.init_host()
     agent = AgentManager(CONF, ConductorAPI(conductor), host='bench-host',
                          drivers=[mdev.MdevDriver(CONF, 'bench-host')])

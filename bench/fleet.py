@@ -90,7 +90,7 @@ def main():
     from steward.placement import handle as embedded
     tmp = tempfile.mkdtemp(prefix='steward-fleet-')
     broker = rabbit.RabbitServer(base=os.path.join(tmp, 'rabbit')).start()
-    placement = conductor = None
+    placement = conductor = transport = None
     try:
         _name, db_url = pg.create_database(srv, prefix='steward_fleet')
         placement_log = os.path.join(tmp, 'placement.log')
@@ -125,7 +125,9 @@ def main():
         from steward.drivers import fake
         CONF([], project='steward', default_config_files=[])
         CONF.set_override('transport_url', broker.url())
-        conductor_api = rpcapi.ConductorAPI()
+        from steward.common import rpc
+        transport = rpc.Transport()
+        conductor_api = rpcapi.ConductorAPI(transport=transport)
         # Registered with the transport; read at each call.
         CONF.set_override('rpc_response_timeout', 600)
         agents = [agent_manager.AgentManager(
@@ -168,8 +170,8 @@ def main():
               f'{(writes1 - writes0) / args.quiet_cycles:g} in Placement\'s request log '
               f'(target 0); reports that changed something: {changed_total}')
     finally:
-        from steward.common import rpc
-        rpc.cleanup()
+        if transport is not None:
+            transport.cleanup()
         if conductor is not None:
             conductor.terminate()
             try:

@@ -6,21 +6,22 @@ Two kinds:
 * read when scraped, by the collectors below, so they are right whichever process
   changed the state: devices by type/state/host and ARQs by state (one GROUP BY
   query each), the request counters of this process's conductor's Placement client
-  (what the conductor registers with ``register_placement_stats`` when it
-  starts; this module imports nothing of the conductor), the discovery cycles of the agents
+  (what the conductor registers with ``Metrics.register_placement_stats`` when
+  it starts; this module imports nothing of the conductor), the discovery cycles of the agents
   this process runs (``AgentManager.cycles`` / ``last_cycle_seconds``);
 * observed where the event happens: bind latency (the API's bind PATCH,
-  ``bind_timer``) and cleanup durations and outcomes (the conductor, when a cleanup
-  ends, ``cleanup_ended``).
+  ``Metrics.bind_timer``) and cleanup durations and outcomes (the conductor, when a
+  cleanup ends, ``Metrics.cleanup_ended``).
 
-Everything is registered on ``REGISTRY``, this module's own registry, not
-prometheus_client's global one: nothing a library registers there leaks into
-``/metrics``, and a standalone agent serves a registry of its own
-(``serve_agent``) without the API's families.
+One ``Metrics`` object per process, built by the command's composition root
+(steward/cmd/) and handed to the API app, the conductor and the agents it runs,
+owns its ``CollectorRegistry`` and the families: nothing a library registers on
+prometheus_client's global registry leaks into ``/metrics``, and a standalone
+agent serves a registry of its own (``serve_agent``) without the API's families.
 
 Served at ``/metrics`` on a listener of its own, never on the API port (it has no
 authentication): ``[api] metrics_listen`` for ``steward api`` and ``steward serve``
-(``serve_api``), ``[agent] metrics_listen`` for an agent running alone.
+(``Metrics.serve``), ``[agent] metrics_listen`` for an agent running alone.
 """
 import contextlib
 import logging
@@ -41,9 +42,9 @@ from steward.common import states
 LOG = logging.getLogger(__name__)
 
 CONTENT_TYPE = exposition.CONTENT_TYPE_PLAIN_0_0_4
-REGISTRY = prometheus_client.CollectorRegistry()
 # The *_created series (when a label set was first seen) double every counter and
-# histogram for a value nobody graphs; PromQL's rate() does not need them.
+# histogram for a value nobody graphs; PromQL's rate() does not need them. A switch
+# of prometheus_client for the whole process, set once at import.
 prometheus_client.disable_created_metrics()
 
 # Nova's bind is one PATCH for all ARQs of an instance: ~4 ms p50 on one host with the
@@ -57,83 +58,15 @@ CLEANUP_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400
 BIND_OUTCOMES = ('bound', 'failed')
 CLEANUP_OUTCOMES = ('succeeded', 'failed', 'late', 'interrupted', 'not_dispatched')
 
-BIND_SECONDS = prometheus_client.Histogram(
-    'steward_arq_bind_seconds',
-    'Time the API took to bind the ARQs of one bind request (PATCH '
-    '/v2/accelerator_requests with add operations), by outcome: bound, or failed '
-    '(refused or undone; nothing stays bound).',
-    ['outcome'], buckets=BIND_BUCKETS, registry=REGISTRY)
-CLEANUP_SECONDS = prometheus_client.Histogram(
-    'steward_cleanup_seconds',
-    'Duration of device cleanups, from the device entering cleaning to the result '
-    'reaching the conductor, by locked-in action and outcome.',
-    ['action', 'outcome'], buckets=CLEANUP_BUCKETS, registry=REGISTRY)
-CLEANUPS = prometheus_client.Counter(
-    'steward_cleanups',
-    'Cleanups that ended, by action and outcome: succeeded, failed (the device went '
-    'to error), late (the result came after the device left cleaning, e.g. timed '
-    'out: recorded, state unchanged), interrupted (the agent restarted during it), '
-    'not_dispatched (the agent is too old to be asked).',
-    ['action', 'outcome'], registry=REGISTRY)
-ORPHAN_ARQS_RELEASED = prometheus_client.Counter(
-    'steward_orphan_arqs_released',
-    'Bound accelerator requests the conductor deleted because Nova kept answering '
-    '404 for their instance for longer than [conductor] orphan_grace (Nova\'s own '
-    'delete of them had failed).', registry=REGISTRY)
-
-for _outcome in BIND_OUTCOMES:
-    BIND_SECONDS.labels(_outcome)
-
-
-# --- observed where things happen ---------------------------------------------------
-def record(kind, *values):
-    """One observation: ``bind`` (outcome, seconds) or ``cleanup`` (action,
-    outcome, seconds or None)."""
-    if kind == 'bind':
-        outcome, seconds = values
-        BIND_SECONDS.labels(outcome).observe(seconds)
-    elif kind == 'cleanup':
-        action, outcome, seconds = values
-        CLEANUPS.labels(action, outcome).inc()
-        if seconds is not None:
-            CLEANUP_SECONDS.labels(action, outcome).observe(seconds)
-    else:
-        raise ValueError(f'unknown observation {kind!r}')
-
-
-@contextlib.contextmanager
-def bind_timer():
-    """Time the block as one bind: ``failed`` when it raises."""
-    start = time.monotonic()
-    outcome = 'failed'
-    try:
-        yield
-        outcome = 'bound'
-    finally:
-        record('bind', outcome, time.monotonic() - start)
-
-
-def cleanup_ended(action, outcome, started_at=None, finished_at=None):
-    """Count a cleanup that ended; its duration is observed when both ends are
-    known (naive UTC datetimes, as the erase records hold them)."""
-    if outcome not in CLEANUP_OUTCOMES:
-        raise ValueError(f'unknown cleanup outcome {outcome!r}')
-    seconds = None
-    if started_at is not None and finished_at is not None:
-        seconds = max((finished_at - started_at).total_seconds(), 0.0)
-    record('cleanup', action or 'none', outcome, seconds)
-
-
-def orphan_arqs_released(count):
-    """Count ARQs the conductor's orphan check deleted."""
-    ORPHAN_ARQS_RELEASED.inc(count)
-
 
 # --- read when scraped --------------------------------------------------------------
 class DatabaseCollector:
-    """Devices and ARQs, one GROUP BY each. An unreachable database costs the
-    scrape these families, not the whole answer: ``steward_database_up`` says
-    which."""
+    """Devices and ARQs of ``database``, one GROUP BY each. An unreachable
+    database costs the scrape these families, not the whole answer:
+    ``steward_database_up`` says which."""
+
+    def __init__(self, database):
+        self._database = database
 
     def describe(self):
         return [*self._families(), self._up()]
@@ -158,11 +91,10 @@ class DatabaseCollector:
 
     def collect(self):
         from steward.db import models as m
-        from steward.db import session
         devices, arqs = self._families()
         up = self._up()
         try:
-            with session.reader() as s:
+            with self._database.reader() as s:
                 dev_rows = s.execute(
                     sa.select(m.Device.type, m.Device.device_state, m.Device.hostname,
                               sa.func.count()).group_by(
@@ -189,11 +121,35 @@ class DatabaseCollector:
 class PlacementCollector:
     """The Placement client of the conductor in this process, if there is one (an
     API-only process has none: no family). ``stats_provider``: a callable returning
-    the client's counters (``PlacementClient.stats``) or None; by default, what the
-    conductor registered (``register_placement_stats``)."""
+    the client's counters (``PlacementClient.stats``) or None; by default, what a
+    conductor registered (``register``).
+
+    One conductor per process serves /metrics (tests start several: the last one
+    started reports until it stops). Held weakly: a conductor dropped without
+    stop() leaves the scrape instead of staying alive for it."""
 
     def __init__(self, stats_provider=None):
         self._provider = stats_provider
+        self._registered = []
+        self._lock = threading.Lock()
+
+    def register(self, provider):
+        with self._lock:
+            self._registered.append(_ref(provider))
+
+    def unregister(self, provider):
+        with self._lock:
+            self._registered[:] = [r for r in self._registered
+                                   if r() is not None and r() != provider]
+
+    def registered(self):
+        """The provider of the last conductor registered and still alive, or None."""
+        with self._lock:
+            for ref in reversed(self._registered):
+                provider = ref()
+                if provider is not None:
+                    return provider
+        return None
 
     def describe(self):
         return list(self._families())
@@ -210,7 +166,7 @@ class PlacementCollector:
                     'retried), or an unreadable body.'))
 
     def collect(self):
-        provider = self._provider or _registered_placement_stats()
+        provider = self._provider or self.registered()
         stats = provider() if provider is not None else None
         if stats is None:
             return
@@ -222,40 +178,10 @@ class PlacementCollector:
         yield errors
 
 
-# One conductor per process serves /metrics (tests start several: the last one
-# started reports until it stops). Held weakly: a conductor dropped without stop()
-# leaves the scrape instead of staying alive for it.
-_placement_stats = []
-_placement_stats_lock = threading.Lock()
-
-
 def _ref(provider):
     if hasattr(provider, '__self__'):
         return weakref.WeakMethod(provider)
     return lambda: provider
-
-
-def register_placement_stats(provider):
-    """``provider()`` -> the counters of this process's conductor's Placement
-    client (a dict with reads, writes, errors) or None. Called by the conductor
-    when it starts."""
-    with _placement_stats_lock:
-        _placement_stats.append(_ref(provider))
-
-
-def unregister_placement_stats(provider):
-    with _placement_stats_lock:
-        _placement_stats[:] = [r for r in _placement_stats
-                               if r() is not None and r() != provider]
-
-
-def _registered_placement_stats():
-    with _placement_stats_lock:
-        for ref in reversed(_placement_stats):
-            provider = ref()
-            if provider is not None:
-                return provider
-    return None
 
 
 class AgentCollector:
@@ -299,22 +225,6 @@ class AgentCollector:
         yield last
 
 
-AGENTS = AgentCollector()
-for _collector in (DatabaseCollector(), PlacementCollector(), AGENTS):
-    REGISTRY.register(_collector)
-prometheus_client.ProcessCollector(registry=REGISTRY)
-
-
-def watch_agent(agent):
-    """Report ``agent``'s discovery cycles in this process's ``/metrics``."""
-    return AGENTS.watch(agent)
-
-
-def render(registry=REGISTRY):
-    """The registry in the Prometheus text format (0.0.4)."""
-    return exposition.generate_latest(registry)
-
-
 # --- an endpoint of its own (a standalone agent) ---------------------------------------
 def parse_listen(value, option='[agent] metrics_listen'):
     """``HOST:PORT`` (``[::1]:9464`` for IPv6) -> (host, port); InvalidConfiguration
@@ -330,7 +240,7 @@ def parse_listen(value, option='[agent] metrics_listen'):
 class MetricsServer:
     """``registry`` served on ``address`` (the value of ``option``) by a daemon
     thread; ``stop()`` closes it. Any process without the API can use it, e.g. a
-    conductor serving ``REGISTRY``."""
+    conductor serving its ``Metrics.registry``."""
 
     def __init__(self, address, registry, option='[agent] metrics_listen'):
         host, port = parse_listen(address, option)
@@ -354,35 +264,15 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve_api(address, registry=None):
-    """This process's metrics (every family) on ``address``, [api] metrics_listen;
-    ``registry``: another one (multiprocess_registry())."""
-    server = MetricsServer(address, REGISTRY if registry is None else registry,
-                           option='[api] metrics_listen')
-    LOG.info('Metrics at %s', server.url)
-    return server
-
-
 # --- several processes (steward api with [api] workers > 1) ---------------------------
 MULTIPROC_ENV = 'PROMETHEUS_MULTIPROC_DIR'
 
 
-def multiprocess_registry():
-    """What the parent of worker processes serves: the bind and cleanup families
-    summed over every worker's files, the families read from the database, this
-    process's own. prometheus_client reads MULTIPROC_ENV when it is imported:
-    the command sets it before it imports this module."""
-    from prometheus_client import multiprocess
+def _check_multiprocess():
     from prometheus_client import values
     if values.ValueClass.__name__ != 'MmapedValue' or not os.environ.get(MULTIPROC_ENV):
         raise RuntimeError(f'prometheus_client was imported before {MULTIPROC_ENV} '
                            f'was set: the workers\' metrics would stay in each worker')
-    registry = prometheus_client.CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
-    for collector in (DatabaseCollector(), PlacementCollector(), AGENTS):
-        registry.register(collector)
-    prometheus_client.ProcessCollector(registry=registry)
-    return registry
 
 
 def process_dead(pid):
@@ -390,6 +280,132 @@ def process_dead(pid):
     histograms stay counted)."""
     from prometheus_client import multiprocess
     multiprocess.mark_process_dead(pid)
+
+
+class Metrics:
+    """The metrics of one process: its registry, the families observed where
+    things happen, and the collectors read when scraped. ``database``: the
+    Database the device and ARQ families are read from (None: no such families).
+    ``multiprocess``: the parent of ``steward api`` workers, serving the bind and
+    cleanup families summed over every worker's files (each worker builds a
+    Metrics of its own, whose observations land in those files because
+    prometheus_client was imported after MULTIPROC_ENV was set)."""
+
+    def __init__(self, database=None, multiprocess=False):
+        self.registry = prometheus_client.CollectorRegistry()
+        self.agents = AgentCollector()
+        self.placement = PlacementCollector()
+        if multiprocess:
+            from prometheus_client import multiprocess as mp
+            _check_multiprocess()
+            mp.MultiProcessCollector(self.registry)
+            # The families themselves live in the workers' files.
+            families = prometheus_client.CollectorRegistry()
+        else:
+            families = self.registry
+        self.bind_seconds = prometheus_client.Histogram(
+            'steward_arq_bind_seconds',
+            'Time the API took to bind the ARQs of one bind request (PATCH '
+            '/v2/accelerator_requests with add operations), by outcome: bound, or '
+            'failed (refused or undone; nothing stays bound).',
+            ['outcome'], buckets=BIND_BUCKETS, registry=families)
+        self.cleanup_seconds = prometheus_client.Histogram(
+            'steward_cleanup_seconds',
+            'Duration of device cleanups, from the device entering cleaning to the '
+            'result reaching the conductor, by locked-in action and outcome.',
+            ['action', 'outcome'], buckets=CLEANUP_BUCKETS, registry=families)
+        self.cleanups = prometheus_client.Counter(
+            'steward_cleanups',
+            'Cleanups that ended, by action and outcome: succeeded, failed (the '
+            'device went to error), late (the result came after the device left '
+            'cleaning, e.g. timed out: recorded, state unchanged), interrupted (the '
+            'agent restarted during it), not_dispatched (the agent is too old to be '
+            'asked).', ['action', 'outcome'], registry=families)
+        self.orphan_arqs = prometheus_client.Counter(
+            'steward_orphan_arqs_released',
+            'Bound accelerator requests the conductor deleted because Nova kept '
+            'answering 404 for their instance for longer than [conductor] '
+            'orphan_grace (Nova\'s own delete of them had failed).', registry=families)
+        # Observations straight on the children: labels() costs a lock and a
+        # dict lookup per call.
+        self._bind = {outcome: self.bind_seconds.labels(outcome)
+                      for outcome in BIND_OUTCOMES}
+        collectors = [self.placement, self.agents]
+        if database is not None:
+            collectors.insert(0, DatabaseCollector(database))
+        for collector in collectors:
+            self.registry.register(collector)
+        prometheus_client.ProcessCollector(registry=self.registry)
+
+    # -- observed where things happen ------------------------------------------------
+    def record(self, kind, *values):
+        """One observation: ``bind`` (outcome, seconds) or ``cleanup`` (action,
+        outcome, seconds or None)."""
+        if kind == 'bind':
+            outcome, seconds = values
+            self._bind[outcome].observe(seconds)
+        elif kind == 'cleanup':
+            action, outcome, seconds = values
+            self.cleanups.labels(action, outcome).inc()
+            if seconds is not None:
+                self.cleanup_seconds.labels(action, outcome).observe(seconds)
+        else:
+            raise ValueError(f'unknown observation {kind!r}')
+
+    @contextlib.contextmanager
+    def bind_timer(self):
+        """Time the block as one bind: ``failed`` when it raises."""
+        start = time.monotonic()
+        outcome = 'failed'
+        try:
+            yield
+            outcome = 'bound'
+        finally:
+            self.record('bind', outcome, time.monotonic() - start)
+
+    def cleanup_ended(self, action, outcome, started_at=None, finished_at=None):
+        """Count a cleanup that ended; its duration is observed when both ends are
+        known (naive UTC datetimes, as the erase records hold them)."""
+        if outcome not in CLEANUP_OUTCOMES:
+            raise ValueError(f'unknown cleanup outcome {outcome!r}')
+        seconds = None
+        if started_at is not None and finished_at is not None:
+            seconds = max((finished_at - started_at).total_seconds(), 0.0)
+        self.record('cleanup', action or 'none', outcome, seconds)
+
+    def orphan_arqs_released(self, count):
+        """Count ARQs the conductor's orphan check deleted."""
+        self.orphan_arqs.inc(count)
+
+    # -- read when scraped ------------------------------------------------------------
+    def register_placement_stats(self, provider):
+        """``provider()`` -> the counters of this process's conductor's Placement
+        client (a dict with reads, writes, errors) or None. Called by the conductor
+        when it starts."""
+        self.placement.register(provider)
+
+    def unregister_placement_stats(self, provider):
+        self.placement.unregister(provider)
+
+    def watch_agent(self, agent):
+        """Report ``agent``'s discovery cycles in this process's ``/metrics``."""
+        return self.agents.watch(agent)
+
+    def render(self):
+        """The registry in the Prometheus text format (0.0.4)."""
+        return render(self.registry)
+
+    def serve(self, address):
+        """This process's metrics (every family) on ``address``, [api]
+        metrics_listen."""
+        server = MetricsServer(address, self.registry, option='[api] metrics_listen')
+        LOG.info('Metrics at %s', server.url)
+        return server
+
+
+def render(registry):
+    """``registry`` in the Prometheus text format (0.0.4)."""
+    return exposition.generate_latest(registry)
 
 
 def serve_agent(agent, address):

@@ -54,11 +54,9 @@ def pytest_report_header(config):
 def _template_db(tmp_path_factory):
     from steward.db import migration, session
     path = tmp_path_factory.mktemp('template') / 'steward.sqlite'
-    CONF.set_override('connection', f'sqlite:///{path}', group='database')
-    session.dispose()
-    migration.upgrade()
-    session.dispose()
-    CONF.clear_override('connection', group='database')
+    template = session.Database(f'sqlite:///{path}')
+    migration.upgrade(template)
+    template.dispose()
     return path
 
 
@@ -110,11 +108,9 @@ def _pg_template():
     from steward.db import migration, session
     server.psql('DROP DATABASE IF EXISTS steward_template')
     server.psql('CREATE DATABASE steward_template')
-    CONF.set_override('connection', server.url('steward_template'), group='database')
-    session.dispose()
-    migration.upgrade()
-    session.dispose()
-    CONF.clear_override('connection', group='database')
+    template = session.Database(server.url('steward_template'))
+    migration.upgrade(template)
+    template.dispose()
     return server
 
 
@@ -122,8 +118,7 @@ def _pg_template():
 def db(request, _template_db, tmp_path, conf):
     """A migrated database of this test's own; yields its URL. SQLite by default;
     tests that must hold on PostgreSQL too use ``@pytest.mark.parametrize('db',
-    ['sqlite', 'postgresql'], indirect=True)``."""
-    from steward.db import session
+    ['sqlite', 'postgresql'], indirect=True)``; ``database`` is the Database on it."""
     if request.param == 'postgresql':
         server = request.getfixturevalue('_pg_template')
         if server is None:
@@ -137,6 +132,25 @@ def db(request, _template_db, tmp_path, conf):
         url = f'sqlite:///{path}'
     conf.set_override('connection', url, group='database')
     conf.set_override('state_path', str(tmp_path))
-    session.dispose()
     yield url
-    session.dispose()
+
+
+@pytest.fixture
+def transport(conf):
+    """A steward.common.rpc.Transport on the configured transport_url (the
+    in-process broker unless a test says otherwise), as a command's root builds
+    it; closed after the test."""
+    from steward.common import rpc
+    built = rpc.Transport()
+    yield built
+    built.cleanup()
+
+
+@pytest.fixture
+def database(db):
+    """The steward.db.session.Database on this test's ``db``, as a command's
+    composition root builds it."""
+    from steward.db import session
+    built = session.Database(db)
+    yield built
+    built.dispose()

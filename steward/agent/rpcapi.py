@@ -16,7 +16,6 @@ import threading
 
 import oslo_messaging as messaging
 
-from steward.common import rpc
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
@@ -63,7 +62,9 @@ def version_at_least(have, want):
 class AgentAPI:
     PING_TIMEOUT = 5
 
-    def __init__(self, version_cap=None):
+    def __init__(self, transport, version_cap=None):
+        # transport: the steward.common.rpc.Transport the agents are reached on.
+        self.transport = transport
         self.version_cap = version_cap
         self._client = None
         self._lock = threading.Lock()
@@ -72,11 +73,11 @@ class AgentAPI:
     @property
     def client(self):
         # Built on first use: a conductor that never talks to an agent (API-only
-        # tests, a conductor before any unbind) needs no transport.
+        # tests, a conductor before any unbind) opens no connection.
         with self._lock:
             if self._client is None:
-                self._client = rpc.get_client(CONF.rpc_topic_agent, '1.0',
-                                              version_cap=self.version_cap)
+                self._client = self.transport.client(CONF.rpc_topic_agent, '1.0',
+                                                     version_cap=self.version_cap)
             return self._client
 
     # -- what each host speaks -----------------------------------------------------

@@ -15,6 +15,7 @@ import fastapi
 from steward.api import auth
 from steward.api import errors
 from steward.api import microversion
+from steward.api import policy as api_policy
 from steward.api.handlers import ApiRequest
 from steward.api.handlers import arqs
 from steward.api.handlers import attributes
@@ -221,7 +222,8 @@ def _api_request(scope, app):
         query=scope.get('query_string', b''),
         body=scope.get('steward.body', b''), conductor=app.state.conductor,
         scheme=scope.get('scheme', 'http'), host=host,
-        root_path=scope.get('root_path', ''))
+        root_path=scope.get('root_path', ''), database=app.state.database,
+        metrics=app.state.metrics, policy=app.state.policy)
 
 
 # How many handlers run at once, on SQLite. Its writers are serial (one lock per
@@ -334,9 +336,13 @@ class _App(fastapi.FastAPI):
         return self.state.pipeline
 
 
-def create_app(conductor_api):
+def create_app(conductor_api, database, metrics=None, policy=None):
     """The API application; ``conductor_api`` is a ConductorAPI (the only way
-    the API changes ARQs and devices). The pipeline, outermost first:
+    the API changes ARQs and devices), ``database`` the Database it reads (and
+    writes attributes and device profiles) through, ``metrics`` the process's
+    steward.metrics.Metrics (None: one of the app's own, nobody serves it),
+    ``policy`` the process's steward.api.policy.Enforcer (None: one of the app's
+    own, on the policy file as it is now). The pipeline, outermost first:
 
     1. ApiMiddleware: request id, path normalisation, microversion (406),
        version headers on every answer, and every error rendered by errors.py
@@ -350,6 +356,12 @@ def create_app(conductor_api):
     app = _App(title='Steward accelerator API', openapi_url=None,
                docs_url=None, redoc_url=None, redirect_slashes=False)
     app.state.conductor = conductor_api
+    app.state.database = database
+    if metrics is None:
+        from steward import metrics as steward_metrics
+        metrics = steward_metrics.Metrics(database)
+    app.state.metrics = metrics
+    app.state.policy = policy if policy is not None else api_policy.Enforcer()
     app.state.executor = futures.ThreadPoolExecutor(
         handler_threads(), thread_name_prefix='steward-api')
     app.state.router = Router(ROUTES, SINCE, app.state.executor)

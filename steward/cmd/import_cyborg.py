@@ -36,11 +36,13 @@ def main(argv):
                      'providers the import adopts')
     from steward.db import cyborg_import
     from steward.db import migration
-    if migration.current_revision() != migration.head_revision():
+    from steward.db import session
+    database = session.Database()
+    if migration.current_revision(database) != migration.head_revision():
         process.fail("Steward's database is not at the current schema: run "
                      '`steward db sync` first')
     try:
-        result = cyborg_import.run(args.cyborg_connection, dry_run=args.dry_run,
+        result = cyborg_import.run(database, args.cyborg_connection, dry_run=args.dry_run,
                                    merge=args.merge, placement=handle.placement_client(),
                                    fake_devices=fake_driver_devices)
     except exception.StewardError as err:

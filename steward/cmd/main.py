@@ -4,6 +4,7 @@ import logging
 import sys
 
 from steward import process
+from steward.cmd import root as cmd_root
 from steward.common import rpc
 from steward.cmd import checks
 from steward.placement import handle as placement_handle
@@ -43,8 +44,9 @@ def cmd_serve(argv):
                     'process (doc/install.md)', CONF.api.workers)
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
+    root = cmd_root.Root(metrics=True, policy=True, transport=True)
     # A bad [api] metrics_listen stops serve before anything else starts.
-    exporter = _serve_metrics()
+    exporter = root.serve_metrics()
     # Placement takes as long to start as the imports and migrations below: start
     # it now (as the user serve runs as) and let the two run side by side.
     placement_proc = placement_handle.start_embedded(wait=False) \
@@ -59,25 +61,29 @@ def cmd_serve(argv):
     servers = []
     agent = conductor = None
     try:
-        process.sync_database()
+        root.sync_database()
         if placement_proc is not None:
             placement_proc.wait_ready()
-        conductor = conductor_manager.ConductorManager(placement_handle.placement_client())
+        conductor = conductor_manager.ConductorManager(
+            root.database, root.placement_client(), notifier=root.nova_notifier(),
+            metrics=root.metrics, transport=root.transport)
         conductor.init_host()
-        servers.append(rpc.start_server(CONF.rpc_topic_conductor, CONF.host,
-                                                 [conductor]))
-        agent = agent_manager.AgentManager(CONF, rpcapi.ConductorAPI(),
-                                           on_fatal=lambda _err: process.stop_process(1))
-        from steward import metrics
-        metrics.watch_agent(agent)          # discovery metrics on the API's /metrics
-        servers.append(rpc.start_server(CONF.rpc_topic_agent, agent.host,
-                                                 [agent]))
+        servers.append(root.transport.start_server(CONF.rpc_topic_conductor, CONF.host,
+                                                   [conductor]))
+        agent = agent_manager.AgentManager(CONF,
+                                           rpcapi.ConductorAPI(transport=root.transport),
+                                           on_fatal=lambda _err: root.lifecycle.stop(1))
+        root.metrics.watch_agent(agent)     # discovery metrics on the API's /metrics
+        servers.append(root.transport.start_server(CONF.rpc_topic_agent, agent.host,
+                                                   [agent]))
         agent.init_host()
         agent.start()
         conductor.start()
-        app = api_app.create_app(rpcapi.ConductorAPI(conductor))
+        app = api_app.create_app(rpcapi.ConductorAPI(conductor), root.database,
+                                 metrics=root.metrics, policy=root.policy)
+        root.reload_policy_on_sighup()
         process.settle_heap()
-        process.run_http(app, CONF.api.host_ip, CONF.api.port)
+        root.lifecycle.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
         if agent is not None:
             agent.stop()
@@ -89,15 +95,8 @@ def cmd_serve(argv):
             placement_proc.stop()
         if exporter is not None:
             exporter.stop()
-    return process.exit_status()
-
-
-def _serve_metrics(registry=None):
-    """The [api] metrics_listen server of this process (None: not configured)."""
-    if not CONF.api.metrics_listen.strip():
-        return None
-    from steward import metrics
-    return metrics.serve_api(CONF.api.metrics_listen, registry=registry)
+        root.close()
+    return root.lifecycle.status
 
 
 def _serve_listeners():
@@ -114,15 +113,17 @@ def cmd_api(argv):
     checks.check_exposure([('the API', CONF.api.host_ip)])
     workers = CONF.api.workers
     if workers == 1:
-        app = api_factory.build()
-        exporter = _serve_metrics()
+        root = cmd_root.Root(metrics=True, policy=True, transport=True)
+        app = api_factory.build(root)
+        root.reload_policy_on_sighup()
+        exporter = root.serve_metrics()
         try:
-            process.run_http(app, CONF.api.host_ip, CONF.api.port)
+            root.lifecycle.run_http(app, CONF.api.host_ip, CONF.api.port)
         finally:
             if exporter is not None:
                 exporter.stop()
-            process.release_shared_resources()
-        return process.exit_status()
+            root.close()
+        return root.lifecycle.status
     # Several processes: gunicorn's workers (steward/supervisor.py), each building
     # its app after the fork; their bind observations meet in prometheus_client's
     # multiprocess files, which this process serves.
@@ -133,20 +134,22 @@ def cmd_api(argv):
     os.environ['PROMETHEUS_MULTIPROC_DIR'] = metrics_dir    # before prometheus_client
     from steward import metrics
     from steward import supervisor
-    from steward.db import session
-    exporter = _serve_metrics(metrics.multiprocess_registry())
+    # This process serves the workers' families summed and reads the database
+    # families; each worker builds a Root of its own after the fork.
+    root = cmd_root.Root(metrics='multiprocess')
+    exporter = root.serve_metrics()
     LOG.info('Steward API listening on http://%s:%s/v2 (%d worker processes)',
              CONF.api.host_ip, CONF.api.port, workers)
     try:
         supervisor.Supervisor(
             api_factory.build, CONF.api.host_ip, CONF.api.port, workers,
             supervisor.API_WORKER, keepalive=process.HTTP_KEEP_ALIVE,
-            graceful_timeout=10, name='steward-api', on_fork=session.after_fork,
+            graceful_timeout=10, name='steward-api', on_fork=root.database.after_fork,
             on_child_exit=metrics.process_dead).serve_forever()
     finally:
         if exporter is not None:
             exporter.stop()
-        process.release_shared_resources()
+        root.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
@@ -155,24 +158,27 @@ def cmd_conductor(argv):
     from steward.conductor import manager as conductor_manager
     process.prepare(argv)
     checks.check_service_config('conductor')
-    process.sync_database()
+    root = cmd_root.Root(transport=True)
+    root.sync_database()
     extra = {}
     agent_cap = checks.rpc_version_cap('agent')
     if agent_cap is not None:
         from steward.agent import rpcapi as agent_rpcapi
-        extra['agent_api'] = agent_rpcapi.AgentAPI(version_cap=agent_cap)
-    conductor = conductor_manager.ConductorManager(placement_handle.placement_client(), **extra)
+        extra['agent_api'] = agent_rpcapi.AgentAPI(root.transport, version_cap=agent_cap)
+    conductor = conductor_manager.ConductorManager(
+        root.database, root.placement_client(), notifier=root.nova_notifier(),
+        transport=root.transport, **extra)
     conductor.init_host()
-    srv = rpc.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
+    srv = root.transport.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
     conductor.start()
     LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
     process.settle_heap()
     try:
-        process.wait_for_shutdown()
+        root.lifecycle.wait_for_shutdown()
     finally:
         rpc.stop_server(srv)     # in-flight calls finish first
         conductor.stop()
-        process.release_shared_resources()
+        root.close()
     return 0
 
 
@@ -184,27 +190,29 @@ def cmd_agent(argv):
     checks.check_service_config('agent')
     from steward.agent import privileges
     privileges.start(CONF)      # before any thread: forks daemons, drops privileges
+    root = cmd_root.Root(database=False, transport=True)
     agent = agent_manager.AgentManager(
-        CONF, rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor')),
-        on_fatal=lambda _err: process.stop_process(1))
+        CONF, rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
+                                  transport=root.transport),
+        on_fatal=lambda _err: root.lifecycle.stop(1))
     # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.
     exporter = metrics.serve_agent(agent, CONF.agent.metrics_listen) \
         if CONF.agent.metrics_listen.strip() else None
-    srv = rpc.start_server(CONF.rpc_topic_agent, agent.host, [agent])
+    srv = root.transport.start_server(CONF.rpc_topic_agent, agent.host, [agent])
     LOG.info('Agent %s serving topic %s (server %s)', agent.host, CONF.rpc_topic_agent,
              agent.host)
     try:
         agent.init_host()
         agent.start()
         process.settle_heap()
-        process.wait_for_shutdown()
+        root.lifecycle.wait_for_shutdown()
     finally:
         agent.stop()
         rpc.stop_server(srv)
         if exporter is not None:
             exporter.stop()
-        process.release_shared_resources()
-    return process.exit_status()
+        root.close()
+    return root.lifecycle.status
 
 
 def cmd_db(argv):
@@ -216,18 +224,22 @@ def cmd_db(argv):
     args, rest = parser.parse_known_args(argv)
     process.prepare(rest)
     from steward.db import data_migrations, migration
-    if args.action == 'sync':
-        migration.upgrade()
-        print(f'Database at revision {migration.current_revision()}')
-    elif args.action == 'version':
-        print(migration.current_revision())
-    else:
-        migration.upgrade()
-        for name, count in data_migrations.run_all().items():
-            print(f'{name}: {count} row(s) migrated')
-        left = sum(data_migrations.pending().values())
-        print('All online data migrations complete.' if not left
-              else f'{left} row(s) still need migrating')
+    database = cmd_root.Root().database
+    try:
+        if args.action == 'sync':
+            migration.upgrade(database)
+            print(f'Database at revision {migration.current_revision(database)}')
+        elif args.action == 'version':
+            print(migration.current_revision(database))
+        else:
+            migration.upgrade(database)
+            for name, count in data_migrations.run_all(database).items():
+                print(f'{name}: {count} row(s) migrated')
+            left = sum(data_migrations.pending(database).values())
+            print('All online data migrations complete.' if not left
+                  else f'{left} row(s) still need migrating')
+    finally:
+        database.dispose()
     return 0
 
 

@@ -8,9 +8,12 @@ from steward.conf import CONF
 
 
 class Checks(upgradecheck.UpgradeCommands):
+    def __init__(self, database):
+        self.database = database
+
     def _check_schema(self):
         from steward.db import migration
-        current, head = migration.current_revision(), migration.head_revision()
+        current, head = migration.current_revision(self.database), migration.head_revision()
         if current != head:
             return upgradecheck.Result(
                 upgradecheck.Code.FAILURE,
@@ -21,7 +24,7 @@ class Checks(upgradecheck.UpgradeCommands):
     def _check_device_state(self):
         from steward.db import data_migrations
         try:
-            left = data_migrations.pending()['backfill_device_state']
+            left = data_migrations.pending(self.database)['backfill_device_state']
         except Exception as err:   # schema too old to even have the column
             return upgradecheck.Result(upgradecheck.Code.FAILURE, str(err).split('\n')[0])
         if left:
@@ -39,7 +42,12 @@ class Checks(upgradecheck.UpgradeCommands):
 
 def main(argv):
     process.prepare(argv)
-    return Checks().check()
+    from steward.cmd import root as cmd_root
+    root = cmd_root.Root()
+    try:
+        return Checks(root.database).check()
+    finally:
+        root.close()
 
 
 if __name__ == '__main__':

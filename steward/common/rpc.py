@@ -1,5 +1,7 @@
-"""oslo.messaging plumbing: one transport per process, context-carrying serializer,
-and the bound on how long a caller waits for an unreachable broker."""
+"""oslo.messaging plumbing: the transport a command's composition root builds once
+(``Transport``; the RPC clients and servers are built from it), the
+context-carrying serializer, and the bound on how long a caller waits for an
+unreachable broker."""
 import logging
 import threading
 
@@ -11,11 +13,6 @@ from steward.common import memory_transport
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
-
-_lock = threading.Lock()
-_transport = None
-_url = None
-_reply_setup = None     # the thread opening this process's reply queue, once
 
 ALLOWED_EXMODS = ['steward.common.exception']
 
@@ -36,29 +33,6 @@ def dispatched(ctx):
     """True when ``ctx`` came with an RPC call (an endpoint called directly, as
     the single-host API calls its conductor, gets the caller's own context)."""
     return getattr(ctx, 'steward_dispatched', False)
-
-
-def get_transport():
-    global _transport, _url
-    memory_transport.register()
-    with _lock:
-        if _transport is None or _url != CONF.transport_url:
-            _transport = messaging.get_rpc_transport(
-                CONF, allowed_remote_exmods=ALLOWED_EXMODS)
-            if CONF.transport_url.startswith(f'kombu+{memory_transport.ALIAS}'):
-                # Nothing to heartbeat in-process (and kombu warns it cannot).
-                CONF.set_default('heartbeat_timeout_threshold', 0,
-                                 group='oslo_messaging_rabbit')
-            _url = CONF.transport_url
-        return _transport
-
-
-def cleanup():
-    global _transport, _url, _reply_setup
-    with _lock:
-        if _transport is not None:
-            _transport.cleanup()
-        _transport = _url = _reply_setup = None
 
 
 def _rabbit_opt(name, default):
@@ -89,27 +63,64 @@ def retries_within(seconds):
     return retries
 
 
-def reply_queue_ready(timeout):
-    """True once this process can receive RPC replies (False after ``timeout``).
+class Transport:
+    """The oslo.messaging RPC transport of one process ([DEFAULT] transport_url, as
+    configured when it is built): clients (``client``) and servers (``server``,
+    ``start_server``) are made from it; ``cleanup()`` closes its connections."""
 
-    The driver opens its reply queue on the first call, on a connection that
-    retries forever: a first call while the broker is down would hang however
-    small its ``retry``. That opening runs here in a thread of its own instead;
-    the caller gives up after ``timeout`` having sent nothing, and the thread
-    finishes once the broker is back."""
-    global _reply_setup
-    driver = getattr(get_transport(), '_driver', None)
-    if getattr(driver, '_reply_q', 'n/a') is not None:
-        return True         # opened already, or a driver without reply queues
-    with _lock:
-        setup = _reply_setup
-        if setup is None or (not setup.is_alive() and not setup.done.is_set()):
-            setup = _reply_setup = threading.Thread(
-                target=_open_reply_queue, args=(driver,), daemon=True,
-                name='steward-rpc-reply-queue')
-            setup.done = threading.Event()
-            setup.start()
-    return setup.done.wait(timeout)
+    def __init__(self, conf=None):
+        conf = CONF if conf is None else conf
+        memory_transport.register()
+        self.url = conf.transport_url
+        self._transport = messaging.get_rpc_transport(
+            conf, allowed_remote_exmods=ALLOWED_EXMODS)
+        if (self.url or '').startswith(f'kombu+{memory_transport.ALIAS}'):
+            # Nothing to heartbeat in-process (and kombu warns it cannot).
+            conf.set_default('heartbeat_timeout_threshold', 0,
+                             group='oslo_messaging_rabbit')
+        self._lock = threading.Lock()
+        self._reply_setup = None    # the thread opening the reply queue, once
+
+    def client(self, topic, version, version_cap=None, server=None):
+        target = messaging.Target(topic=topic, version=version, server=server)
+        return messaging.get_rpc_client(self._transport, target, version_cap=version_cap,
+                                        serializer=ContextSerializer())
+
+    def server(self, topic, server, endpoints):
+        target = messaging.Target(topic=topic, server=server)
+        return messaging.get_rpc_server(self._transport, target, endpoints,
+                                        executor='threading',
+                                        serializer=ContextSerializer())
+
+    def start_server(self, topic, server, endpoints):
+        srv = self.server(topic, server, endpoints)
+        srv.start()
+        return srv
+
+    def reply_queue_ready(self, timeout):
+        """True once this transport can receive RPC replies (False after
+        ``timeout``).
+
+        The driver opens its reply queue on the first call, on a connection that
+        retries forever: a first call while the broker is down would hang however
+        small its ``retry``. That opening runs here in a thread of its own instead;
+        the caller gives up after ``timeout`` having sent nothing, and the thread
+        finishes once the broker is back."""
+        driver = getattr(self._transport, '_driver', None)
+        if getattr(driver, '_reply_q', 'n/a') is not None:
+            return True         # opened already, or a driver without reply queues
+        with self._lock:
+            setup = self._reply_setup
+            if setup is None or (not setup.is_alive() and not setup.done.is_set()):
+                setup = self._reply_setup = threading.Thread(
+                    target=_open_reply_queue, args=(driver,), daemon=True,
+                    name='steward-rpc-reply-queue')
+                setup.done = threading.Event()
+                setup.start()
+        return setup.done.wait(timeout)
+
+    def cleanup(self):
+        self._transport.cleanup()
 
 
 def _open_reply_queue(driver):
@@ -119,25 +130,6 @@ def _open_reply_queue(driver):
         me.done.set()
     except Exception as err:  # noqa: BLE001 - the next call starts a new attempt
         LOG.warning('Could not open the RPC reply queue: %s', err)
-
-
-def get_client(topic, version, version_cap=None, server=None):
-    target = messaging.Target(topic=topic, version=version, server=server)
-    return messaging.get_rpc_client(get_transport(), target, version_cap=version_cap,
-                                    serializer=ContextSerializer())
-
-
-def get_server(topic, server, endpoints):
-    target = messaging.Target(topic=topic, server=server)
-    return messaging.get_rpc_server(get_transport(), target, endpoints,
-                                    executor='threading',
-                                    serializer=ContextSerializer())
-
-
-def start_server(topic, server, endpoints):
-    srv = get_server(topic, server, endpoints)
-    srv.start()
-    return srv
 
 
 def stop_server(srv):

@@ -20,7 +20,6 @@ from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 
@@ -30,8 +29,8 @@ def accelerator_count(group):
     return sum(int(v) for k, v in group.items() if k.startswith('resources:'))
 
 
-def create(ctx, device_profile_name, project_id):
-    with db_session.writer() as s:
+def create(database, ctx, device_profile_name, project_id):
+    with database.writer() as s:
         dp = db.device_profile_get(s, name=device_profile_name)
         return db.arqs_create(s, dp, [
             group_id for group_id, group in enumerate(db.device_profile_groups(dp))
@@ -63,7 +62,7 @@ def bind(clients, ctx, bindings):
         raise exception.PatchInvalid(reason='an ARQ appears twice')
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
     reserve, handles = [], {}
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         arqs = db.arq_get_many(s, uuids, project_scope)
         for arq in arqs:
             if arq.state not in states.ARQ_BINDABLE:
@@ -114,7 +113,7 @@ def bind(clients, ctx, bindings):
 def _fail_bound(clients, ctx, uuids, reason):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
     released = []
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         for arq in db.arq_get_many(s, uuids):
             handle_id = arq.attach_handle_id
             if arq.state in (states.ARQ_BOUND, states.ARQ_BIND_STARTED):
@@ -146,7 +145,7 @@ def _unbind_one(s, ctx, arq):
 def unbind(clients, ctx, arq_uuids):
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
     released = []
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         for arq in db.arq_get_many(s, arq_uuids, project_scope):
             if arq.state == states.ARQ_UNBOUND:
                 continue
@@ -161,7 +160,7 @@ def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
     found in Deleting already (a crash of an older release between its two
     transactions, or reconciliation) is finished here too."""
     released = []
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         if arq_uuids is not None:
             arqs = db.arq_get_many(s, arq_uuids, project_id)
         else:
@@ -208,7 +207,7 @@ def _finish_in(s, ctx, uuids):
 
 def finish_deleting(clients, ctx, uuids):
     """Remove ARQs left in Deleting (reconciliation); returns how many were asked."""
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         released = _finish_in(s, ctx, uuids)
     after_release(clients, released, ctx)
     return len(uuids)

@@ -15,7 +15,6 @@ import logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
 
-from steward import metrics
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
@@ -23,7 +22,6 @@ from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
 from steward.conf import CONF
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 
@@ -99,7 +97,7 @@ def release_for_cleaning(clients, ctx, device_uuid, recovery=False):
     reserved (its agent's start-up recovery, or the next periodic run, cleans it).
     ``recovery``: the periodic task found the release, not an unbind. Returns True
     when the cleanup was asked for."""
-    with db_session.reader() as s:
+    with clients.database.reader() as s:
         device = db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
@@ -115,7 +113,7 @@ def release_for_cleaning(clients, ctx, device_uuid, recovery=False):
                     'it stays allocated and reserved and will be cleaned when its agent '
                     'starts', device_uuid, host, type(err).__name__)
         return False
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
@@ -144,7 +142,7 @@ def _released(s, device):
 def dispatch(clients, ctx, device_uuid, trigger='unbind'):
     """Ask the device's agent to clean it (device in pending_cleaning). An agent too
     old for cleanup_device leaves the device in error: never handed out uncleaned."""
-    with db_session.reader() as s:
+    with clients.database.reader() as s:
         device = db.device_get(s, device_uuid)
         host, device_dict = device.hostname, payload(s, device)
     api = clients.agent_api
@@ -152,7 +150,7 @@ def dispatch(clients, ctx, device_uuid, trigger='unbind'):
         err = exception.AgentTooOld(host=host, feature='cleanup_device',
                                     version=CLEANUP_RPC)
         LOG.error('device %s needs cleaning but %s; moving it to error', device_uuid, err)
-        with db_session.writer() as s:
+        with clients.database.writer() as s:
             device = db.device_get(s, device_uuid)
             deps = fail_device(s, device, f'{err.code}: {err}', ctx)
             db.erase_record_create(s, device_uuid, hostname=host, trigger=trigger,
@@ -161,7 +159,8 @@ def dispatch(clients, ctx, device_uuid, trigger='unbind'):
                                    action=board_of(device).get('cleanup_action'),
                                    error_code=err.code, error_message=str(err))
         reserve_whole(clients, deps, True)
-        metrics.cleanup_ended(board_of(device).get('cleanup_action'), 'not_dispatched')
+        clients.metrics.cleanup_ended(board_of(device).get('cleanup_action'),
+                                      'not_dispatched')
         return False
     api.cleanup_device(ctx, host, device_dict, trigger=trigger)
     LOG.info('device %s: cleanup_device cast to the agent of %s (%s)', device_uuid, host,
@@ -172,14 +171,14 @@ def dispatch(clients, ctx, device_uuid, trigger='unbind'):
 def operator_clean(clients, ctx, device_uuid):
     """POST /v2/devices/{uuid}/clean: error -> pending_cleaning, then dispatch.
     400 cannot clean / agent too old, 404, 409 any state but error."""
-    with db_session.reader() as s:
+    with clients.database.reader() as s:
         device = db.device_get(s, device_uuid)
         _check_cleanable(device)
         host = device.hostname
     if not clients.agent_api.can_send_version(CLEANUP_RPC, host=host):
         raise exception.AgentTooOld(host=host, feature='cleanup_device (device clean)',
                                     version=CLEANUP_RPC)
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         device = db.device_get(s, device_uuid)
         _check_cleanable(device)
         states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
@@ -189,7 +188,7 @@ def operator_clean(clients, ctx, device_uuid):
         dispatch(clients, ctx, device_uuid, trigger='operator')
     except messaging.MessagingException as err:
         # Nobody was asked: put the device back where the operator found it.
-        with db_session.writer() as s:
+        with clients.database.writer() as s:
             device = db.device_get(s, device_uuid)
             if device.device_state == states.DEV_PENDING_CLEANING:
                 fail_device(s, device, f'cleanup_device could not be sent: {err}', ctx)
@@ -217,10 +216,10 @@ def _check_cleanable(device):
         raise exception.DeviceCannotClean(uuid=device.uuid, reason=reason)
 
 
-def plan(ctx, device_uuid):
+def plan(database, ctx, device_uuid):
     """What POST /clean would run on the device and why; executes nothing."""
     from steward.drivers import nvme_policy
-    with db_session.reader() as s:
+    with database.reader() as s:
         device = db.device_get(s, device_uuid)
         board = board_of(device)
         last = db.erase_record_list(s, device_uuid, limit=1)
@@ -248,11 +247,11 @@ def plan(ctx, device_uuid):
 
 
 # --- from the agent, while it cleans ----------------------------------------------
-def start(ctx, device_uuid, host, trigger):
+def start(database, ctx, device_uuid, host, trigger):
     """pending_cleaning -> cleaning and a running erase record. Raises
     InvalidStateTransition when the device is not pending_cleaning (a duplicate or
     stale request): the agent then does nothing."""
-    with db_session.writer() as s:
+    with database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.hostname != host:
             raise exception.Invalid(reason=f'device {device_uuid} belongs to '
@@ -267,8 +266,8 @@ def start(ctx, device_uuid, host, trigger):
         return {'device': payload(s, device), 'erase_record': rec.uuid}
 
 
-def progress(ctx, record_uuid, phase, percent, detail):
-    with db_session.writer() as s:
+def progress(database, ctx, record_uuid, phase, percent, detail):
+    with database.writer() as s:
         rec = db.erase_record_get(s, record_uuid)
         if rec.status == 'running':
             db.erase_record_update(s, record_uuid, phase=phase, progress=percent,
@@ -297,7 +296,7 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
     else:
         values.update(error_code=error_code, error_message=error_message,
                       assurance_level='none')
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         device = db.device_get(s, device_uuid)
         rec = db.erase_record_get(s, record_uuid)
         if device.device_state != states.DEV_CLEANING or \
@@ -312,7 +311,7 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
                 else:
                     states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED,
                                    event='fail', values=db.erase_values(values))
-                metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
+                clients.metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
             return {'device_state': device.device_state, 'applied': False,
                     'placement_ok': True}
         if succeeded:
@@ -332,6 +331,6 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
             deps = fail_device(s, device, reason, ctx, actor=agent_actor(device.hostname))
         state = device.device_state
     ok = reserve_whole(clients, deps, not succeeded)
-    metrics.cleanup_ended(values.get('action') or rec.action,
+    clients.metrics.cleanup_ended(values.get('action') or rec.action,
                           'succeeded' if succeeded else 'failed', rec.started_at, now)
     return {'device_state': state, 'applied': True, 'placement_ok': ok}

@@ -15,7 +15,6 @@ import logging
 
 from oslo_utils import timeutils
 
-from steward import metrics
 from steward.common import exception
 from steward.common import states
 from steward.conductor import cleanup_ops
@@ -23,7 +22,6 @@ from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 
@@ -41,7 +39,7 @@ def cleanup_started(s, device):
                 and last[0].started_at >= since)
 
 
-def recovery_info(ctx, host, placement=None):
+def recovery_info(database, ctx, host, placement=None):
     """What an agent starting on ``host`` must reconcile: cleanups it did not see
     finish (cleaning, or pending_cleaning with a cleanup started: interrupted),
     cleanups it was asked for but never started (pending_cleaning with none
@@ -49,7 +47,7 @@ def recovery_info(ctx, host, placement=None):
     an active ARQ (a missed cleanup), and Placement reservations that disagree
     with device_state."""
     interrupted, lost, missed, checks = [], [], [], []
-    with db_session.reader() as s:
+    with database.reader() as s:
         for device in db.devices_in_states(s, host, (states.DEV_PENDING_CLEANING,
                                                      states.DEV_CLEANING)):
             if device.device_state == states.DEV_PENDING_CLEANING and \
@@ -90,7 +88,7 @@ def fail_interrupted(clients, ctx, device_uuid, reason):
     """A cleanup the agent did not see finish (it was restarted): -> error, with
     what the hardware says recorded in the erase record."""
     code = 'cyb.cleanup.interrupted'
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
             return {'device_state': device.device_state, 'applied': False}
@@ -105,21 +103,21 @@ def fail_interrupted(clients, ctx, device_uuid, reason):
                            event='interrupt', values=db.erase_values(dict(
                                finished_at=now, error_code=code, error_message=message,
                                assurance_level='none')))
-            metrics.cleanup_ended(rec.action, 'interrupted')
+            clients.metrics.cleanup_ended(rec.action, 'interrupted')
         if not running:
             db.erase_record_create(s, device_uuid, hostname=device.hostname,
                                    trigger='recovery', status='interrupted',
                                    action=action, started_at=now, finished_at=now,
                                    error_code=code, error_message=message,
                                    assurance_level='none')
-            metrics.cleanup_ended(action, 'interrupted')
+            clients.metrics.cleanup_ended(action, 'interrupted')
     cleanup_ops.reserve_whole(clients, deps, True)
     return {'device_state': states.DEV_ERROR, 'applied': True}
 
 
-def recover_missed(ctx, device_uuid):
+def recover_missed(database, ctx, device_uuid):
     """allocated with no active ARQ -> pending_cleaning; the agent then cleans it."""
-    with db_session.writer() as s:
+    with database.writer() as s:
         device = db.device_get(s, device_uuid)
         if db.device_has_active_arq(s, device.id):
             raise exception.Conflict(reason=f'device {device_uuid} has an active ARQ')
@@ -160,7 +158,7 @@ def fail_stuck(clients, ctx, device_uuid, limit, now=None):
     its running erase record failed with cyb.cleanup.stuck, reserved = total.
     Returns True when this call moved it."""
     now = now or timeutils.utcnow()
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
             return False
@@ -185,5 +183,5 @@ def fail_stuck(clients, ctx, device_uuid, limit, now=None):
     LOG.error('device %s: %s; moved to error (re-clean with POST /v2/devices/%s/clean)',
               device_uuid, err, device_uuid)
     cleanup_ops.reserve_whole(clients, deps, True)
-    metrics.cleanup_ended(action, 'failed', rec.started_at if rec else None, now)
+    clients.metrics.cleanup_ended(action, 'failed', rec.started_at if rec else None, now)
     return True

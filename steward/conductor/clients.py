@@ -1,4 +1,4 @@
-"""What the conductor's operations talk to outside the database, owned by one
+"""What the conductor's operations talk to (the database included), owned by one
 ConductorManager and handed to every operation that needs it (no module holds a
 client of its own: two conductors in one process, as tests run them, stay apart).
 """
@@ -9,9 +9,13 @@ from steward.common import exception
 
 @dataclasses.dataclass(frozen=True)
 class Clients:
-    """``placement_client``: a PlacementClient, or None when this conductor has no
+    """``database``: the steward.db.session.Database of this conductor;
+    ``metrics``: the process's steward.metrics.Metrics;
+    ``placement_client``: a PlacementClient, or None when this conductor has no
     Placement (API-only tests); ``agent_api``: the AgentAPI that learns each host's
     agent version."""
+    database: object
+    metrics: object
     placement_client: object
     agent_api: object
 

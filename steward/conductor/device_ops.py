@@ -11,7 +11,6 @@ from steward.common import states
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 
@@ -119,17 +118,17 @@ def release_after_unbind(session, deployable_id, ctx):
     return []
 
 
-def _rc_of(deployable):
-    with db_session.reader() as s:
+def _rc_of(database, deployable):
+    with database.reader() as s:
         attrs = db.attribute_list(s, {'deployable_id': deployable.id, 'key': 'rc'})
     return attrs[0].value if attrs else None
 
 
-def current_reserved(deployable_id, fallback=None):
+def current_reserved(database, deployable_id, fallback=None):
     """The reservation rule on the rows as they are now. The Placement client calls
     it after reading the provider's generation, on every attempt, so when two
     conductors race the last writer writes the newest device state."""
-    with db_session.reader() as s:
+    with database.reader() as s:
         dep = s.get(m.Deployable, deployable_id)
         if dep is None:
             return fallback
@@ -143,19 +142,20 @@ def reserve(clients, deployable, reserve):
     whatever its device's state asks for when the write happens."""
     if not deployable.rp_uuid:
         return
-    rc = _rc_of(deployable)
+    rc = _rc_of(clients.database, deployable)
     if rc is None:
         LOG.warning('Deployable %s has no resource class; nothing to reserve',
                     deployable.uuid)
         return
     clients.placement().set_reserved(
         deployable.rp_uuid, rc,
-        functools.partial(current_reserved, deployable.id, 'total' if reserve else 0))
+        functools.partial(current_reserved, clients.database, deployable.id,
+                          'total' if reserve else 0))
 
 
 def set_status(clients, ctx, device_uuid, status):
     """Enable/disable (maintaining): persist, then reserve or free in Placement."""
-    with db_session.writer() as s:
+    with clients.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.status != status:
             device.status = status
@@ -165,7 +165,8 @@ def set_status(clients, ctx, device_uuid, status):
         for d in deps:
             s.expunge(d)
     for dep in deps:
-        rc = _rc_of(dep) if dep.rp_uuid else None
-        if rc and current_reserved(dep.id) is not None:
+        rc = _rc_of(clients.database, dep) if dep.rp_uuid else None
+        if rc and current_reserved(clients.database, dep.id) is not None:
             clients.placement().set_reserved(dep.rp_uuid, rc,
-                                             functools.partial(current_reserved, dep.id))
+                                             functools.partial(current_reserved,
+                                                               clients.database, dep.id))

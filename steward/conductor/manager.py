@@ -7,7 +7,7 @@ import logging
 
 import oslo_messaging as messaging
 
-from steward import metrics
+from steward import metrics as steward_metrics
 from steward.agent import rpcapi as agent_rpcapi
 from steward.common import context
 from steward.common import exception
@@ -24,7 +24,6 @@ from steward.conductor import report
 from steward.conductor import rpcapi
 from steward.db import api as db
 from steward.db import data_migrations
-from steward.db import session as db_session
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
@@ -59,12 +58,18 @@ def expected(*classes):
 class ConductorManager:
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
-    def __init__(self, placement_client=None, notifier=None, agent_api=None):
-        # agent_api None: the default AgentAPI, which learns each host's version.
+    def __init__(self, database, placement_client=None, notifier=None, agent_api=None,
+                 metrics=None, transport=None):
+        # agent_api None: the default AgentAPI on ``transport`` (the process's
+        # steward.common.rpc.Transport), which learns each host's version;
+        # metrics None: a Metrics of this conductor's own (nobody serves it).
+        self.database = database
+        self.metrics = metrics or steward_metrics.Metrics(database)
         self.clients = conductor_clients.Clients(
+            database=database, metrics=self.metrics,
             placement_client=placement_client,
-            agent_api=agent_api or agent_rpcapi.AgentAPI())
-        self.reporter = report.Reporter(placement_client,
+            agent_api=agent_api or agent_rpcapi.AgentAPI(transport))
+        self.reporter = report.Reporter(database, placement_client,
                                         CONF.placement.create_compute_node)
         self.notifier = notifier or nova.NovaNotifier()
         self.periodic = periodic.PeriodicTasks(self.clients)
@@ -86,12 +91,12 @@ class ConductorManager:
     def init_host(self):
         """Backfill device_state, finish deletes a crash interrupted (all of them:
         this conductor has none in progress yet) and report to metrics."""
-        done = data_migrations.run_all()
+        done = data_migrations.run_all(self.database)
         if any(done.values()):
             LOG.info('Online data migrations at start: %s', done)
         periodic.finish_stale_deletes(self.clients, context.get_admin_context(),
                                       grace=0)
-        metrics.register_placement_stats(self.placement_stats)
+        self.metrics.register_placement_stats(self.placement_stats)
 
     def start(self):
         """Start the periodic tasks (steward/conductor/periodic.py)."""
@@ -100,7 +105,7 @@ class ConductorManager:
     def stop(self):
         self.periodic.stop()
         self.notifier.stop()
-        metrics.unregister_placement_stats(self.placement_stats)
+        self.metrics.unregister_placement_stats(self.placement_stats)
 
     # -- agents --------------------------------------------------------------------
     @expected(*ROUTINE)
@@ -110,7 +115,7 @@ class ConductorManager:
     # -- API -----------------------------------------------------------------------
     @expected(*ROUTINE)
     def arq_create(self, ctx, device_profile_name, project_id):
-        return arq_ops.create(ctx, device_profile_name, project_id)
+        return arq_ops.create(self.database, ctx, device_profile_name, project_id)
 
     @expected(*ROUTINE)
     def arq_bind(self, ctx, bindings):
@@ -143,7 +148,7 @@ class ConductorManager:
 
     @expected(*ROUTINE)
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
-        with db_session.reader() as s:
+        with self.database.reader() as s:
             dep = db.deployable_get(s, deployable_uuid)
         # No enabled driver can program an FPGA image: say so instead of pretending.
         raise exception.NotProgrammable(
@@ -157,15 +162,15 @@ class ConductorManager:
 
     @expected(*ROUTINE)
     def device_clean_plan(self, ctx, device_uuid):
-        return cleanup_ops.plan(ctx, device_uuid)
+        return cleanup_ops.plan(self.database, ctx, device_uuid)
 
     @expected(*ROUTINE)
     def device_cleanup_start(self, ctx, device_uuid, host, trigger):
-        return cleanup_ops.start(ctx, device_uuid, host, trigger)
+        return cleanup_ops.start(self.database, ctx, device_uuid, host, trigger)
 
     @expected(*ROUTINE)
     def device_cleanup_progress(self, ctx, record_uuid, phase, percent, detail):
-        return cleanup_ops.progress(ctx, record_uuid, phase, percent, detail)
+        return cleanup_ops.progress(self.database, ctx, record_uuid, phase, percent, detail)
 
     @expected(*ROUTINE)
     def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
@@ -174,7 +179,7 @@ class ConductorManager:
                                     succeeded, record, error_code, error_message)
         if not result['placement_ok']:
             # Make the host's next report re-sync Placement even if unchanged.
-            with db_session.reader() as s:
+            with self.database.reader() as s:
                 self.reporter.forget(db.device_get(s, device_uuid).hostname)
         return result
 
@@ -184,10 +189,10 @@ class ConductorManager:
         migrations (spec 1 lists agent start among their entry points) and tell it
         what to reconcile."""
         self.clients.agent_api.record_host_version(host, agent_version)
-        done = data_migrations.run_all()
+        done = data_migrations.run_all(self.database)
         if any(done.values()):
             LOG.info('Online data migrations at agent %s start: %s', host, done)
-        return cleanup_recovery.recovery_info(ctx, host, self.clients.placement_client)
+        return cleanup_recovery.recovery_info(self.database, ctx, host, self.clients.placement_client)
 
     @expected(*ROUTINE)
     def device_fail_interrupted(self, ctx, device_uuid, reason):
@@ -195,4 +200,4 @@ class ConductorManager:
 
     @expected(*ROUTINE)
     def device_recover_missed_cleanup(self, ctx, device_uuid):
-        return cleanup_recovery.recover_missed(ctx, device_uuid)
+        return cleanup_recovery.recover_missed(self.database, ctx, device_uuid)

@@ -30,7 +30,6 @@ import oslo_messaging as messaging
 from oslo_utils import timeutils
 import sqlalchemy as sa
 
-from steward import metrics
 from steward.common import context
 from steward.common import exception
 from steward.common import states
@@ -41,7 +40,6 @@ from steward.conductor import device_ops
 from steward.conductor import nova
 from steward.conf import CONF
 from steward.db import api as db
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 EXPECTED = (exception.StewardError, messaging.MessagingException, sa.exc.DBAPIError)
@@ -57,7 +55,7 @@ def fail_stuck_cleanups(clients, ctx, now=None):
     """Returns the uuids of the devices moved to error."""
     now = now or timeutils.utcnow()
     limit = CONF.nvme.cleanup_timeout + CONF.conductor.cleanup_grace
-    with db_session.reader() as s:
+    with clients.database.reader() as s:
         stuck = [d.uuid for d in db.devices_in_states_anywhere(
             s, (states.DEV_PENDING_CLEANING, states.DEV_CLEANING))
             if _age(now, cleanup_recovery.last_progress(s, d)[0]) > limit]
@@ -73,7 +71,7 @@ def finish_stale_deletes(clients, ctx, grace=None, now=None):
     their number."""
     grace = CONF.conductor.stale_delete_grace if grace is None else grace
     cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=grace)
-    with db_session.reader() as s:
+    with clients.database.reader() as s:
         stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])
                  if a.updated_at is None or a.updated_at <= cutoff]
     if stale:
@@ -122,7 +120,7 @@ class PeriodicTasks:
         now = now or timeutils.utcnow()
         interval = CONF.conductor.cleanup_resend_interval
         todo = []
-        with db_session.reader() as s:
+        with self.clients.database.reader() as s:
             pending = db.devices_in_states_anywhere(s, (states.DEV_PENDING_CLEANING,))
             for device in pending:
                 if device.missing_since is not None or \
@@ -152,7 +150,7 @@ class PeriodicTasks:
         now = now or timeutils.utcnow()
         interval = CONF.conductor.cleanup_resend_interval
         todo, released = [], {}
-        with db_session.reader() as s:
+        with self.clients.database.reader() as s:
             for device in db.devices_in_states_anywhere(s, (states.DEV_ALLOCATED,)):
                 if not device_ops.supports_cleaning(device) or \
                         device.missing_since is not None or \
@@ -185,7 +183,7 @@ class PeriodicTasks:
             return []
         now = now or timeutils.utcnow()
         grace = CONF.conductor.orphan_grace
-        with db_session.reader() as s:
+        with self.clients.database.reader() as s:
             bound = db.arq_bound_instances(s)
         held = {inst for inst, _ in bound}
         self._gone = {i: t for i, t in self._gone.items() if i in held}
@@ -215,7 +213,7 @@ class PeriodicTasks:
                         '(%s); their accelerator requests are kept', unknown, reason)
         released = []
         for inst, first in todo:
-            with db_session.reader() as s:
+            with self.clients.database.reader() as s:
                 arqs = [a.uuid for a in db.arq_list(s, instance_uuid=inst)]
             if not arqs:
                 continue
@@ -230,7 +228,7 @@ class PeriodicTasks:
                         'its accelerator request(s) %s (Nova\'s delete of them was '
                         'lost), releasing their devices', inst, db.timestamp(first),
                         ', '.join(arqs))
-            metrics.orphan_arqs_released(len(arqs))
+            self.clients.metrics.orphan_arqs_released(len(arqs))
             released.append(inst)
         return released
 

@@ -34,7 +34,6 @@ from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session as db_session
 from steward.drivers import objects
 
 LOG = logging.getLogger(__name__)
@@ -143,14 +142,14 @@ def device_addresses(dev):
     return [a.lower() for a in found]
 
 
-def reserved_now(deployable_ids):
+def reserved_now(database, deployable_ids):
     """{provider uuid: Placement reserved (None: keep Placement's)} of many
     deployables, the reservation rule on the rows as they are now: what
     device_ops.current_reserved says for one, in two queries for all of them. The
     Placement client calls it right before the write, as it calls that one."""
     if not deployable_ids:
         return {}
-    with db_session.reader() as s:
+    with database.reader() as s:
         rows = s.execute(sa.select(m.Deployable, m.Device)
                          .join(m.Device, m.Deployable.device_id == m.Device.id)
                          .where(m.Deployable.id.in_(deployable_ids))).all()
@@ -163,7 +162,8 @@ def reserved_now(deployable_ids):
 
 
 class Reporter:
-    def __init__(self, placement_client, create_compute_node=True):
+    def __init__(self, database, placement_client, create_compute_node=True):
+        self.database = database
         self.placement = placement_client
         self.create_compute_node = create_compute_node
         self._digests = {}
@@ -254,7 +254,7 @@ class Reporter:
     # -- database diff -------------------------------------------------------------
     def _persist(self, ctx, host, reported):
         removed_rps = []
-        with db_session.writer() as s:
+        with self.database.writer() as s:
             # The host's devices stay locked until this report commits: a bind
             # committing in between would otherwise find its device's locked-in
             # cleanup keys rewritten from a state read before the bind (PostgreSQL
@@ -672,7 +672,7 @@ class Reporter:
             self._tls.error = err
             return None
         writes = 0
-        with db_session.reader() as s:
+        with self.database.reader() as s:
             rows = s.execute(
                 sa.select(m.Deployable, m.Device)
                 .join(m.Device, m.Deployable.device_id == m.Device.id)
@@ -690,12 +690,14 @@ class Reporter:
                     resource_class=rc, total=dep.num_accelerators,
                     traits=frozenset(traits),
                     # Read when written, not now: see device_ops.current_reserved.
-                    reserved=functools.partial(device_ops.current_reserved, dep.id)))
+                    reserved=functools.partial(device_ops.current_reserved,
+                                               self.database, dep.id)))
                 dep_of[dep.rp_uuid] = dep.id
         ok = True
         done, errors = self.placement.sync_providers(
             specs, tree=getattr(self._tls, 'tree', None),
-            reserved_now=lambda chunk: reserved_now([dep_of[s.uuid] for s in chunk]))
+            reserved_now=lambda chunk: reserved_now(self.database,
+                                                    [dep_of[s.uuid] for s in chunk]))
         writes += done
         for spec in specs:
             if spec.uuid in errors:

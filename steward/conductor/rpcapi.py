@@ -32,9 +32,14 @@ CALLER_WAITS = frozenset({'arq_create', 'arq_bind', 'arq_unbind', 'arq_delete',
 
 
 class ConductorAPI:
-    def __init__(self, manager=None, version_cap=None):
+    """``manager``: the ConductorManager of this process, called directly; else
+    conductors over RPC on ``transport`` (a steward.common.rpc.Transport), capped
+    at ``version_cap``."""
+
+    def __init__(self, manager=None, version_cap=None, transport=None):
         self._manager = manager
-        self._client = None if manager is not None else rpc.get_client(
+        self._transport = transport
+        self._client = None if manager is not None else transport.client(
             CONF.rpc_topic_conductor, BASE_VERSION, version_cap=version_cap)
 
     def _call(self, ctx, method, timeout=None, version=None, **kwargs):
@@ -43,7 +48,7 @@ class ConductorAPI:
         prepare = {k: v for k, v in (('timeout', timeout), ('version', version)) if v}
         if method in CALLER_WAITS:
             bound = CONF.rpc_unavailable_timeout
-            if not rpc.reply_queue_ready(bound):
+            if not self._transport.reply_queue_ready(bound):
                 raise exception.ServiceUnavailable(
                     service='The message broker',
                     reason=f'not reachable within {bound:g} s')

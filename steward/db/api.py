@@ -2,9 +2,10 @@
 the same query (upstream loaded whole tables and filtered in Python, one query per
 ARQ for its profile, handle and deployable).
 
-Functions take the session from ``session.reader()``/``writer()``; they never
-commit. Storage rows do not leave this layer's callers unconverted: ``*_record()``
-turns them into plain dicts the API views and the RPC layer can carry.
+Functions take the session from ``Database.reader()``/``writer()``
+(steward/db/session.py); they never commit. Storage rows do not leave this layer's
+callers unconverted: ``*_record()`` turns them into plain dicts the API views and
+the RPC layer can carry.
 """
 import collections
 import contextlib

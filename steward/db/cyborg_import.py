@@ -52,7 +52,6 @@ import sqlalchemy as sa
 from steward.common import exception
 from steward.common import states
 from steward.db import models as m
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 
@@ -648,7 +647,8 @@ class _Rollback(Exception):
     """A dry run, or nothing to write: the transaction is rolled back."""
 
 
-def run(cyborg_url, dry_run=False, merge=None, placement=None, fake_devices=None):
+def run(database, cyborg_url, dry_run=False, merge=None, placement=None,
+        fake_devices=None):
     """The import, in one transaction; returns its Result. Raises
     CyborgImportError with nothing written. The Placement writes come last, before
     the commit: a failure there rolls the database back, and a trait already added
@@ -664,7 +664,7 @@ def run(cyborg_url, dry_run=False, merge=None, placement=None, fake_devices=None
                         fake_devices=fake_devices)
     result = importer.result
     try:
-        with db_session.writer() as s:
+        with database.writer() as s:
             importer.run(s)
             if placement is not None:
                 # With conflicts, only said: the import will not happen.

@@ -9,7 +9,6 @@ from steward.common import context
 from steward.common import states
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session as db_session
 
 LOG = logging.getLogger(__name__)
 
@@ -36,13 +35,13 @@ def backfill_device_state(session, limit):
 MIGRATIONS = (backfill_device_state,)
 
 
-def run_all(batch=50):
+def run_all(database, batch=50):
     """Run every migration to completion; returns {name: migrated}."""
     totals = {}
     for migration in MIGRATIONS:
         done = 0
         while True:
-            with db_session.writer() as s:
+            with database.writer() as s:
                 found, migrated = migration(s, batch)
             done += migrated
             if found < batch or not migrated:
@@ -53,8 +52,8 @@ def run_all(batch=50):
     return totals
 
 
-def pending():
-    with db_session.reader() as s:
+def pending(database):
+    with database.reader() as s:
         return {'backfill_device_state': s.execute(
             sa.select(sa.func.count()).select_from(m.Device)
             .where(m.Device.device_state.is_(None))).scalar()}

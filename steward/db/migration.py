@@ -8,7 +8,6 @@ from alembic import migration as alembic_migration
 from alembic import script as alembic_script
 import sqlalchemy as sa
 
-from steward.db import session
 
 LOG = logging.getLogger(__name__)
 _DIR = os.path.join(os.path.dirname(__file__), 'migrations')
@@ -24,31 +23,27 @@ def _config(connection=None):
     return cfg
 
 
-def _ensure_sqlite_dir():
-    from steward.conf import CONF
-    url = CONF.database.connection
+def _ensure_sqlite_dir(url):
     if url.startswith('sqlite:///') and not url.startswith('sqlite:///:memory:'):
         os.makedirs(os.path.dirname(os.path.abspath(url[len('sqlite:///'):])),
                     exist_ok=True)
 
 
-def upgrade(revision='head'):
+def upgrade(database, revision='head'):
     """Migrate to ``revision``. On PostgreSQL the migration holds an advisory lock
     for its transaction: two conductors starting together do not both migrate, the
     second waits and then finds nothing left to do. SQLite admits one writer at a
     time already."""
-    _ensure_sqlite_dir()
-    engine = session.get_engine()
-    with engine.begin() as conn:
+    _ensure_sqlite_dir(database.url)
+    with database.engine.begin() as conn:
         if conn.dialect.name == 'postgresql':
             conn.execute(sa.text('SELECT pg_advisory_xact_lock(:key)'),
                          {'key': MIGRATION_LOCK_KEY})
         command.upgrade(_config(conn), revision)
 
 
-def current_revision():
-    engine = session.get_engine()
-    with engine.connect() as conn:
+def current_revision(database):
+    with database.engine.connect() as conn:
         return alembic_migration.MigrationContext.configure(conn).get_current_revision()
 
 

@@ -1,13 +1,15 @@
-"""Engine and transactions.
+"""The database of one process: its engine and its transactions.
 
-``reader()`` and ``writer()`` are the only ways code touches the database. On
-SQLite a writer starts with ``BEGIN IMMEDIATE``: with the driver's deferred BEGIN,
-two threads that both read then write deadlock on the lock upgrade and one gets
-"database is locked" at once (the trap placement.md measured). Readers keep a
+``Database.reader()`` and ``Database.writer()`` are the only ways code touches
+the database. The command's composition root (steward/cmd/) builds one Database
+and hands it to what needs it; nothing here is module-level state.
+
+On SQLite a writer starts with ``BEGIN IMMEDIATE``: with the driver's deferred
+BEGIN, two threads that both read then write deadlock on the lock upgrade and one
+gets "database is locked" at once (the trap placement.md measured). Readers keep a
 deferred BEGIN, and WAL mode lets them run beside a writer.
 """
 import contextlib
-import threading
 
 import sqlalchemy as sa
 from sqlalchemy import event, orm
@@ -15,19 +17,9 @@ from sqlalchemy import event, orm
 from steward.conf import CONF
 from steward.db import sqlite
 
-_lock = threading.Lock()
-_engine = None
-_url = None
-_factory = None
-_writer_factory = None
-# SQLite: where this process's writers queue (steward/db/sqlite.py). None on
-# other databases.
-_writers = None
 
-
-def _sqlite_setup(engine):
-    busy = CONF.database.sqlite_busy_timeout
-    sqlite.configure(engine, busy)
+def _sqlite_setup(engine, busy_ms):
+    sqlite.configure(engine, busy_ms)
 
     @event.listens_for(engine, 'begin')
     def _begin(conn):
@@ -35,62 +27,51 @@ def _sqlite_setup(engine):
         conn.exec_driver_sql(f'BEGIN {mode}'.strip())
 
 
-def get_engine():
-    global _engine, _url, _factory, _writer_factory, _writers
-    url = CONF.database.connection
-    with _lock:
-        if _engine is None or url != _url:
-            if _engine is not None:
-                _engine.dispose()
-            kwargs = {}
-            if url.startswith('sqlite'):
-                kwargs['connect_args'] = {'check_same_thread': False}
-            else:
-                kwargs.update(pool_size=CONF.database.max_pool_size, pool_pre_ping=True)
-            engine = sa.create_engine(url, **kwargs)
-            _writers = None
-            if engine.dialect.name == 'sqlite':
-                _sqlite_setup(engine)
-                _writers = sqlite.WriterLock(CONF.database.sqlite_busy_timeout / 1000)
-            _engine, _url = engine, url
-            _factory = orm.sessionmaker(bind=engine, expire_on_commit=False)
-            _writer_factory = orm.sessionmaker(
-                bind=engine.execution_options(steward_writer=True),
-                expire_on_commit=False)
-    return _engine
+class Database:
+    """One engine (``url``, by default ``[database] connection``) and its
+    reader/writer sessions."""
 
+    def __init__(self, url=None):
+        url = CONF.database.connection if url is None else url
+        kwargs = {}
+        if url.startswith('sqlite'):
+            kwargs['connect_args'] = {'check_same_thread': False}
+        else:
+            kwargs.update(pool_size=CONF.database.max_pool_size, pool_pre_ping=True)
+        self.url = url
+        self.engine = sa.create_engine(url, **kwargs)
+        # SQLite: where this process's writers queue (steward/db/sqlite.py); a
+        # null context on other databases.
+        self._writers = contextlib.nullcontext()
+        if self.engine.dialect.name == 'sqlite':
+            busy = CONF.database.sqlite_busy_timeout
+            _sqlite_setup(self.engine, busy)
+            self._writers = sqlite.WriterLock(busy / 1000)
+        self._reader_factory = orm.sessionmaker(bind=self.engine, expire_on_commit=False)
+        self._writer_factory = orm.sessionmaker(
+            bind=self.engine.execution_options(steward_writer=True),
+            expire_on_commit=False)
 
-def dispose():
-    global _engine, _url
-    with _lock:
-        if _engine is not None:
-            _engine.dispose()
-        _engine = _url = None
+    @contextlib.contextmanager
+    def reader(self):
+        with self._reader_factory() as session:
+            with session.begin():
+                yield session
 
+    @contextlib.contextmanager
+    def writer(self):
+        # SQLite admits one writer at a time and makes the others poll with growing
+        # sleeps, which turned a burst of 16 concurrent binds into 250 ms tails:
+        # writers queue first, at most busy_timeout (steward/db/sqlite.py).
+        with self._writers, self._writer_factory() as session:
+            with session.begin():
+                yield session
 
-def after_fork():
-    """In a forked worker: drop the pooled connections of the parent without
-    closing them (they are the parent's)."""
-    with _lock:
-        if _engine is not None:
-            _engine.dispose(close=False)
+    def dispose(self):
+        """Close the pooled connections (the engine opens new ones if used again)."""
+        self.engine.dispose()
 
-
-@contextlib.contextmanager
-def reader():
-    get_engine()
-    with _factory() as session:
-        with session.begin():
-            yield session
-
-
-@contextlib.contextmanager
-def writer():
-    # SQLite admits one writer at a time and makes the others poll with growing
-    # sleeps, which turned a burst of 16 concurrent binds into 250 ms tails:
-    # writers queue first, at most busy_timeout (steward/db/sqlite.py).
-    get_engine()
-    queue = _writers or contextlib.nullcontext()
-    with queue, _writer_factory() as session:
-        with session.begin():
-            yield session
+    def after_fork(self):
+        """In a forked worker: drop the pooled connections of the parent without
+        closing them (they are the parent's)."""
+        self.engine.dispose(close=False)

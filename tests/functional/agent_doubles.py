@@ -31,12 +31,12 @@ class Served:
     """``with Served(DeafAgent(host)) as agent:`` - an RPC server on the agent topic
     for ``agent.host`` while the block runs."""
 
-    def __init__(self, agent):
-        self.agent = agent
+    def __init__(self, agent, transport):
+        self.agent, self.transport = agent, transport
         self._server = None
 
     def __enter__(self):
-        self._server = steward_rpc.start_server(CONF.rpc_topic_agent, self.agent.host,
+        self._server = self.transport.start_server(CONF.rpc_topic_agent, self.agent.host,
                                                 [self.agent])
         return self.agent
 

@@ -4,7 +4,6 @@ from steward.common import context
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import api as db
-from steward.db import session
 from steward.drivers.fake import FakeDriver
 
 
@@ -22,8 +21,9 @@ class RecordingNotifier:
         pass
 
 
-def stack(conf, placement=None, host='host-a', drivers=None):
-    conductor = ConductorManager(placement, notifier=RecordingNotifier())
+def stack(database, transport, conf, placement=None, host='host-a', drivers=None):
+    conductor = ConductorManager(database, placement, notifier=RecordingNotifier(),
+                                 transport=transport)
     conductor.init_host()
     agent = AgentManager(conf, ConductorAPI(conductor), host=host,
                          drivers=drivers if drivers is not None
@@ -33,13 +33,13 @@ def stack(conf, placement=None, host='host-a', drivers=None):
     return conductor, agent
 
 
-def make_profile(name='dp1', groups=None):
-    with session.writer() as s:
+def make_profile(database, name='dp1', groups=None):
+    with database.writer() as s:
         db.device_profile_create(s, name, groups or [{'resources:FPGA': '1'}])
 
 
-def deployable(name_like=None):
-    with session.reader() as s:
+def deployable(database, name_like=None):
+    with database.reader() as s:
         deps = db.deployable_list(s)
     return next(d for d in deps if name_like is None or name_like in d.name)
 

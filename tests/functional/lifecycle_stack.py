@@ -20,7 +20,6 @@ import pytest
 from steward.common import rpc as steward_rpc
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
-from steward.api import policy as api_policy
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
@@ -88,14 +87,18 @@ class CleanableDriver(base.Driver):
 
 
 class LifeStack:
-    def __init__(self, conf, host, driver):
+    def __init__(self, conf, host, driver, database, transport):
         self.conf, self.host, self.driver = conf, host, driver
         server = placement_fixture.get_placement()
         self.placement_url = server.url
         self.placement = placement_client.PlacementClient.from_conf(endpoint=server.url)
-        self.conductor = ConductorManager(self.placement, notifier=cf.RecordingNotifier())
+        self.transport = transport
+        self.conductor = ConductorManager(database, self.placement,
+                                          notifier=cf.RecordingNotifier(),
+                                          transport=transport)
         self.conductor.init_host()
-        self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor)),
+        self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor),
+                                                            database),
                                          raise_server_exceptions=False)
         self.agent = self.rpc_server = None
 
@@ -105,7 +108,7 @@ class LifeStack:
         recovery, then one discovery."""
         self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host,
                                   drivers=[self.driver])
-        self.rpc_server = steward_rpc.start_server(CONF.rpc_topic_agent, self.host,
+        self.rpc_server = self.transport.start_server(CONF.rpc_topic_agent, self.host,
                                                    [self.agent])
         if recover:
             self.agent.init_host()
@@ -154,11 +157,9 @@ class LifeStack:
         assert len(deps) == 1, deps
         return deps[0]
 
-    @staticmethod
-    def _device_id(dev_uuid):
+    def _device_id(self, dev_uuid):
         from steward.db import api as db
-        from steward.db import session
-        with session.reader() as s:
+        with self.conductor.database.reader() as s:
             return db.device_get(s, dev_uuid).id
 
     def inventory(self, rp_uuid, rc=RC):
@@ -222,8 +223,8 @@ class LifeStack:
 
 
 class LifeEnv:
-    def __init__(self, conf):
-        self.conf = conf
+    def __init__(self, conf, database, transport):
+        self.conf, self.database, self.transport = conf, database, transport
         self.host = placement_fixture.unique_name('life-host')
         self.driver = CleanableDriver(conf, self.host)
         # Small so that an unreachable agent costs the tests little.
@@ -231,7 +232,7 @@ class LifeEnv:
         self.stacks = []
 
     def start(self, agent=True):
-        st = LifeStack(self.conf, self.host, self.driver)
+        st = LifeStack(self.conf, self.host, self.driver, self.database, self.transport)
         self.stacks.append(st)
         if agent:
             st.start_agent()
@@ -243,11 +244,9 @@ class LifeEnv:
 
 
 @pytest.fixture
-def life(db, conf):
+def life(database, transport, conf):
     # The API needs a parsed CONF for oslo.policy (tests/functional/api/conftest.py).
     CONF([], project='steward', default_config_files=[])
-    api_policy.reset()
-    env = LifeEnv(conf)
+    env = LifeEnv(conf, database, transport)
     yield env
     env.close()
-    api_policy.reset()

@@ -18,14 +18,15 @@ import pytest
 from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
-from steward.api import policy as api_policy
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.privsep import blockio
 from steward.placement import client as placement_client
+from steward import metrics as steward_metrics
 from steward.common import rpc as steward_rpc
 from tests import placement_fixture
+from tests.stack import free_port
 from tests.functional import conductor_fixtures as cf
 from tests.nvme_sim import Simulation
 
@@ -35,22 +36,29 @@ TENANT = b'TENANT-SECRET-0123456789abcdef!' * 33       # 1023 bytes, easy to gre
 
 
 class Stack:
-    def __init__(self, conf, sim, host, agent_api=None):
+    def __init__(self, conf, sim, host, database, transport, agent_api=None):
         self.conf, self.sim, self.host = conf, sim, host
         server = placement_fixture.get_placement()
         self.placement_url = server.url
         self.placement = placement_client.PlacementClient.from_conf(endpoint=server.url)
-        self.conductor = ConductorManager(self.placement, notifier=cf.RecordingNotifier(),
-                                          agent_api=agent_api)
+        # One Metrics for the conductor and the API, as steward serve's root builds.
+        self.metrics = steward_metrics.Metrics(database)
+        self.metrics_server = None
+        self.conductor = ConductorManager(database, self.placement,
+                                          notifier=cf.RecordingNotifier(),
+                                          agent_api=agent_api, metrics=self.metrics,
+                                          transport=transport)
+        self.transport = transport
         self.conductor.init_host()
-        self.app = api_app.create_app(ConductorAPI(self.conductor))
+        self.app = api_app.create_app(ConductorAPI(self.conductor), database,
+                                      metrics=self.metrics)
         self.api = testclient.TestClient(self.app, raise_server_exceptions=False)
         self.agent = self.rpc_server = None
 
     # -- the agent -----------------------------------------------------------------
     def start_agent(self, discover=True):
         self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host)
-        self.rpc_server = steward_rpc.start_server(CONF.rpc_topic_agent, self.host,
+        self.rpc_server = self.transport.start_server(CONF.rpc_topic_agent, self.host,
                                                    [self.agent])
         self.agent.init_host()
         if discover:
@@ -71,10 +79,18 @@ class Stack:
                 threading.Thread(target=self.rpc_server.wait, daemon=True).start()
         self.agent = self.rpc_server = None
 
+    def metrics_url(self):
+        """This stack's metrics on a listener of their own ([api] metrics_listen)."""
+        if self.metrics_server is None:
+            self.metrics_server = self.metrics.serve(f'127.0.0.1:{free_port()}')
+        return self.metrics_server.url
+
     def stop(self):
         self.kill_agent(wait=False)
         self.api.close()
         self.conductor.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
 
     def discover(self):
         self.conductor.reporter.forget(self.host)
@@ -162,8 +178,8 @@ class Stack:
 
 
 class NvmeEnv:
-    def __init__(self, tmp_path, conf, monkeypatch):
-        self.conf = conf
+    def __init__(self, tmp_path, conf, monkeypatch, database, transport):
+        self.conf, self.database, self.transport = conf, database, transport
         self.sim = Simulation(tmp_path / 'sim')
         # The driver runs [nvme] nvme_cli with the process environment: the shim rides
         # along exactly as LD_PRELOAD would on a test host.
@@ -179,7 +195,8 @@ class NvmeEnv:
         self.stacks = []
 
     def start(self, agent=True, agent_api=None):
-        st = Stack(self.conf, self.sim, self.host, agent_api=agent_api)
+        st = Stack(self.conf, self.sim, self.host, self.database, self.transport,
+                   agent_api=agent_api)
         self.stacks.append(st)
         if agent:
             st.start_agent()
@@ -192,14 +209,12 @@ class NvmeEnv:
 
 
 @pytest.fixture
-def nvme(db, conf, tmp_path, monkeypatch):
+def nvme(database, transport, conf, tmp_path, monkeypatch):
     # The API needs a parsed CONF for oslo.policy (tests/functional/api/conftest.py).
     CONF([], project='steward', default_config_files=[])
-    api_policy.reset()
-    env = NvmeEnv(tmp_path, conf, monkeypatch)
+    env = NvmeEnv(tmp_path, conf, monkeypatch, database, transport)
     yield env
     env.close()
-    api_policy.reset()
 
 
 def tenant_bytes_anywhere(ctrl, needle=TENANT[:64]):
@@ -227,6 +242,6 @@ def blocks_anywhere(ctrl, digests, size=4096):
     return hits
 
 
-def agent_version_api(version):
+def agent_version_api(version, transport):
     """An AgentAPI pinned to ``version`` for every host ([upgrade_levels]-style)."""
-    return agent_rpcapi.AgentAPI(version_cap=version)
+    return agent_rpcapi.AgentAPI(transport, version_cap=version)

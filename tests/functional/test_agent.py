@@ -25,9 +25,9 @@ class CountingFake(FakeDriver):
         return super().discover()
 
 
-def test_discovery_interval_is_honoured(db, conf):
+def test_discovery_interval_is_honoured(transport, database, db, conf):
     conf.set_override('discovery_interval', 1, group='agent')
-    conductor, _ = cf.stack(conf)
+    conductor, _ = cf.stack(database, transport, conf)
     CountingFake.calls, CountingFake.started = 0, []
     agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
                          drivers=[CountingFake(conf, 'host-a')])
@@ -55,22 +55,22 @@ def test_unknown_driver_is_a_clear_configuration_error(conf):
         driver_loader.load(['nosuch'], conf, 'h')
 
 
-def test_same_device_from_two_drivers_is_refused(db, conf):
-    conductor, _ = cf.stack(conf)
+def test_same_device_from_two_drivers_is_refused(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
     agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
                          drivers=[FakeDriver(conf, 'host-a'), CountingFake(conf, 'host-a')])
     with pytest.raises(exception.InvalidConfiguration, match='0000:0c:00.0 is reported by both fake and fake'):
         agent.discover()
 
 
-def test_mdev_capable_drivers_share_a_parent_first_wins(db, conf, caplog):
+def test_mdev_capable_drivers_share_a_parent_first_wins(transport, database, db, conf, caplog):
     class A(FakeDriver):
         name, shares_parents = 'mdev', True
 
     class B(FakeDriver):
         name, shares_parents = 'nvidia_gpu', True
 
-    conductor, _ = cf.stack(conf)
+    conductor, _ = cf.stack(database, transport, conf)
     agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
                          drivers=[A(conf, 'host-a'), B(conf, 'host-a')])
     devices = agent.discover()

@@ -8,13 +8,12 @@ from steward.common import exception
 from steward.common import states
 from steward.db import api as db_api
 from steward.db import models as m
-from steward.db import session
 from steward.drivers.fake import FakeDriver
 from tests.functional import conductor_fixtures as cf
 
 
-def _snapshot():
-    with session.reader() as s:
+def _snapshot(database):
+    with database.reader() as s:
         return {
             'arqs': sorted((a.uuid, a.state, a.attach_handle_id, a.instance_uuid)
                            for a in s.query(m.ExtARQ)),
@@ -30,9 +29,9 @@ def _bind(conductor, arq, dep, instance=None, **extra):
     return conductor.arq_bind(cf.admin(), [b])
 
 
-def test_create_one_arq_per_accelerator_per_group(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile('two-groups', [{'resources:FPGA': '2'},
+def test_create_one_arq_per_accelerator_per_group(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database, 'two-groups', [{'resources:FPGA': '2'},
                                    {'resources:FPGA': '1', 'trait:CUSTOM_X': 'required'}])
     arqs = conductor.arq_create(cf.admin(), 'two-groups', 'proj')
     assert [a['device_profile_group_id'] for a in arqs] == [0, 0, 1]
@@ -41,11 +40,11 @@ def test_create_one_arq_per_accelerator_per_group(db, conf):
 
 
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
-def test_bind_unbind_delete_restores_everything(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
-    before = _snapshot()
-    dep = cf.deployable()
+def test_bind_unbind_delete_restores_everything(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    before = _snapshot(database)
+    dep = cf.deployable(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'proj')[0]
     inst = str(uuid.uuid4())
     bound = _bind(conductor, arq, dep, inst)[0]
@@ -53,16 +52,16 @@ def test_bind_unbind_delete_restores_everything(db, conf):
     assert bound['attach_handle_type'] == 'TEST_PCI'
     assert set(bound['attach_handle_info']) == {'domain', 'bus', 'device', 'function'}
     assert conductor.notifier.events == [(inst, arq['uuid'], 'completed')]
-    with session.reader() as s:
+    with database.reader() as s:
         assert db_api.device_list(s)[0].device_state == states.DEV_ALLOCATED
     conductor.arq_unbind(cf.admin(), [arq['uuid']])
-    with session.reader() as s:
+    with database.reader() as s:
         a = db_api.arq_get_many(s, [arq['uuid']])[0]
         assert (a.state, a.attach_handle_id, a.instance_uuid) == (states.ARQ_UNBOUND, None, None)
         assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
     _bind(conductor, arq, dep)          # Unbound ARQs can be bound again
     conductor.arq_delete(cf.admin(), arq_uuids=[arq['uuid']])
-    assert _snapshot() == before
+    assert _snapshot(database) == before
 
 
 @pytest.mark.parametrize('field,value,exc', [
@@ -71,99 +70,99 @@ def test_bind_unbind_delete_restores_everything(db, conf):
     ('device_rp_uuid', '3f1f3c9e-7a43-4f7b-9d3c-7e4b1d0e5a11', exception.DeployableNotFound),
     ('hostname', '', exception.InvalidParameter),
 ])
-def test_invalid_bind_changes_nothing(db, conf, field, value, exc):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_invalid_bind_changes_nothing(transport, database, db, conf, field, value, exc):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'proj')[0]
-    before = _snapshot()
+    before = _snapshot(database)
     with pytest.raises(exc):
-        _bind(conductor, arq, cf.deployable(), **{field: value})
-    assert _snapshot() == before
+        _bind(conductor, arq, cf.deployable(database), **{field: value})
+    assert _snapshot(database) == before
     # and the ARQ is still bindable: no stuck BindStarted (upstream defect)
-    assert _bind(conductor, arq, cf.deployable())[0]['state'] == states.ARQ_BOUND
+    assert _bind(conductor, arq, cf.deployable(database))[0]['state'] == states.ARQ_BOUND
 
 
-def test_rebinding_a_bound_arq_is_a_clean_4xx(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_rebinding_a_bound_arq_is_a_clean_4xx(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'proj')[0]
-    _bind(conductor, arq, cf.deployable())
-    before = _snapshot()
+    _bind(conductor, arq, cf.deployable(database))
+    before = _snapshot(database)
     with pytest.raises(exception.ARQBadState) as err:
-        _bind(conductor, arq, cf.deployable())
+        _bind(conductor, arq, cf.deployable(database))
     assert err.value.status == 400
-    assert _snapshot() == before
+    assert _snapshot(database) == before
 
 
-def test_multi_arq_bind_is_all_or_nothing(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile('big', [{'resources:FPGA': '17'}])
+def test_multi_arq_bind_is_all_or_nothing(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database, 'big', [{'resources:FPGA': '17'}])
     arqs = conductor.arq_create(cf.admin(), 'big', 'proj')
-    before = _snapshot()
-    dep, inst = cf.deployable(), str(uuid.uuid4())
+    before = _snapshot(database)
+    dep, inst = cf.deployable(database), str(uuid.uuid4())
     with pytest.raises(exception.NoFreeAttachHandle):
         conductor.arq_bind(cf.admin(), [
             {'uuid': a['uuid'], 'hostname': 'host-a', 'device_rp_uuid': dep.rp_uuid,
              'instance_uuid': inst} for a in arqs])
-    assert _snapshot() == before
+    assert _snapshot(database) == before
 
 
-def test_second_bind_for_same_instance_refused(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_second_bind_for_same_instance_refused(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     a1 = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     a2 = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     inst = str(uuid.uuid4())
-    _bind(conductor, a1, cf.deployable(), inst)
+    _bind(conductor, a1, cf.deployable(database), inst)
     with pytest.raises(exception.ARQAlreadyBoundToInstance):
-        _bind(conductor, a2, cf.deployable(), inst)
+        _bind(conductor, a2, cf.deployable(database), inst)
 
 
-def test_delete_by_instance_is_idempotent(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_delete_by_instance_is_idempotent(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     assert conductor.arq_delete(cf.admin(), instance_uuid=str(uuid.uuid4())) == 0
 
 
-def test_delete_by_unknown_uuid_deletes_nothing(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_delete_by_unknown_uuid_deletes_nothing(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
-    before = _snapshot()
+    before = _snapshot(database)
     with pytest.raises(exception.ARQNotFound):
         conductor.arq_delete(cf.admin(), arq_uuids=[arq['uuid'], str(uuid.uuid4())])
-    assert _snapshot() == before
+    assert _snapshot(database) == before
 
 
-def test_profile_in_use_cannot_be_deleted(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_profile_in_use_cannot_be_deleted(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     conductor.arq_create(cf.admin(), 'dp1', 'p')
     with pytest.raises(exception.DeviceProfileInUse):
-        with session.writer() as s:
+        with database.writer() as s:
             db_api.device_profile_delete(s, db_api.device_profile_get(s, name='dp1'))
 
 
-def test_leftover_deleting_rows_are_finished_at_start(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+def test_leftover_deleting_rows_are_finished_at_start(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
-    _bind(conductor, arq, cf.deployable())
-    with session.writer() as s:      # as if the process died right after Deleting
+    _bind(conductor, arq, cf.deployable(database))
+    with database.writer() as s:      # as if the process died right after Deleting
         row = db_api.arq_get_many(s, [arq['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     conductor.init_host()
-    snap = _snapshot()
+    snap = _snapshot(database)
     assert snap['arqs'] == [] and snap['in_use'] == []
     assert snap['devices'][0][1] == states.DEV_AVAILABLE
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
-def test_32_concurrent_binds_on_16_handles(db, conf):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
-    dep = cf.deployable()
+def test_32_concurrent_binds_on_16_handles(transport, database, db, conf):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    dep = cf.deployable(database)
     arqs = [conductor.arq_create(cf.admin(), 'dp1', 'p')[0] for _ in range(32)]
 
     def bind(arq):
@@ -176,7 +175,7 @@ def test_32_concurrent_binds_on_16_handles(db, conf):
         results = list(pool.map(bind, arqs))
     assert results.count(states.ARQ_BOUND) == 16
     assert results.count('refused') == 16
-    with session.reader() as s:
+    with database.reader() as s:
         rows = s.query(m.ExtARQ).all()
         handles = [a.attach_handle_id for a in rows if a.state == states.ARQ_BOUND]
         assert len(handles) == len(set(handles)) == 16
@@ -201,13 +200,13 @@ class TwoTypeParent(FakeDriver):
         return [dev]
 
 
-def test_one_instance_type_on_a_shared_parent_binds_while_siblings_are_used(db, conf):
+def test_one_instance_type_on_a_shared_parent_binds_while_siblings_are_used(transport, database, db, conf):
     """The bind guard judges 'one accelerator' by the whole device, as the
     reservation rule does: a 1-instance type of a parent whose other type is in
     use is still free (it was refused as 'not available')."""
-    conductor, _ = cf.stack(conf, drivers=[TwoTypeParent(conf, 'host-a')])
-    cf.make_profile('big', [{'resources:FPGA': '1'}])
-    cf.make_profile('one', [{'resources:CUSTOM_ONE_TYPE': '1'}])
-    _bind(conductor, conductor.arq_create(cf.admin(), 'big', 'p')[0], cf.deployable('FakeDevice'))
+    conductor, _ = cf.stack(database, transport, conf, drivers=[TwoTypeParent(conf, 'host-a')])
+    cf.make_profile(database, 'big', [{'resources:FPGA': '1'}])
+    cf.make_profile(database, 'one', [{'resources:CUSTOM_ONE_TYPE': '1'}])
+    _bind(conductor, conductor.arq_create(cf.admin(), 'big', 'p')[0], cf.deployable(database, 'FakeDevice'))
     arq = conductor.arq_create(cf.admin(), 'one', 'p')[0]
-    assert _bind(conductor, arq, cf.deployable('OneInstanceType'))[0]['state'] == 'Bound'
+    assert _bind(conductor, arq, cf.deployable(database, 'OneInstanceType'))[0]['state'] == 'Bound'

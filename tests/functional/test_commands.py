@@ -43,7 +43,8 @@ import warnings; warnings.filterwarnings("ignore")
 from steward.conf import CONF
 CONF(["--config-file", {conf!r}], project="steward")
 from steward.db import migration
-migration.upgrade("0001")
+from steward.db import session
+migration.upgrade(session.Database(), "0001")
 '''], check=True, capture_output=True)
     con = sqlite3.connect(dbfile)
     con.executescript('''

@@ -14,7 +14,6 @@ from steward.common import states
 from steward.conductor.manager import ConductorManager
 from steward.db import api as db_api
 from steward.db import models as m
-from steward.db import session
 from tests.functional import agent_doubles
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
@@ -42,13 +41,13 @@ def _lose_the_cleanup_request(st, life, dev):
     cleanup request: pending_cleaning with nothing started."""
     inst, _ = st.bind(dev)
     st.kill_agent()
-    with agent_doubles.Served(agent_doubles.DeafAgent(life.host)) as deaf:
+    with agent_doubles.Served(agent_doubles.DeafAgent(life.host), life.transport) as deaf:
         st.release(inst)
         assert deaf.asked.wait(10)
     assert st.device(dev['uuid'])['device_state'] == 'pending_cleaning'
 
 
-def test_agent_down_at_unbind_the_device_stays_allocated_until_its_agent_starts(
+def test_agent_down_at_unbind_the_device_stays_allocated_until_its_agent_starts(database, 
         life, conf, caplog):
     st = life.start()
     dev = st.device()
@@ -112,7 +111,7 @@ def test_the_periodic_task_sends_a_lost_cleanup_request_again(life, conf, caplog
     _no_tracebacks(caplog)
 
 
-def test_with_no_agent_a_pending_cleanup_goes_to_error_after_timeout_and_grace(
+def test_with_no_agent_a_pending_cleanup_goes_to_error_after_timeout_and_grace(database, 
         life, conf, caplog):
     _fast_periodics(conf, cleanup_timeout=1, cleanup_grace=0.2,
                     cleanup_resend_interval=0.2)
@@ -134,7 +133,7 @@ def test_with_no_agent_a_pending_cleanup_goes_to_error_after_timeout_and_grace(
     _no_tracebacks(caplog)
 
 
-def test_a_cleanup_whose_agent_died_goes_to_error_when_stuck(life, conf, caplog):
+def test_a_cleanup_whose_agent_died_goes_to_error_when_stuck(database, life, conf, caplog):
     life.driver.hold = True
     st = life.start()
     dev = st.device()
@@ -207,29 +206,30 @@ def test_conductors_racing_on_a_stuck_cleanup_fail_it_once(life, conf):
     assert len(st.records(dev['uuid'])) == 1
 
 
-def test_deletes_left_in_deleting_are_finished_by_the_periodic_task(db, conf):
+def test_deletes_left_in_deleting_are_finished_by_the_periodic_task(transport, database, db, conf):
     _fast_periodics(conf, stale_delete_grace=0.2)
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'proj')[0]
-    dep = cf.deployable()
+    dep = cf.deployable(database)
     conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': 'host-a',
                                      'device_rp_uuid': dep.rp_uuid,
                                      'instance_uuid': str(uuid.uuid4())}])
-    with session.writer() as s:         # what a conductor that died mid-delete leaves
+    with database.writer() as s:         # what a conductor that died mid-delete leaves
         row = db_api.arq_get_many(s, [arq['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
-    other = ConductorManager(None, notifier=cf.RecordingNotifier())
+    other = ConductorManager(database, None, notifier=cf.RecordingNotifier(),
+                             transport=transport)
     other.start()
     try:
-        wait_for(lambda: _arqs() == [], 'the Deleting ARQ to be finished')
+        wait_for(lambda: _arqs(database) == [], 'the Deleting ARQ to be finished')
     finally:
         other.stop()
-    with session.reader() as s:
+    with database.reader() as s:
         assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
         assert db_api.device_handles_in_use(s, dep.device_id) == 0
 
 
-def _arqs():
-    with session.reader() as s:
+def _arqs(database):
+    with database.reader() as s:
         return db_api.arq_list(s)

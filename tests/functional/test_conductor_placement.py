@@ -7,7 +7,6 @@ import pytest
 from steward.common import exception
 from steward.common import states
 from steward.db import api as db_api
-from steward.db import session
 from steward.drivers import base
 from steward.drivers import objects
 from steward.placement import client as placement_client
@@ -52,12 +51,12 @@ def _allocate(server, consumer, rp_uuid, rc):
         assert r.status_code == 204, r.text
 
 
-def test_single_accelerator_device_is_reserved_while_bound(db, conf, placement):
+def test_single_accelerator_device_is_reserved_while_bound(transport, database, db, conf, placement):
     client, server = placement
     host = placement_fixture.unique_name('host')
-    conductor, _ = cf.stack(conf, client, host=host, drivers=[OneFunctionDriver(conf, host)])
-    cf.make_profile('one', [{'resources:CUSTOM_PCI_8086_0001': '1'}])
-    dep = cf.deployable()
+    conductor, _ = cf.stack(database, transport, conf, client, host=host, drivers=[OneFunctionDriver(conf, host)])
+    cf.make_profile(database, 'one', [{'resources:CUSTOM_PCI_8086_0001': '1'}])
+    dep = cf.deployable(database)
     rc = 'CUSTOM_PCI_8086_0001'
     assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 0
     inst = str(uuid.uuid4())
@@ -66,7 +65,7 @@ def test_single_accelerator_device_is_reserved_while_bound(db, conf, placement):
     conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
                                      'device_rp_uuid': dep.rp_uuid, 'instance_uuid': inst}])
     assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 1
-    with session.reader() as s:
+    with database.reader() as s:
         assert db_api.device_list(s)[0].device_state == states.DEV_ALLOCATED
     # The bind guard: the one accelerator is taken.
     other = conductor.arq_create(cf.admin(), 'one', 'p')[0]
@@ -76,20 +75,20 @@ def test_single_accelerator_device_is_reserved_while_bound(db, conf, placement):
                                          'instance_uuid': str(uuid.uuid4())}])
     conductor.arq_delete(cf.admin(), instance_uuid=inst)
     assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 0
-    with session.reader() as s:
+    with database.reader() as s:
         assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
 
 
-def test_disable_reserves_and_enable_frees(db, conf, placement):
+def test_disable_reserves_and_enable_frees(transport, database, db, conf, placement):
     client, server = placement
     host = placement_fixture.unique_name('host')
-    conductor, _ = cf.stack(conf, client, host=host)
-    dep = cf.deployable()
-    with session.reader() as s:
+    conductor, _ = cf.stack(database, transport, conf, client, host=host)
+    dep = cf.deployable(database)
+    with database.reader() as s:
         device_uuid = db_api.device_list(s)[0].uuid
     conductor.device_set_status(cf.admin(), device_uuid, 'maintaining')
     assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 16
-    cf.make_profile()
+    cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     with pytest.raises(exception.DeviceMaintaining):
         conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
@@ -99,12 +98,12 @@ def test_disable_reserves_and_enable_frees(db, conf, placement):
     assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 0
 
 
-def test_multi_accelerator_bind_leaves_reserved_alone(db, conf, placement):
+def test_multi_accelerator_bind_leaves_reserved_alone(transport, database, db, conf, placement):
     client, server = placement
     host = placement_fixture.unique_name('host')
-    conductor, _ = cf.stack(conf, client, host=host)
-    cf.make_profile()
-    dep = cf.deployable()
+    conductor, _ = cf.stack(database, transport, conf, client, host=host)
+    cf.make_profile(database)
+    dep = cf.deployable(database)
     writes = client.stats['writes']
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
@@ -114,10 +113,10 @@ def test_multi_accelerator_bind_leaves_reserved_alone(db, conf, placement):
     assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 0
 
 
-def test_quiet_cycle_makes_no_placement_request(db, conf, placement):
+def test_quiet_cycle_makes_no_placement_request(transport, database, db, conf, placement):
     client, _ = placement
     host = placement_fixture.unique_name('host')
-    conductor, agent = cf.stack(conf, client, host=host)
+    conductor, agent = cf.stack(database, transport, conf, client, host=host)
     before = dict(client.stats)
     assert agent.run_cycle() == {'changed': False, 'placement_writes': 0}
     assert client.stats == before
@@ -128,12 +127,12 @@ def test_quiet_cycle_makes_no_placement_request(db, conf, placement):
     assert result['placement_writes'] == 0 and client.stats['writes'] == before['writes']
 
 
-def test_missing_compute_node_is_reported_not_fatal(db, conf, placement):
+def test_missing_compute_node_is_reported_not_fatal(transport, database, db, conf, placement):
     client, server = placement
     conf.set_override('create_compute_node', False, group='placement')
     host = placement_fixture.unique_name('host')
-    conductor, agent = cf.stack(conf, client, host=host)   # no exception
-    with session.reader() as s:
+    conductor, agent = cf.stack(database, transport, conf, client, host=host)   # no exception
+    with database.reader() as s:
         assert len(db_api.deployable_list(s)) == 1          # persisted anyway
     assert client.find_provider_by_name(f'{host}_FakeDevice') is None
     client.ensure_compute_node(host, create=True)           # nova-compute shows up
@@ -142,12 +141,12 @@ def test_missing_compute_node_is_reported_not_fatal(db, conf, placement):
     assert client.find_provider_by_name(f'{host}_FakeDevice') is not None
 
 
-def test_inventory_change_reaches_placement(db, conf, placement):
+def test_inventory_change_reaches_placement(transport, database, db, conf, placement):
     client, server = placement
     host = placement_fixture.unique_name('host')
     driver = OneFunctionDriver(conf, host)
-    conductor, agent = cf.stack(conf, client, host=host, drivers=[driver])
-    dep = cf.deployable()
+    conductor, agent = cf.stack(database, transport, conf, client, host=host, drivers=[driver])
+    dep = cf.deployable(database)
     original = driver.discover
 
     def more_traits():
@@ -161,12 +160,12 @@ def test_inventory_change_reaches_placement(db, conf, placement):
     assert {'CUSTOM_ONE', 'CUSTOM_TWO', 'OWNER_CYBORG'} <= client.get_traits(dep.rp_uuid)
 
 
-def test_missing_compute_node_error_reaches_the_agent(db, conf, placement, caplog):
+def test_missing_compute_node_error_reaches_the_agent(transport, database, db, conf, placement, caplog):
     client, _ = placement
     conf.set_override('create_compute_node', False, group='placement')
     host = placement_fixture.unique_name('host')
     with caplog.at_level('ERROR'):
-        _, agent = cf.stack(conf, client, host=host)
+        _, agent = cf.stack(database, transport, conf, client, host=host)
         result = agent.run_cycle()
     assert result['error']['code'] == 'cyb.placement.compute_node_missing'
     assert host in result['error']['message']
@@ -199,7 +198,7 @@ class ManyTypesDriver(base.Driver):
 
 
 @pytest.mark.parametrize('excluded', [False, True])
-def test_many_providers_registered_in_batches(db, conf, placement, excluded):
+def test_many_providers_registered_in_batches(transport, database, db, conf, placement, excluded):
     """A first report with many providers: each created and given its traits, the
     inventories in one reshape whose reserved follows the reservation rule (an
     excluded device is in error: reserved whole); then quiet cycles, also after a
@@ -208,7 +207,7 @@ def test_many_providers_registered_in_batches(db, conf, placement, excluded):
     host = placement_fixture.unique_name('host')
     before = dict(client.stats)
     driver = ManyTypesDriver(conf, host, excluded=excluded)
-    conductor, agent = cf.stack(conf, client, host=host, drivers=[driver])
+    conductor, agent = cf.stack(database, transport, conf, client, host=host, drivers=[driver])
     n = driver.types
     writes = client.stats['writes'] - before['writes']
     # compute node, then per provider POST + traits, the custom names once
@@ -218,7 +217,7 @@ def test_many_providers_registered_in_batches(db, conf, placement, excluded):
     # generations); a root this report created is not listed, nor is any provider
     # read before being created.
     assert client.stats['reads'] - before['reads'] == 2
-    with session.reader() as s:
+    with database.reader() as s:
         deps = [d for d in db_api.deployable_list(s) if d.name.startswith(host)]
     assert len(deps) == n
     for dep in deps:

@@ -17,7 +17,6 @@ from steward.cmd import import_cyborg
 from steward.common import exception
 from steward.db import cyborg_import
 from steward.db import models as m
-from steward.db import session
 from steward.drivers import base
 from steward.drivers import objects
 from tests import cyborg_upstream as cu
@@ -31,11 +30,11 @@ HOST = 'host-a'
 NOW = datetime.datetime(2026, 11, 1, 12, 0, 0)
 
 
-def _import(url, **kwargs):
+def _import(database, url, **kwargs):
     """The import as `steward db import-cyborg` runs it: fake deployables paired
     with what Steward's fake driver reports."""
-    return cyborg_import.run(url, fake_devices=import_cyborg.fake_driver_devices,
-                             **kwargs)
+    return cyborg_import.run(database, url,
+                             fake_devices=import_cyborg.fake_driver_devices, **kwargs)
 
 
 @pytest.fixture(scope='module')
@@ -125,13 +124,13 @@ def _pci(bdf_slot, fn, fmt='{"domain":"0000","bus":"0a","device":"%s","function"
     return fmt % (bdf_slot, fn)
 
 
-def _device(uuid_):
-    with session.reader() as s:
+def _device(database, uuid_):
+    with database.reader() as s:
         return s.execute(sa.select(m.Device).where(m.Device.uuid == uuid_)).scalar_one()
 
 
-def _arq(uuid_):
-    with session.reader() as s:
+def _arq(database, uuid_):
+    with database.reader() as s:
         row = s.execute(sa.select(m.ExtARQ).where(m.ExtARQ.uuid == uuid_)) \
             .scalar_one_or_none()
         if row is None:
@@ -147,32 +146,32 @@ def _uuid_of(cyborg, table, row_id):
         return conn.execute(sa.select(t.c.uuid).where(t.c.id == row_id)).scalar_one()
 
 
-def test_unknown_revision_is_refused_by_name(cyborg, db):
+def test_unknown_revision_is_refused_by_name(database, cyborg, db):
     cyborg.revision('6c77bd6afea5')      # Cyborg before 17.0.0: no device_state
     with pytest.raises(exception.CyborgSchemaUnknown) as err:
-        _import(cyborg.url)
+        _import(database, cyborg.url)
     assert '6c77bd6afea5' in str(err.value) and 'b47c8f2d1e3a' in str(err.value)
     assert err.value.code == 'cyb.cyborg_import.schema_unknown'
 
 
-def test_non_empty_steward_database_needs_a_merge_policy(cyborg, db):
+def test_non_empty_steward_database_needs_a_merge_policy(database, cyborg, db):
     cyborg.profile('from-cyborg')
-    make_profile('steward-own')
+    make_profile(database, 'steward-own')
     with pytest.raises(exception.CyborgImportRefused) as err:
-        _import(cyborg.url)
+        _import(database, cyborg.url)
     assert '--merge keep-steward' in str(err.value)
-    with session.reader() as s:
+    with database.reader() as s:
         assert s.execute(sa.select(sa.func.count()).select_from(m.DeviceProfile)) \
             .scalar() == 1
-    result = _import(cyborg.url, merge='keep-steward')
+    result = _import(database, cyborg.url, merge='keep-steward')
     assert result.written == {'device_profiles': 1}
     # A dry run of it again: nothing written (an earlier run holds everything).
-    assert _import(cyborg.url, merge='keep-steward', dry_run=True) \
+    assert _import(database, cyborg.url, merge='keep-steward', dry_run=True) \
         .already_imported
 
 
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
-def test_transitional_arqs_follow_the_documented_rule(cyborg, db, conf):
+def test_transitional_arqs_follow_the_documented_rule(transport, database, cyborg, db, conf):
     dev, dep, handles = cyborg.device(
         'FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake', 'TEST_PCI',
         [_pci('0', str(fn), '{"domain":"0000","bus":"0c","device":"%s",'
@@ -187,26 +186,26 @@ def test_transitional_arqs_follow_the_documented_rule(cyborg, db, conf):
         conn.execute(t.update().where(t.c.id == handles[1]).values(in_use=True))
     deleting = cyborg.arq(dp, 'Deleting', handles[2], dep, inst_deleting)
 
-    result = _import(cyborg.url)
+    result = _import(database, cyborg.url)
     assert any('in use in Cyborg but no Bound ARQ holds it' in w for w in result.warnings)
-    arq, handle = _arq(bound)
+    arq, handle = _arq(database, bound)
     assert arq.state == 'Bound' and handle.in_use
     assert handle.uuid == _uuid_of(cyborg, 'attach_handles', handles[0])
     # Steward's fake driver reports that handle (Cyborg's function 1) as 0c:00.0.
     assert handle.discovered_as == objects.pci_info('0000', '0c', '00', '0')
-    arq, handle = _arq(started)
+    arq, handle = _arq(database, started)
     assert arq.state == 'BindFailed' and handle is None
-    arq, handle = _arq(deleting)
+    arq, handle = _arq(database, deleting)
     assert arq.state == 'Deleting' and handle.in_use
-    device = _device(_uuid_of(cyborg, 'devices', dev))
+    device = _device(database, _uuid_of(cyborg, 'devices', dev))
     assert device.device_state == 'allocated' and device.imported_from == 'cyborg'
 
-    conductor, agent = stack(conf, host=HOST)
+    conductor, agent = stack(database, transport, conf, host=HOST)
     try:
         # The first discovery recognises the device, its deployable and handles.
-        device = _device(device.uuid)
+        device = _device(database, device.uuid)
         assert device.imported_from is None and device.missing_since is None
-        with session.reader() as s:
+        with database.reader() as s:
             assert s.execute(sa.select(sa.func.count()).select_from(m.Device)).scalar() == 1
             rows = s.execute(sa.select(m.AttachHandle)).scalars().all()
         # The 16 imported, each one of Steward's fake driver's 16 functions.
@@ -216,8 +215,8 @@ def test_transitional_arqs_follow_the_documented_rule(cyborg, db, conf):
         # the Bound one releases as any Steward ARQ.
         conductor.arq_delete(admin(), instance_uuid=inst_deleting)
         conductor.arq_delete(admin(), instance_uuid=inst_bound)
-        assert _arq(deleting) is None and _arq(bound) is None
-        with session.reader() as s:
+        assert _arq(database, deleting) is None and _arq(database, bound) is None
+        with database.reader() as s:
             assert not s.execute(sa.select(m.AttachHandle).where(
                 m.AttachHandle.in_use.is_(True))).first()
             released = s.execute(sa.select(m.AttachHandle).where(
@@ -225,13 +224,13 @@ def test_transitional_arqs_follow_the_documented_rule(cyborg, db, conf):
                 .scalar_one()
         assert released.attach_info == objects.pci_info('0000', '0c', '00', '0')
         assert released.discovered_as is None
-        assert _device(device.uuid).device_state == 'available'
+        assert _device(database, device.uuid).device_state == 'available'
     finally:
         agent.stop()
         conductor.stop()
 
 
-def test_device_steward_has_no_driver_for_is_kept_not_offered(cyborg, db, conf):
+def test_device_steward_has_no_driver_for_is_kept_not_offered(transport, database, cyborg, db, conf):
     dev, dep, handles = cyborg.device(
         'FPGA', '0x8086', '0000:5e:00.0', f'{HOST}_0000:5e:00.0', 'intel', 'PCI',
         [_pci('00', '1', '{"domain":"0000","bus":"5e","device":"%s",'
@@ -241,35 +240,35 @@ def test_device_steward_has_no_driver_for_is_kept_not_offered(cyborg, db, conf):
     inst = str(uuid.uuid4())
     arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
 
-    result = _import(cyborg.url)
+    result = _import(database, cyborg.url)
     device_uuid = _uuid_of(cyborg, 'devices', dev)
     [warning] = result.warnings
     assert device_uuid in warning and 'no driver' in warning
-    device = _device(device_uuid)
+    device = _device(database, device_uuid)
     assert (device.status, device.device_state) == ('maintaining', 'allocated')
-    with session.reader() as s:
+    with database.reader() as s:
         deployable = s.execute(sa.select(m.Deployable)).scalar_one()
     assert deployable.bitstream_id is not None
 
-    conductor, agent = stack(conf, host=HOST)      # Steward's fake driver only
+    conductor, agent = stack(database, transport, conf, host=HOST)      # Steward's fake driver only
     try:
-        device = _device(device_uuid)
+        device = _device(database, device_uuid)
         assert device.missing_since is not None and device.imported_from == 'cyborg'
         conductor.arq_delete(admin(), instance_uuid=inst)
-        assert _arq(arq_uuid) is None
-        device = _device(device_uuid)
+        assert _arq(database, arq_uuid) is None
+        device = _device(database, device_uuid)
         assert (device.status, device.device_state) == ('maintaining', 'available')
         # Not offered anew: Placement reserves it whole, a bind is refused.
         from steward.conductor import reservation
-        with session.reader() as s:
+        with database.reader() as s:
             rule = reservation.policy(s, s.get(m.Device, device.id), [deployable])
             assert rule.reserved_for(deployable) == deployable.num_accelerators
             assert isinstance(rule.refusal, exception.DeviceMaintaining)
         # Available now, still not found: kept (reported missing), never deleted.
         agent.run_cycle()
-        device = _device(device_uuid)
+        device = _device(database, device_uuid)
         assert device.missing_since is not None
-        with session.reader() as s:
+        with database.reader() as s:
             handle = s.execute(sa.select(m.AttachHandle).where(
                 m.AttachHandle.deployable_id == deployable.id)).scalar_one()
         assert not handle.in_use
@@ -296,18 +295,18 @@ class _RenamingGpuDriver(base.Driver):
             deployable_list=[dep], std_board_info='{}', driver_name='renaming')]
 
 
-def test_deployable_named_otherwise_keeps_its_name_and_provider(cyborg, db, conf):
+def test_deployable_named_otherwise_keeps_its_name_and_provider(transport, database, cyborg, db, conf):
     dev, dep, handles = cyborg.device(
         'GPU', '10de', '0000:0a:00.0', f'{HOST}_0000:0a:00.0', 'NVIDIA', 'PCI',
         [_pci('00', '0')], 'PGPU')
     dp = cyborg.profile(rc='PGPU')
     inst = str(uuid.uuid4())
     arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
-    _import(cyborg.url)
+    _import(database, cyborg.url)
 
-    conductor, agent = stack(conf, host=HOST, drivers=[_RenamingGpuDriver(conf, HOST)])
+    conductor, agent = stack(database, transport, conf, host=HOST, drivers=[_RenamingGpuDriver(conf, HOST)])
     try:
-        with session.reader() as s:
+        with database.reader() as s:
             [deployable] = s.execute(sa.select(m.Deployable)).scalars().all()
             [handle] = s.execute(sa.select(m.AttachHandle)).scalars().all()
         assert deployable.uuid == _uuid_of(cyborg, 'deployables', dep)
@@ -316,32 +315,32 @@ def test_deployable_named_otherwise_keeps_its_name_and_provider(cyborg, db, conf
                                                     f'{HOST}_0000:0a:00.0'))
         assert deployable.discovered_as == f'{HOST}_pci_0000_0a_00_0'
         assert handle.uuid == _uuid_of(cyborg, 'attach_handles', handles[0])
-        assert _device(_uuid_of(cyborg, 'devices', dev)).device_state == 'allocated'
+        assert _device(database, _uuid_of(cyborg, 'devices', dev)).device_state == 'allocated'
         agent.run_cycle()           # and stays so on the next discovery
-        with session.reader() as s:
+        with database.reader() as s:
             assert [d.uuid for d in s.execute(sa.select(m.Deployable)).scalars()] == \
                 [deployable.uuid]
         conductor.arq_delete(admin(), instance_uuid=inst)
-        assert _arq(arq_uuid) is None
-        assert _device(_uuid_of(cyborg, 'devices', dev)).device_state == 'available'
+        assert _arq(database, arq_uuid) is None
+        assert _device(database, _uuid_of(cyborg, 'devices', dev)).device_state == 'available'
     finally:
         agent.stop()
         conductor.stop()
 
 
 
-def test_a_conflict_stops_the_import_with_nothing_written(cyborg, db):
+def test_a_conflict_stops_the_import_with_nothing_written(database, cyborg, db):
     cyborg.device('FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake',
                   'TEST_PCI', [_pci('0', '1')], 'FPGA')
     with pytest.raises(exception.CyborgImportConflict) as err:
-        _import(cyborg.url)
+        _import(database, cyborg.url)
     assert "Cyborg has 1 handles, Steward's fake driver reports 16" in str(err.value)
-    with session.reader() as s:
+    with database.reader() as s:
         assert s.execute(sa.select(sa.func.count()).select_from(m.Device)).scalar() == 0
 
 
-def test_merge_into_steward_that_discovered_the_device_first(cyborg, db, conf):
-    conductor, agent = stack(conf, host=HOST)       # Steward's agent ran already
+def test_merge_into_steward_that_discovered_the_device_first(transport, database, cyborg, db, conf):
+    conductor, agent = stack(database, transport, conf, host=HOST)       # Steward's agent ran already
     try:
         dev, dep, handles = cyborg.device(
             'FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake', 'TEST_PCI',
@@ -351,24 +350,24 @@ def test_merge_into_steward_that_discovered_the_device_first(cyborg, db, conf):
         inst = str(uuid.uuid4())
         arq_uuid = cyborg.arq(dp, 'Bound', handles[0], dep, inst)
         with pytest.raises(exception.CyborgImportRefused):
-            _import(cyborg.url)
-        result = _import(cyborg.url, merge='keep-steward')
+            _import(database, cyborg.url)
+        result = _import(database, cyborg.url, merge='keep-steward')
         assert result.written == {'device_profiles': 1,
                                   'extended_accelerator_requests': 1}
         assert result.kept == {'devices': 1, 'deployables': 1, 'attributes': 1,
                                'attach_handles': 16}
-        arq, handle = _arq(arq_uuid)
+        arq, handle = _arq(database, arq_uuid)
         assert arq.state == 'Bound' and handle.in_use
         # Steward's own handle at the address Cyborg's maps to, showing what Cyborg
         # gave the instance until it is released.
         assert handle.discovered_as == objects.pci_info('0000', '0c', '00', '0')
         assert handle.attach_info == \
             '{"domain":"0000","bus":"0c","device":"0","function":"1"}'
-        with session.reader() as s:
+        with database.reader() as s:
             [device] = s.execute(sa.select(m.Device)).scalars().all()
         assert device.device_state == 'allocated' and device.imported_from is None
         conductor.arq_delete(admin(), instance_uuid=inst)
-        assert _device(device.uuid).device_state == 'available'
+        assert _device(database, device.uuid).device_state == 'available'
     finally:
         agent.stop()
         conductor.stop()
@@ -421,18 +420,18 @@ def test_command_prints_every_conflict_and_refuses_unknown_schemas(cyborg, tmp_p
     engine.dispose()
 
 
-def test_a_missing_or_unreachable_cyborg_database_is_a_clear_error(tmp_path, db):
+def test_a_missing_or_unreachable_cyborg_database_is_a_clear_error(database, tmp_path, db):
     missing = tmp_path / 'no-such.db'
     with pytest.raises(exception.CyborgImportError, match='no SQLite database at'):
-        _import(f'sqlite:///{missing}')
+        _import(database, f'sqlite:///{missing}')
     assert not missing.exists()          # nothing created where Cyborg's was meant
     from steward.db import migration
     with pytest.raises(exception.CyborgSchemaUnknown,
                        match=f'revision {migration.head_revision()},'):
-        _import(db)            # Steward's own database: its revision named
+        _import(database, db)            # Steward's own database: its revision named
     empty = tmp_path / 'empty.db'
     sa.create_engine(f'sqlite:///{empty}').connect().close()
     with pytest.raises(exception.CyborgImportError, match='not a Cyborg database'):
-        _import(f'sqlite:///{empty}')
+        _import(database, f'sqlite:///{empty}')
     with pytest.raises(exception.CyborgImportError, match='--cyborg-connection'):
-        _import('not a url')
+        _import(database, 'not a url')

@@ -10,7 +10,6 @@ from steward.common import exception
 from steward.common import states
 from steward.db import api as db_api
 from steward.db import models as m
-from steward.db import session
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import V26, life  # noqa: F401 (fixture)
 
@@ -78,9 +77,9 @@ def test_last_error_is_set_in_error_and_cleared_once_available(life, conf):
     assert st.history(dev['uuid'])[-3]['request_id'] == r.headers['x-openstack-request-id']
 
 
-def _error_device(host):
+def _error_device(database, host):
     """A single-accelerator device in error (quarantined), built through advance."""
-    with session.writer() as s:
+    with database.writer() as s:
         dev = m.Device(uuid=str(uuid.uuid4()), type='NVME', vendor='8086', model='0a54',
                        hostname=host, status='enabled', device_state='available')
         s.add(dev)
@@ -93,12 +92,12 @@ def _error_device(host):
         return dev.uuid
 
 
-def test_a_rolled_back_bind_leaves_no_history_and_logs_nothing(db, conf, caplog):
-    conductor, _ = cf.stack(conf)
-    cf.make_profile()
-    fake = cf.deployable('FakeDevice')
-    broken = _error_device('host-a')
-    with session.reader() as s:
+def test_a_rolled_back_bind_leaves_no_history_and_logs_nothing(transport, database, db, conf, caplog):
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    fake = cf.deployable(database, 'FakeDevice')
+    broken = _error_device(database, 'host-a')
+    with database.reader() as s:
         broken_id = db_api.device_get(s, broken).id
         broken_rp = db_api.deployable_list(s, {'device_id': broken_id})[0].rp_uuid
     arqs = conductor.arq_create(cf.admin(), 'dp1', 'proj') + \
@@ -113,7 +112,7 @@ def test_a_rolled_back_bind_leaves_no_history_and_logs_nothing(db, conf, caplog)
              'instance_uuid': inst},
             {'uuid': arqs[1]['uuid'], 'hostname': 'host-a', 'device_rp_uuid': broken_rp,
              'instance_uuid': inst}])
-    with session.reader() as s:
+    with database.reader() as s:
         device = db_api.device_get_by_id(s, fake.device_id)
         assert device.device_state == states.DEV_AVAILABLE
         assert db_api.device_history_list(s, device.uuid) == []
@@ -125,7 +124,7 @@ def test_a_rolled_back_bind_leaves_no_history_and_logs_nothing(db, conf, caplog)
     # The same bind without the refused ARQ commits, logs and records.
     conductor.arq_bind(cf.admin(), [{'uuid': arqs[0]['uuid'], 'hostname': 'host-a',
                                      'device_rp_uuid': fake.rp_uuid, 'instance_uuid': inst}])
-    with session.reader() as s:
+    with database.reader() as s:
         device = db_api.device_get_by_id(s, fake.device_id)
         assert [(h.source_state, h.event, h.target_state) for h in
                 db_api.device_history_list(s, device.uuid)] == [

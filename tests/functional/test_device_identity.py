@@ -9,7 +9,6 @@ from steward.common import exception
 from steward.conductor import device_match
 from steward.conductor import report
 from steward.db import models as m
-from steward.db import session
 from steward.drivers import objects
 from tests.functional.lifecycle_stack import RC, V26, life  # noqa: F401 (fixture)
 
@@ -28,8 +27,8 @@ def _in_error(st, life):
     return st.device(dev['uuid'])
 
 
-def _cpid(dev_uuid):
-    with session.reader() as s:
+def _cpid(database, dev_uuid):
+    with database.reader() as s:
         return s.query(m.ControlpathID).join(m.Device).filter(
             m.Device.uuid == dev_uuid).one().cpid_info
 
@@ -91,7 +90,7 @@ def test_an_error_device_that_vanishes_is_kept_and_returns_in_error(life, caplog
     assert st.wait_state(dev['uuid'], ('available',))['last_error'] is None
 
 
-def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(
+def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(database, 
         life, caplog):
     st = life.start()
     dev = _in_error(st, life)
@@ -110,7 +109,7 @@ def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(
     assert (moved['device_state'], moved['missing']) == ('error', False)
     assert moved['last_error'] == dev['last_error']
     assert st.records(dev['uuid']) == records
-    assert json.loads(_cpid(dev['uuid'])) == {'domain': '0000', 'bus': '0b',
+    assert json.loads(_cpid(database, dev['uuid'])) == {'domain': '0000', 'bus': '0b',
                                              'device': '00', 'function': '0'}
     dep = st.deployable(moved)
     assert dep['name'] == f'{life.host}_{SLOT_B}' and dep['rp_uuid'] != old_rp
@@ -122,7 +121,7 @@ def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(
     first = [r.getMessage() for r in caplog.records
              if dep['name'] in r.getMessage() and 'inventory' in r.getMessage()][0]
     assert "inventory {} -> {'" + RC in first and "'reserved': 1" in first, first
-    with session.reader() as s:
+    with database.reader() as s:
         handles = s.query(m.AttachHandle).join(m.Deployable).filter(
             m.Deployable.uuid == dep['uuid']).all()
         assert len(handles) == 1 and '"bus": "0b"' in handles[0].attach_info
@@ -133,7 +132,7 @@ def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(
     assert st.inventory(dep['rp_uuid'])['reserved'] == 0
 
 
-def test_an_available_device_that_vanishes_is_removed(life):
+def test_an_available_device_that_vanishes_is_removed(database, life):
     st = life.start()
     dev = st.device()
     rp = st.deployable(dev)['rp_uuid']
@@ -141,7 +140,7 @@ def test_an_available_device_that_vanishes_is_removed(life):
     st.discover()
     assert st.devices() == []
     assert rp not in st.providers().values()
-    with session.reader() as s:
+    with database.reader() as s:
         assert s.query(m.Device).filter_by(uuid=dev['uuid']).count() == 0
 
 
@@ -173,14 +172,14 @@ def test_another_drive_in_the_slot_is_a_new_device(life):
     assert st.inventory(rp)['reserved'] == 0
 
 
-def test_a_report_without_identity_keeps_the_row_at_its_address(life):
+def test_a_report_without_identity_keeps_the_row_at_its_address(database, life):
     st = life.start()
     dev = _in_error(st, life)
     life.driver.slots = {SLOT_A: ('', '')}      # id-ctrl failed: no serial, no NQN
     st.discover()
     assert [d['uuid'] for d in st.devices()] == [dev['uuid']]
     assert st.device(dev['uuid'])['device_state'] == 'error'
-    with session.reader() as s:
+    with database.reader() as s:
         assert s.query(m.Device).filter_by(uuid=dev['uuid']).one().identity == \
             f'nvme:{DRIVE_1[0]}:{DRIVE_1[1]}'
 

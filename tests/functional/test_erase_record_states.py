@@ -8,7 +8,6 @@ from steward.common import exception
 from steward.common import states
 from steward.db import api as dbapi
 from steward.db import models as m
-from steward.db import session as db_session
 
 
 def _running(s):
@@ -16,21 +15,21 @@ def _running(s):
                                   trigger='unbind', status=states.ERASE_RUNNING)
 
 
-def test_a_running_record_ends_once(db):
-    with db_session.writer() as s:
+def test_a_running_record_ends_once(database, db):
+    with database.writer() as s:
         uuid = _running(s).uuid
     # Two conductors read it running; the first to write wins.
-    with db_session.reader() as s:
+    with database.reader() as s:
         stale = dbapi.erase_record_get(s, uuid)
-    with db_session.writer() as s:
+    with database.writer() as s:
         rec = dbapi.erase_record_get(s, uuid)
         states.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
                        values=dbapi.erase_values({'phase': 'done', 'details': {'a': 1}}))
-    with db_session.writer() as s:
+    with database.writer() as s:
         with pytest.raises(exception.ConcurrentUpdate):
             states.advance(s, m.EraseRecord, stale, states.ERASE_INTERRUPTED,
                            event='interrupt')
-    with db_session.reader() as s:
+    with database.reader() as s:
         rec = dbapi.erase_record_get(s, uuid)
         assert rec.status == states.ERASE_SUCCEEDED and rec.phase == 'done'
         assert dbapi.erase_record_record(rec)['details'] == {'a': 1}
@@ -39,8 +38,8 @@ def test_a_running_record_ends_once(db):
             states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail')
 
 
-def test_status_is_not_a_plain_column(db):
-    with db_session.writer() as s:
+def test_status_is_not_a_plain_column(database, db):
+    with database.writer() as s:
         rec = _running(s)
         with pytest.raises(ValueError, match='states.advance'):
             dbapi.erase_record_update(s, rec.uuid, status=states.ERASE_FAILED)
@@ -48,8 +47,8 @@ def test_status_is_not_a_plain_column(db):
             dbapi.erase_record_create(s, rec.device_uuid, status=states.ERASE_SUCCEEDED)
 
 
-def test_a_device_created_in_error_has_its_history_row(db):
-    with db_session.writer() as s:
+def test_a_device_created_in_error_has_its_history_row(database, db):
+    with database.writer() as s:
         bad = m.Device(uuid=uuidutils.generate_uuid(), type='NVME', vendor='8086',
                        model='m', hostname='h', status=states.DEVICE_STATUS_ENABLED,
                        device_state=states.DEV_ERROR,
@@ -58,7 +57,7 @@ def test_a_device_created_in_error_has_its_history_row(db):
                         model='m', hostname='h', status=states.DEVICE_STATUS_ENABLED,
                         device_state=states.DEV_AVAILABLE)
         s.add_all([bad, good])
-    with db_session.reader() as s:
+    with database.reader() as s:
         rows = s.query(m.DeviceHistory).filter_by(device_uuid=bad.uuid).all()
         assert [(r.event, r.source_state, r.target_state, r.reason) for r in rows] == [
             ('discovered', None, states.DEV_ERROR,

@@ -13,13 +13,11 @@ from fastapi import testclient
 
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
-from steward.api import policy as api_policy
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.conf import nvidia as nvidia_conf
 from steward.db import models as m
-from steward.db import session
 from steward.drivers import mdev
 from steward.drivers import nvidia_gpu
 from steward.placement import client as placement_client
@@ -41,22 +39,22 @@ ENTRIES = [
 def _parsed_conf():
     # oslo.policy needs a parsed CONF (see tests/functional/api/conftest.py).
     CONF([], project='steward', default_config_files=[])
-    api_policy.reset()
     yield
-    api_policy.reset()
 
 
 class Env:
-    def __init__(self, conf, tree, placement, server):
+    def __init__(self, conf, tree, placement, server, database, transport):
         self.conf, self.tree, self.placement, self.server = conf, tree, placement, server
         self.host = placement_fixture.unique_name('mdev-host')
-        self.conductor = ConductorManager(placement, notifier=RecordingNotifier())
+        self.conductor = ConductorManager(database, placement, notifier=RecordingNotifier(),
+                                          transport=transport)
         self.conductor.init_host()
         self.agent = AgentManager(conf, ConductorAPI(self.conductor), host=self.host,
                                   drivers=[mdev.MdevDriver(conf, self.host)])
         self.agent.init_host()
         self.first = self.agent.run_cycle()
-        self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor)),
+        self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor),
+                                                            database),
                                          raise_server_exceptions=False)
         self.admin = placement_fixture.admin_session(server.url)
 
@@ -130,7 +128,7 @@ class Env:
 
 
 @pytest.fixture
-def env(db, conf, tmp_path):
+def env(database, transport, conf, tmp_path):
     tree = MdevTree(tmp_path / 'sys')
     tree.add_virtual_parent('mtty', MTTY_TYPES)
     tree.add_virtual_parent('mdpy', MDPY_TYPES)
@@ -139,20 +137,20 @@ def env(db, conf, tmp_path):
     conf.set_override('device_spec', [json.dumps(e) for e in ENTRIES], group='mdev')
     server = placement_fixture.get_placement()
     client = placement_client.PlacementClient.from_conf(endpoint=server.url)
-    e = Env(conf, tree, client, server)
+    e = Env(conf, tree, client, server, database, transport)
     yield e
     e.admin.close()
     e.conductor.stop()
 
 
-def handles(deployable_uuid):
-    with session.reader() as s:
+def handles(database, deployable_uuid):
+    with database.reader() as s:
         dep = s.query(m.Deployable).filter_by(uuid=deployable_uuid).one()
         return sorted((h.uuid, h.in_use) for h in
                       s.query(m.AttachHandle).filter_by(deployable_id=dep.id))
 
 
-def test_discovery_reaches_placement(env):
+def test_discovery_reaches_placement(database, env):
     assert env.first['placement_writes'] > 0
     for type_name, rc, total in (('mtty-1', 'CUSTOM_MDEV_MTTY_1', 24),
                                  ('mtty-2', 'CUSTOM_MDEV_MTTY_2', 12),
@@ -170,7 +168,7 @@ def test_discovery_reaches_placement(env):
     assert env.cycle() == 0
 
 
-def test_mtty_2_profile_gets_a_bound_mdev_arq(env):
+def test_mtty_2_profile_gets_a_bound_mdev_arq(database, env):
     profile = env.profile('CUSTOM_MDEV_MTTY_2')
     _, arq = env.boot(profile, 'CUSTOM_MDEV_MTTY_2')
     assert arq['state'] == 'Bound'
@@ -189,7 +187,7 @@ def test_pci_parent_arq_carries_the_parent_address(env):
                                          'bus': '00', 'device': '02', 'function': '0'}
 
 
-def test_four_instances_on_a_total_of_four_and_the_fifth_refused(env):
+def test_four_instances_on_a_total_of_four_and_the_fifth_refused(database, env):
     rc = 'CUSTOM_MDEV_MDPY_VGA'
     dep = env.deployable('mdpy-vga')
     profile = env.profile(rc)
@@ -212,13 +210,13 @@ def test_four_instances_on_a_total_of_four_and_the_fifth_refused(env):
     # ... and a bind that tries anyway is refused cleanly, changing nothing.
     fifth = env.new_arq(profile)
     before_arq = env.api.get(f'{URL}/{fifth}').json()
-    before_handles = handles(dep['uuid'])
+    before_handles = handles(database, dep['uuid'])
     r = env.bind(fifth, dep['rp_uuid'], fifth_instance)
     assert r.status_code == 409, r.text
     assert r.json()['error_code'] == 'cyb.bind.no_free_handle'
     assert env.api.get(f'{URL}/{fifth}').json() == before_arq
     assert before_arq['state'] == 'Initial'
-    assert handles(dep['uuid']) == before_handles
+    assert handles(database, dep['uuid']) == before_handles
     assert sum(in_use for _, in_use in before_handles) == 4
     assert env.inventory(dep['rp_uuid'])[rc]['reserved'] == 0
     # Releasing one makes room for exactly one more.
@@ -227,12 +225,12 @@ def test_four_instances_on_a_total_of_four_and_the_fifth_refused(env):
     assert env.boot(profile, rc)[1]['state'] == 'Bound'
 
 
-def test_mdevs_created_by_nova_and_outside_steward_leave_placement_alone(env):
+def test_mdevs_created_by_nova_and_outside_steward_leave_placement_alone(database, env):
     rc = 'CUSTOM_MDEV_MTTY_2'
     profile = env.profile(rc)
     bound = [env.boot(profile, rc)[1] for _ in range(2)]
     dep = env.deployable('mtty-2')
-    before = handles(dep['uuid'])
+    before = handles(database, dep['uuid'])
     # Nova creates each bound ARQ's mdev with the attach handle's uuid (spec 5) ...
     for arq in bound:
         env.tree.create_instance('mtty', 'mtty-2', arq['attach_handle_uuid'])
@@ -241,10 +239,10 @@ def test_mdevs_created_by_nova_and_outside_steward_leave_placement_alone(env):
     assert env.tree.available('mtty', 'mtty-2') == 9
     assert env.cycle() == 0                     # total still 12: no Placement write
     assert env.inventory(dep['rp_uuid'])[rc]['total'] == 12
-    assert handles(dep['uuid']) == before
+    assert handles(database, dep['uuid']) == before
 
 
-def test_shrinking_capacity_keeps_bound_handles(env):
+def test_shrinking_capacity_keeps_bound_handles(database, env):
     rc = 'CUSTOM_MDEV_MTTY_2'
     profile = env.profile(rc)
     bound = {env.boot(profile, rc)[1]['attach_handle_uuid'] for _ in range(3)}
@@ -265,7 +263,7 @@ def test_shrinking_capacity_keeps_bound_handles(env):
     assert env.inventory(dep['rp_uuid'])[rc]['total'] == 9
     assert env.inventory(env.deployable('mtty-1')['rp_uuid'])[
         'CUSTOM_MDEV_MTTY_1']['total'] == 24
-    after = handles(dep['uuid'])
+    after = handles(database, dep['uuid'])
     assert len(after) == 9
     assert {u for u, in_use in after if in_use} == bound      # bound ones untouched
     assert env.deployable('mtty-2')['num_accelerators'] == 9
@@ -276,23 +274,23 @@ def test_shrinking_capacity_keeps_bound_handles(env):
     env.tree.set_available('mtty', 'mtty-2', 12)
     assert env.cycle() >= 1
     assert env.inventory(dep['rp_uuid'])[rc]['total'] == 12
-    assert {u for u, in_use in handles(dep['uuid']) if in_use} == bound
+    assert {u for u, in_use in handles(database, dep['uuid']) if in_use} == bound
 
 
-def test_quiet_cycles_write_nothing(env):
+def test_quiet_cycles_write_nothing(database, env):
     for _ in range(3):
         assert env.cycle() == 0
     # Even when the conductor forgets the last report (a restart) and diffs it
     # against the database, identical handles are matched, not churned.
     dep = env.deployable('mtty-1')
-    before = handles(dep['uuid'])
+    before = handles(database, dep['uuid'])
     env.conductor.reporter.forget()
     assert env.cycle() == 0
-    assert handles(dep['uuid']) == before
+    assert handles(database, dep['uuid']) == before
 
 
 # -- two mdev-capable drivers on one tree ------------------------------------------
-def test_nvidia_and_mdev_drivers_on_one_gpu_first_listed_wins(db, conf, tmp_path, caplog):
+def test_nvidia_and_mdev_drivers_on_one_gpu_first_listed_wins(transport, database, db, conf, tmp_path, caplog):
     gpu = '0000:84:00.0'
     tree = MdevTree(tmp_path / 'sys')
     tree.add_pci_parent(gpu, {'nvidia-222': {'available': 16, 'name': 'GRID T4-1B'}},
@@ -304,7 +302,8 @@ def test_nvidia_and_mdev_drivers_on_one_gpu_first_listed_wins(db, conf, tmp_path
         json.dumps({'address': 'mtty', 'mdev_type': 'mtty-2'})], group='mdev')
     conf.set_override('enabled_vgpu_types', ['nvidia-222'], group='nvidia_gpu')
     nvidia_conf.register_vgpu_groups(conf)
-    conductor = ConductorManager(None, notifier=RecordingNotifier())
+    conductor = ConductorManager(database, None, notifier=RecordingNotifier(),
+                                 transport=transport)
     host = 'host-a'
     agent = AgentManager(conf, ConductorAPI(conductor), host=host,
                          drivers=[nvidia_gpu.NvidiaGpuDriver(conf, host),
@@ -312,7 +311,7 @@ def test_nvidia_and_mdev_drivers_on_one_gpu_first_listed_wins(db, conf, tmp_path
     agent.run_cycle()
     assert 'Drivers nvidia_gpu and mdev both report 0000:84:00.0; nvidia_gpu (listed ' \
            'first) keeps it' in caplog.text
-    with session.reader() as s:
+    with database.reader() as s:
         rows = sorted((d.name, d.driver_name, d.num_accelerators)
                       for d in s.query(m.Deployable))
         rcs = sorted(a.value for a in s.query(m.Attribute).filter_by(key='rc'))

@@ -66,17 +66,11 @@ class Scrape:
         return {dict(k[1])[label]: v for k, v in self.samples.items() if k[0] == name}
 
 
-_LISTENER = {}
-
-
-def scrape_client(url=None):
-    """Metrics as Prometheus reads them, over HTTP: from ``url`` (a stack's
-    [api] metrics_listen), else from such a listener (metrics.serve_api) of this
-    test process, started once. The API's port has no /metrics."""
-    if url is None:
-        if 'server' not in _LISTENER:
-            _LISTENER['server'] = metrics.serve_api(f'127.0.0.1:{free_port()}')
-        url = _LISTENER['server'].url
+def scrape_client(source):
+    """Metrics as Prometheus reads them, over HTTP: from ``source``, a URL (a
+    steward serve's [api] metrics_listen) or an in-process stack (its Metrics on a
+    listener of their own). The API's port has no /metrics."""
+    url = source if isinstance(source, str) else source.metrics_url()
     r = httpx.get(url, timeout=10)
     assert r.status_code == 200, r.text
     assert r.headers['content-type'].startswith('text/plain; version=0.0.4')
@@ -102,7 +96,7 @@ def test_metrics_have_their_own_listener_not_the_api_port(nvme):
         r = st.api.get(path)
         assert r.status_code == 404, path
         assert r.json()['error_code'] == 'cyb.request.path_not_found', r.text
-    got = scrape_client()
+    got = scrape_client(st)
     for family in ('steward_devices', 'steward_accelerator_requests',
                    'steward_database_up', 'steward_placement_requests',
                    'steward_placement_errors', 'steward_arq_bind_seconds',
@@ -120,15 +114,18 @@ def test_metrics_have_their_own_listener_not_the_api_port(nvme):
 def test_metrics_survive_a_database_outage(nvme, conf, tmp_path):
     nvme.sim.add_controller()
     st = nvme.start()
-    from steward.db import session
-    working = conf.database.connection
-    conf.set_override('connection', f'sqlite:///{tmp_path}/missing/dir/db.sqlite',
-                      group='database')
+    # The database file gone (its pooled connections closed first): the next
+    # connection opens an empty one, where the queries fail.
+    database = st.conductor.database
+    path = pathlib.Path(database.url[len('sqlite:///'):])
+    database.dispose()
+    path.rename(tmp_path / 'moved.sqlite')
     try:
-        got = scrape_client()
+        got = scrape_client(st)
     finally:
-        conf.set_override('connection', working, group='database')
-        session.dispose()
+        database.dispose()
+        path.unlink()
+        (tmp_path / 'moved.sqlite').rename(path)
     assert got.value('steward_database_up') == 0
     assert 'steward_devices' not in got.families
     assert got.has('steward_placement_requests_total', kind='read')
@@ -139,11 +136,11 @@ def test_bind_delete_cleanup_cycles_move_the_metrics(nvme):
     ctrl = nvme.sim.add_controller(sanitize_seconds=0.2)
     st = nvme.start()
     dev = st.device()
-    before = scrape_client()
+    before = scrape_client(st)
 
     inst, arq, _, bind = st.bind(dev)
     assert bind.status_code == 202, bind.text
-    bound = scrape_client()
+    bound = scrape_client(st)
     assert bound.value('steward_arq_bind_seconds_count', outcome='bound') == \
         before.value('steward_arq_bind_seconds_count', outcome='bound') + 1
     assert bound.value('steward_arq_bind_seconds_sum', outcome='bound') > \
@@ -155,7 +152,7 @@ def test_bind_delete_cleanup_cycles_move_the_metrics(nvme):
     st.release(inst)
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
     st.agent.cleaner.wait(10)
-    after = scrape_client()
+    after = scrape_client(st)
     assert after.by_label('steward_accelerator_requests', 'state') == \
         before.by_label('steward_accelerator_requests', 'state')
     assert after.value('steward_devices', type='NVME', state='available', host=nvme.host) == 1
@@ -181,7 +178,7 @@ def test_bind_delete_cleanup_cycles_move_the_metrics(nvme):
     st.release(inst)
     assert st.wait_state(dev['uuid'], ('error', 'available'))[-1] == 'error'
     st.agent.cleaner.wait(10)
-    failed = scrape_client()
+    failed = scrape_client(st)
     bad = dict(action='sanitize_crypto', outcome='failed')
     assert failed.value('steward_cleanups_total', **bad) == \
         after.value('steward_cleanups_total', **bad) + 1
@@ -192,13 +189,13 @@ def test_a_refused_bind_is_observed_as_failed(nvme):
     nvme.sim.add_controller()
     st = nvme.start()
     dev = st.device()
-    before = scrape_client()
+    before = scrape_client(st)
     inst, arq, _, bind = st.bind(dev)
     assert bind.status_code == 202
     # The same device again: no free attach handle, 409.
     _, _, _, again = st.bind(dev, profile='second')
     assert again.status_code == 409, again.text
-    after = scrape_client()
+    after = scrape_client(st)
     assert after.value('steward_arq_bind_seconds_count', outcome='failed') == \
         before.value('steward_arq_bind_seconds_count', outcome='failed') + 1
     assert after.value('steward_arq_bind_seconds_count', outcome='bound') == \
@@ -209,7 +206,7 @@ def test_an_interrupted_cleanup_is_counted(nvme):
     ctrl = nvme.sim.add_controller(sanitize_seconds=0.2)
     st = nvme.start()
     dev = st.device()
-    before = Scrape(metrics.render().decode())
+    before = Scrape(metrics.render(st.metrics.registry).decode())
     inst, _, _, bind = st.bind(dev)
     assert bind.status_code == 202
     ctrl.inject_sanitize_hang(progress=0.3)
@@ -220,7 +217,7 @@ def test_an_interrupted_cleanup_is_counted(nvme):
     ctrl.wait_sanitize()
     st.start_agent(discover=False)                       # recovery: -> error
     assert st.device()['device_state'] == 'error'
-    after = Scrape(metrics.render().decode())
+    after = Scrape(metrics.render(st.metrics.registry).decode())
     key = dict(action='sanitize_crypto', outcome='interrupted')
     assert after.value('steward_cleanups_total', **key) == \
         before.value('steward_cleanups_total', **key) + 1
@@ -231,14 +228,14 @@ def test_an_interrupted_cleanup_is_counted(nvme):
 
 def test_a_cleanup_an_old_agent_cannot_run_is_counted_not_dispatched(nvme):
     nvme.sim.add_controller()
-    st = nvme.start(agent_api=agent_version_api('1.0'))
+    st = nvme.start(agent_api=agent_version_api('1.0', nvme.transport))
     dev = st.device()
-    before = Scrape(metrics.render().decode())
+    before = Scrape(metrics.render(st.metrics.registry).decode())
     inst, _, _, bind = st.bind(dev)
     assert bind.status_code == 202
     st.release(inst)
     assert st.device()['device_state'] == 'error'
-    after = Scrape(metrics.render().decode())
+    after = Scrape(metrics.render(st.metrics.registry).decode())
     key = dict(action='sanitize_crypto', outcome='not_dispatched')
     assert after.value('steward_cleanups_total', **key) == \
         before.value('steward_cleanups_total', **key) + 1
@@ -343,8 +340,8 @@ def test_current_context_is_set_for_the_block_and_restored():
 
 
 # --- the standalone agent -----------------------------------------------------------------
-def test_agent_endpoint_serves_its_discovery_cycles(db, conf):
-    _, agent = cf.stack(conf, host='metrics-host',
+def test_agent_endpoint_serves_its_discovery_cycles(transport, database, db, conf):
+    _, agent = cf.stack(database, transport, conf, host='metrics-host',
                         drivers=[FakeDriver(conf, 'metrics-host')])
     server = metrics.serve_agent(agent, f'127.0.0.1:{free_port()}')
     try:
@@ -380,8 +377,8 @@ def test_metrics_listen_forms():
         ('compute-1.example.org', 9464)
 
 
-def test_metrics_listen_in_use_is_a_configuration_error(db, conf):
-    _, agent = cf.stack(conf, host='busy-host', drivers=[FakeDriver(conf, 'busy-host')])
+def test_metrics_listen_in_use_is_a_configuration_error(transport, database, db, conf):
+    _, agent = cf.stack(database, transport, conf, host='busy-host', drivers=[FakeDriver(conf, 'busy-host')])
     first = metrics.serve_agent(agent, f'127.0.0.1:{free_port()}')
     try:
         with pytest.raises(exception.InvalidConfiguration, match='cannot listen there'):

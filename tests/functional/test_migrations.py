@@ -14,7 +14,7 @@ from tests import requirements
 
 @pytest.fixture(params=['sqlite', 'postgresql'])
 def empty_db(request, tmp_path, conf):
-    """An empty database (no schema) of this test's own; yields its URL."""
+    """An empty database (no schema) of this test's own; yields its Database."""
     if request.param == 'postgresql':
         from tests import pg_fixture
         server = pg_fixture.get_postgres()
@@ -26,22 +26,22 @@ def empty_db(request, tmp_path, conf):
     else:
         url = f'sqlite:///{tmp_path / "steward.sqlite"}'
     conf.set_override('connection', url, group='database')
-    session.dispose()
-    yield url
-    session.dispose()
+    database = session.Database(url)
+    yield database
+    database.dispose()
 
 
 def test_0004_keeps_devices_and_adds_history(empty_db):
-    migration.upgrade('0003')
-    engine = session.get_engine()
+    migration.upgrade(empty_db, '0003')
+    engine = empty_db.engine
     with engine.begin() as conn:
         conn.execute(sa.text(
             "INSERT INTO devices (uuid, type, vendor, model, hostname, status, "
             "device_state, created_at) VALUES ('d-1', 'NVME', '8086', '0a54', 'h', "
             "'enabled', 'error', '2026-01-01 00:00:00')"))
-    migration.upgrade()
-    assert migration.current_revision() == migration.head_revision()
-    inspector = sa.inspect(session.get_engine())
+    migration.upgrade(empty_db)
+    assert migration.current_revision(empty_db) == migration.head_revision()
+    inspector = sa.inspect(empty_db.engine)
     columns = {c['name']: c for c in inspector.get_columns('devices')}
     for name in ('last_error', 'missing_since', 'identity'):
         assert columns[name]['nullable'], name
@@ -52,7 +52,7 @@ def test_0004_keeps_devices_and_adds_history(empty_db):
     assert inspector.get_foreign_keys('device_history') == []
     assert 'device_history_device_uuid_idx' in {
         i['name'] for i in inspector.get_indexes('device_history')}
-    with session.get_engine().begin() as conn:
+    with empty_db.engine.begin() as conn:
         row = conn.execute(sa.text(
             'SELECT uuid, device_state, last_error, missing_since, identity '
             'FROM devices')).one()
@@ -63,8 +63,8 @@ def test_0004_keeps_devices_and_adds_history(empty_db):
             "target_state) VALUES ('h-1', 'gone', '2026-01-01 00:00:00', 'fail', "
             "'error')"))
     # A second run is a no-op.
-    migration.upgrade()
-    assert migration.current_revision() == migration.head_revision()
+    migration.upgrade(empty_db)
+    assert migration.current_revision(empty_db) == migration.head_revision()
 
 
 def _insert_device(conn, dev_id, uuid_, host, cpid_info, missing=False):
@@ -81,9 +81,9 @@ def _insert_device(conn, dev_id, uuid_, host, cpid_info, missing=False):
 
 
 def test_0005_makes_names_and_control_paths_unique(empty_db):
-    migration.upgrade('0004')
+    migration.upgrade(empty_db, '0004')
     slot = '{"bus": "0a", "device": "00", "domain": "0000", "function": "0"}'
-    with session.get_engine().begin() as conn:
+    with empty_db.engine.begin() as conn:
         # A missing drive, and the drive now in its slot (what report.py did
         # before 0005); the same address on another host; another address.
         _insert_device(conn, 1, 'd-missing', 'h1', slot, missing=True)
@@ -93,9 +93,9 @@ def test_0005_makes_names_and_control_paths_unique(empty_db):
             "INSERT INTO deployables (uuid, name, num_accelerators, device_id, "
             "created_at) VALUES ('dep-1', 'h1_0000:0a:00.0', 1, 2, "
             "'2026-01-01 00:00:00')"))
-    migration.upgrade()
-    assert migration.current_revision() == migration.head_revision()
-    with session.get_engine().begin() as conn:
+    migration.upgrade(empty_db)
+    assert migration.current_revision(empty_db) == migration.head_revision()
+    with empty_db.engine.begin() as conn:
         rows = dict(conn.execute(sa.text(
             'SELECT d.uuid, c.hostname || \' \' || c.cpid_info FROM controlpath_ids c '
             'JOIN devices d ON d.id = c.device_id')).all())
@@ -103,12 +103,12 @@ def test_0005_makes_names_and_control_paths_unique(empty_db):
     assert rows == {'d-present': f'h1 {slot}', 'd-other-host': f'h2 {slot}',
                     'd-missing': 'h1 released:d-missing'}
     with pytest.raises(sa.exc.IntegrityError):
-        with session.get_engine().begin() as conn:
+        with empty_db.engine.begin() as conn:
             conn.execute(sa.text(
                 "UPDATE controlpath_ids SET cpid_info = :info WHERE device_id = 1"),
                 {'info': slot})
     with pytest.raises(sa.exc.IntegrityError):
-        with session.get_engine().begin() as conn:
+        with empty_db.engine.begin() as conn:
             conn.execute(sa.text(
                 "INSERT INTO deployables (uuid, name, num_accelerators, device_id, "
                 "created_at) VALUES ('dep-2', 'h1_0000:0a:00.0', 1, 1, "
@@ -116,8 +116,8 @@ def test_0005_makes_names_and_control_paths_unique(empty_db):
 
 
 def test_0005_refuses_deployables_sharing_a_name(empty_db):
-    migration.upgrade('0004')
-    with session.get_engine().begin() as conn:
+    migration.upgrade(empty_db, '0004')
+    with empty_db.engine.begin() as conn:
         _insert_device(conn, 1, 'd-1', 'h1', '{}')
         for n in (1, 2):
             conn.execute(sa.text(
@@ -125,9 +125,9 @@ def test_0005_refuses_deployables_sharing_a_name(empty_db):
                 "created_at) VALUES (:uuid, 'same', 1, 1, '2026-01-01 00:00:00')"),
                 {'uuid': f'dep-{n}'})
     with pytest.raises(RuntimeError, match="share a name.*'same'"):
-        migration.upgrade()
+        migration.upgrade(empty_db)
     # Nothing of 0005 stayed: the migration is one transaction.
-    assert migration.current_revision() == '0004'
+    assert migration.current_revision(empty_db) == '0004'
 
 
 # SQLite serialises writers itself: the advisory lock is PostgreSQL's.
@@ -139,7 +139,7 @@ def test_two_conductors_starting_together_migrate_once(empty_db):
     def start():
         barrier.wait()
         try:
-            migration.upgrade()
+            migration.upgrade(session.Database(empty_db.url))
         except Exception as err:      # noqa: BLE001 - reported below
             errors.append(err)
     threads = [threading.Thread(target=start) for _ in range(2)]
@@ -148,19 +148,19 @@ def test_two_conductors_starting_together_migrate_once(empty_db):
     for t in threads:
         t.join()
     assert errors == []
-    assert migration.current_revision() == migration.head_revision()
+    assert migration.current_revision(empty_db) == migration.head_revision()
 
 
 def test_0006_adds_the_capability_decision_to_erase_records(empty_db):
-    migration.upgrade('0005')
-    with session.get_engine().begin() as conn:
+    migration.upgrade(empty_db, '0005')
+    with empty_db.engine.begin() as conn:
         conn.execute(sa.text(
             "INSERT INTO erase_records (uuid, device_uuid, status, created_at) "
             "VALUES ('e-1', 'd-1', 'succeeded', '2026-01-01 00:00:00')"))
-    migration.upgrade()
-    columns = {c['name']: c for c in sa.inspect(session.get_engine())
+    migration.upgrade(empty_db)
+    columns = {c['name']: c for c in sa.inspect(empty_db.engine)
                .get_columns('erase_records')}
     assert columns['capability_decision']['nullable']
-    with session.get_engine().begin() as conn:
+    with empty_db.engine.begin() as conn:
         assert conn.execute(sa.text(
             'SELECT capability_decision FROM erase_records')).scalar() is None

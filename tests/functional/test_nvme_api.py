@@ -5,7 +5,6 @@ import time
 import uuid
 
 from steward.db import models as m
-from steward.db import session
 from tests.functional import agent_doubles
 from tests.functional.nvme_stack import LATEST, nvme  # noqa: F401 (fixture)
 
@@ -114,7 +113,7 @@ def test_clean_refused_while_pending_cleaning(nvme):
     inst, _, _, bind = st.bind(dev)
     st.kill_agent()
     # An agent that answers ping but loses the cleanup request: pending_cleaning stays.
-    with agent_doubles.Served(agent_doubles.DeafAgent(nvme.host)) as deaf:
+    with agent_doubles.Served(agent_doubles.DeafAgent(nvme.host), nvme.transport) as deaf:
         st.release(inst)
         assert deaf.asked.wait(10)
     assert st.device()['device_state'] == 'pending_cleaning'
@@ -123,9 +122,9 @@ def test_clean_refused_while_pending_cleaning(nvme):
     assert ctrl.commands() == [c for c in ctrl.commands() if c.get('opcode') != 0x84]
 
 
-def test_clean_refused_for_devices_that_need_no_cleaning(nvme, db):
+def test_clean_refused_for_devices_that_need_no_cleaning(database, nvme, db):
     st = nvme.start(agent=False)
-    with session.writer() as s:
+    with database.writer() as s:
         s.add(m.Device(uuid='5d6b6c8e-0000-4000-8000-000000000001', type='FPGA',
                        vendor='v', model='m', hostname='h', status='enabled',
                        device_state='error'))

@@ -14,7 +14,6 @@ from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session
 from steward.drivers import base
 from tests.functional import conductor_fixtures as cf
 
@@ -70,13 +69,14 @@ class GatedDriver(base.Driver):
 
 
 @pytest.fixture
-def conductor(db):
-    mgr = ConductorManager(None, notifier=cf.RecordingNotifier())
+def conductor(transport, database, db):
+    mgr = ConductorManager(database, None, notifier=cf.RecordingNotifier(),
+                           transport=transport)
     yield mgr
 
 
-def _device(state='pending_cleaning'):
-    with session.writer() as s:
+def _device(database, state='pending_cleaning'):
+    with database.writer() as s:
         dev = m.Device(uuid=str(uuid.uuid4()), type='NVME', vendor='8086', model='0a54',
                        hostname=HOST, status='enabled', device_state=state,
                        std_board_info=json.dumps({'cleanup_action': 'slow'}))
@@ -87,13 +87,13 @@ def _device(state='pending_cleaning'):
         return dev.uuid
 
 
-def _state(uuid_):
-    with session.reader() as s:
+def _state(database, uuid_):
+    with database.reader() as s:
         return db.device_get(s, uuid_).device_state
 
 
-def _records(uuid_):
-    with session.reader() as s:
+def _records(database, uuid_):
+    with database.reader() as s:
         return [db.erase_record_record(r) for r in db.erase_record_list(s, uuid_)]
 
 
@@ -102,10 +102,10 @@ def _executor(conductor, driver, timeout=5, workers=8):
                                    timeout=lambda: timeout, max_workers=workers)
 
 
-def test_one_cleanup_per_device_however_often_it_is_asked(conductor):
+def test_one_cleanup_per_device_however_often_it_is_asked(database, conductor):
     driver = GatedDriver()
     ex = _executor(conductor, driver, timeout=3600)
-    dev = _device()
+    dev = _device(database)
     ex.submit({'uuid': dev})
     driver.wait_until(lambda d: d.running == 1, 'the first cleanup never started')
     for _ in range(3):                  # asked again while it runs
@@ -113,20 +113,20 @@ def test_one_cleanup_per_device_however_often_it_is_asked(conductor):
     driver.gate.set()
     ex.wait(30)
     assert driver.calls == [dev]
-    assert _state(dev) == 'available'
-    assert [r['status'] for r in _records(dev)] == ['succeeded']
+    assert _state(database, dev) == 'available'
+    assert [r['status'] for r in _records(database, dev)] == ['succeeded']
 
 
-def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(conductor):
+def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(database, conductor):
     driver = GatedDriver()
-    devs = [_device() for _ in range(5)]
+    devs = [_device(database) for _ in range(5)]
     reads = []
     read = threading.Condition()
 
     def timeout():
         # [nvme] cleanup_timeout is read by a cleanup's supervisor once its work has
         # begun: record how many devices had begun (cleaning or done) at each read.
-        begun = sum(_state(d) != 'pending_cleaning' for d in devs)
+        begun = sum(_state(database, d) != 'pending_cleaning' for d in devs)
         with read:
             reads.append(begun)
             read.notify_all()
@@ -141,25 +141,25 @@ def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(conduc
         assert read.wait_for(lambda: len(reads) >= 2, timeout=60), reads
     # The pool is full and held: three wait in the queue, with no deadline running
     # (a timeout counted from the submission would have been read five times).
-    assert [_state(d) for d in devs].count('pending_cleaning') == 3
+    assert [_state(database, d) for d in devs].count('pending_cleaning') == 3
     assert len(reads) == 2 and len(driver.calls) == 2
     driver.gate.set()
     ex.wait(30)
     assert driver.peak == 2
-    assert [_state(d) for d in devs] == ['available'] * 5
+    assert [_state(database, d) for d in devs] == ['available'] * 5
     assert sorted(reads) == reads and len(reads) == 5
     assert all(seen >= n for n, seen in enumerate(reads, 1))
 
 
-def test_timeout_cancels_and_the_device_goes_to_error(conductor):
+def test_timeout_cancels_and_the_device_goes_to_error(database, conductor):
     driver = GatedDriver()                           # never opened: only the timeout ends it
     ex = _executor(conductor, driver, timeout=1)
-    dev = _device()
+    dev = _device(database)
     supervisor = ex.submit({'uuid': dev})
     supervisor.join(60)
     assert not supervisor.is_alive()
-    assert _state(dev) == 'error'
-    rec = _records(dev)[0]
+    assert _state(database, dev) == 'error'
+    rec = _records(database, dev)[0]
     assert rec['error_code'] == 'cyb.cleanup.deadline_exceeded'
     assert 'erase 50 %' in rec['error_message'] and 'halfway' in rec['error_message']
     # The work stopped too: the driver's cleanup returned without the gate opening.
@@ -171,59 +171,59 @@ def test_timeout_cancels_and_the_device_goes_to_error(conductor):
     (exception.Invalid(reason='x'), 'cyb.invalid'),
     (RuntimeError('disk on fire'), 'cyb.cleanup.failed'),
 ])
-def test_driver_failures_end_in_error_with_their_code(conductor, fail, code):
+def test_driver_failures_end_in_error_with_their_code(database, conductor, fail, code):
     ex = _executor(conductor, GatedDriver(fail=fail, open_gate=True))
-    dev = _device()
+    dev = _device(database)
     ex.submit({'uuid': dev}).join(10)
-    assert _state(dev) == 'error'
-    rec = _records(dev)[0]
+    assert _state(database, dev) == 'error'
+    rec = _records(database, dev)[0]
     assert rec['error_code'] == code and rec['status'] == 'failed'
     if isinstance(fail, RuntimeError):
         assert 'RuntimeError: disk on fire' in rec['error_message']
 
 
-def test_a_device_that_is_not_pending_cleaning_is_left_alone(conductor):
+def test_a_device_that_is_not_pending_cleaning_is_left_alone(database, conductor):
     driver = GatedDriver(open_gate=True)
     ex = _executor(conductor, driver)
     for state in ('available', 'allocated', 'error'):
-        dev = _device(state)
+        dev = _device(database, state)
         ex.submit({'uuid': dev}).join(10)
-        assert _state(dev) == state and _records(dev) == []
+        assert _state(database, dev) == state and _records(database, dev) == []
     assert driver.calls == []
 
 
-def test_an_unknown_driver_is_a_failure_not_a_hang(conductor):
+def test_an_unknown_driver_is_a_failure_not_a_hang(database, conductor):
     ex = cleanup.CleanupExecutor(ConductorAPI(conductor), [], HOST, timeout=lambda: 5)
-    dev = _device()
+    dev = _device(database)
     ex.submit({'uuid': dev}).join(10)
-    assert _state(dev) == 'error'
-    assert _records(dev)[0]['error_code'] == 'cyb.cleanup.unsupported'
+    assert _state(database, dev) == 'error'
+    assert _records(database, dev)[0]['error_code'] == 'cyb.cleanup.unsupported'
 
 
-def test_stopping_the_agent_reports_nothing(conductor):
+def test_stopping_the_agent_reports_nothing(database, conductor):
     driver = GatedDriver()
     ex = _executor(conductor, driver, timeout=3600)
-    dev = _device()
+    dev = _device(database)
     thread = ex.submit({'uuid': dev})
     driver.wait_until(lambda d: d.running == 1, 'the cleanup never started')
-    assert _state(dev) == 'cleaning'
+    assert _state(database, dev) == 'cleaning'
     ex.stop()
     thread.join(10)
-    assert _state(dev) == 'cleaning'                 # left for the next start's recovery
-    assert _records(dev)[0]['status'] == 'running'
-    assert ex.submit({'uuid': _device()}) is None
+    assert _state(database, dev) == 'cleaning'                 # left for the next start's recovery
+    assert _records(database, dev)[0]['status'] == 'running'
+    assert ex.submit({'uuid': _device(database)}) is None
 
 
-def test_progress_reaches_the_erase_record(conductor):
+def test_progress_reaches_the_erase_record(database, conductor):
     driver = GatedDriver()
     ex = _executor(conductor, driver, timeout=3600)
-    dev = _device()
+    dev = _device(database)
     thread = ex.submit({'uuid': dev})
     # job.progress() is synchronous: once the driver holds, the record has it.
     driver.wait_until(lambda d: d.holding == 1, 'the cleanup never reported progress')
-    rec = _records(dev)[0]
+    rec = _records(database, dev)[0]
     assert (rec['status'], rec['phase'], rec['progress'], rec['progress_detail']) == \
         ('running', 'erase', 50.0, 'halfway')
     driver.gate.set()
     thread.join(30)
-    assert _records(dev)[0]['phase'] == 'done'
+    assert _records(database, dev)[0]['phase'] == 'done'

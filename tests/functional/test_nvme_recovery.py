@@ -9,7 +9,6 @@ import pytest
 from steward.agent import rpcapi as agent_rpcapi
 from steward.conf import CONF
 from steward.db import models as m
-from steward.db import session
 from steward.common import rpc as steward_rpc
 from tests.functional import nvme_stack
 from tests.functional.nvme_stack import LATEST, nvme  # noqa: F401 (fixture)
@@ -120,7 +119,7 @@ def test_locked_in_action_and_no_runtime_fallback(nvme):
 
 
 # --- recovery at agent start --------------------------------------------------------
-def test_missed_cleanup_is_run_at_agent_start(nvme):
+def test_missed_cleanup_is_run_at_agent_start(database, nvme):
     """An allocated device with no active ARQ (the conductor released it while this
     agent could not be told): init_host cleans it."""
     ctrl = nvme.sim.add_controller(sanitize_seconds=0.1)
@@ -129,7 +128,7 @@ def test_missed_cleanup_is_run_at_agent_start(nvme):
     inst, arq, _, _ = st.bind(dev)
     ctrl.write(0, nvme_stack.TENANT)
     st.kill_agent()
-    with session.writer() as s:     # what an N-1 conductor leaves behind
+    with database.writer() as s:     # what an N-1 conductor leaves behind
         row = s.query(m.ExtARQ).filter_by(uuid=arq).one()
         s.query(m.AttachHandle).filter_by(id=row.attach_handle_id).update({'in_use': False})
         s.delete(row)
@@ -154,11 +153,11 @@ def test_reservation_drift_is_reported_at_agent_start(nvme, caplog):
     assert warnings and dev['uuid'] in warnings[0] and 'available' in warnings[0]
 
 
-def test_backfill_runs_at_agent_start(nvme):
+def test_backfill_runs_at_agent_start(database, nvme):
     nvme.sim.add_controller()
     st = nvme.start()
     dev = st.device()
-    with session.writer() as s:
+    with database.writer() as s:
         s.query(m.Device).filter_by(uuid=dev['uuid']).update({'device_state': None})
     st.kill_agent()
     st.start_agent(discover=False)
@@ -182,7 +181,7 @@ def test_old_agent_never_gets_cleanup_device_and_the_device_goes_to_error(nvme):
     ctrl.write(0, nvme_stack.TENANT)
     st.kill_agent()
     # The host now runs an old agent: the conductor asks it its version (ping).
-    old = steward_rpc.start_server(CONF.rpc_topic_agent, nvme.host, [OldAgent()])
+    old = nvme.transport.start_server(CONF.rpc_topic_agent, nvme.host, [OldAgent()])
     try:
         # The conductor learns the old version from the agent's ping at the release.
         st.release(inst)
@@ -203,7 +202,7 @@ def test_old_agent_never_gets_cleanup_device_and_the_device_goes_to_error(nvme):
 
 def test_upgrade_levels_cap_keeps_cleanup_from_old_agents(nvme):
     ctrl = nvme.sim.add_controller()
-    st = nvme.start(agent_api=agent_rpcapi.AgentAPI(version_cap='1.0'))
+    st = nvme.start(agent_api=agent_rpcapi.AgentAPI(nvme.transport, version_cap='1.0'))
     dev = st.device()
     inst, _, _, _ = st.bind(dev)
     st.release(inst)

@@ -195,9 +195,11 @@ def test_metrics_doc_scrape(cloud):
 def test_metrics_doc_names_every_metric():
     from steward import metrics
     text = open(os.path.join(DOC, 'metrics.md')).read()
-    families = [f for source in (metrics.DatabaseCollector(), metrics.PlacementCollector(),
-                                 metrics.AgentCollector(), metrics.BIND_SECONDS,
-                                 metrics.CLEANUP_SECONDS, metrics.CLEANUPS)
+    process_metrics = metrics.Metrics()
+    families = [f for source in (metrics.DatabaseCollector(None),
+                                 metrics.PlacementCollector(), metrics.AgentCollector(),
+                                 process_metrics.bind_seconds,
+                                 process_metrics.cleanup_seconds, process_metrics.cleanups)
                 for f in source.describe()]
     assert len(families) == 10
     for family in families:

@@ -14,10 +14,8 @@ import threading
 import pytest
 from oslo_utils import timeutils
 
-from steward import metrics
 from steward.common import context
 from steward.db import api as db_api
-from steward.db import session
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
 
 COUNTER = 'steward_orphan_arqs_released_total'
@@ -77,12 +75,12 @@ def nova_conf(conf, fake_nova):
         conf.clear_override(name, group='nova')
 
 
-def _released():
-    return metrics.REGISTRY.get_sample_value(COUNTER) or 0.0
+def _released(st):
+    return st.conductor.metrics.registry.get_sample_value(COUNTER) or 0.0
 
 
-def _arqs_of(inst):
-    with session.reader() as s:
+def _arqs_of(database, inst):
+    with database.reader() as s:
         return [(a.uuid, a.state) for a in db_api.arq_list(s, instance_uuid=inst)]
 
 
@@ -95,38 +93,38 @@ def _later(seconds):
     return timeutils.utcnow() + datetime.timedelta(seconds=seconds)
 
 
-def test_an_arq_of_an_instance_nova_deleted_is_released_after_the_grace(
+def test_an_arq_of_an_instance_nova_deleted_is_released_after_the_grace(database, 
         life, nova_conf, caplog):
     nova_conf.set_override('periodic_interval', 0.05, group='conductor')
     nova_conf.set_override('orphan_grace', 0.3, group='conductor')
     st = life.start()
     dev = st.device()
     inst, arq = st.bind(dev)            # Nova then deletes the server; its DELETE
-    before = _released()                # of the ARQs never reached Steward
+    before = _released(st)                # of the ARQs never reached Steward
     with caplog.at_level(logging.WARNING, logger='steward'):
         st.conductor.start()
         assert st.wait_state(dev['uuid'], ('available', 'error'))[
             'device_state'] == 'available'
         st.conductor.stop()
-    assert _arqs_of(inst) == []
+    assert _arqs_of(database, inst) == []
     assert st.api.get('/v2/accelerator_requests').json()['arqs'] == []
     assert life.driver.cleaned == [dev['uuid']]      # released and cleaned
     assert f'/v2.1/servers/{inst}' in FakeNova.seen
     lines = [r for r in _task_lines(caplog) if inst in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING
     assert arq in lines[0].getMessage()
-    assert _released() == before + 1
+    assert _released(st) == before + 1
     assert not [r for r in caplog.records if r.exc_info]
 
 
-def test_the_grace_counts_from_the_first_404_and_a_server_seen_again_is_forgotten(
+def test_the_grace_counts_from_the_first_404_and_a_server_seen_again_is_forgotten(database, 
         life, nova_conf, caplog):
     nova_conf.set_override('orphan_grace', 600, group='conductor')
     st = life.start()
     dev = st.device()
     inst, arq = st.bind(dev)
     periodic, ctx = st.conductor.periodic, context.get_admin_context()
-    before = _released()
+    before = _released(st)
     with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
         assert periodic.release_orphan_arqs(ctx, now=_later(0)) == []      # first 404
         assert periodic.release_orphan_arqs(ctx, now=_later(300)) == []    # in grace
@@ -135,51 +133,51 @@ def test_the_grace_counts_from_the_first_404_and_a_server_seen_again_is_forgotte
         FakeNova.known.discard(inst)
         assert periodic.release_orphan_arqs(ctx, now=_later(700)) == []    # 404 again
         assert _task_lines(caplog) == []
-        assert _arqs_of(inst) == [(arq, 'Bound')]
+        assert _arqs_of(database, inst) == [(arq, 'Bound')]
         assert periodic.release_orphan_arqs(ctx, now=_later(1301)) == [inst]
-    assert _arqs_of(inst) == []
+    assert _arqs_of(database, inst) == []
     assert len(FakeNova.seen) == 5
     assert st.wait_state(dev['uuid'], ('available', 'error'))[
         'device_state'] == 'available'
-    assert _released() == before + 1
+    assert _released(st) == before + 1
 
 
-def test_an_instance_nova_knows_keeps_its_arq(life, nova_conf, caplog):
+def test_an_instance_nova_knows_keeps_its_arq(database, life, nova_conf, caplog):
     nova_conf.set_override('orphan_grace', 0, group='conductor')
     st = life.start()
     dev = st.device()
     inst, arq = st.bind(dev)
     FakeNova.known.add(inst)
     periodic, ctx = st.conductor.periodic, context.get_admin_context()
-    before = _released()
+    before = _released(st)
     with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
         for hours in (0, 1, 24):
             assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
     assert FakeNova.seen == [f'/v2.1/servers/{inst}'] * 3
-    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert _arqs_of(database, inst) == [(arq, 'Bound')]
     assert st.device(dev['uuid'])['device_state'] == 'allocated'
     assert _task_lines(caplog) == []
-    assert _released() == before
+    assert _released(st) == before
 
 
-def test_a_nova_that_answers_500_releases_nothing(life, nova_conf, caplog):
+def test_a_nova_that_answers_500_releases_nothing(database, life, nova_conf, caplog):
     nova_conf.set_override('orphan_grace', 0, group='conductor')
     st = life.start()
     dev = st.device()
     inst, arq = st.bind(dev)
     FakeNova.status = 500
     periodic, ctx = st.conductor.periodic, context.get_admin_context()
-    before = _released()
+    before = _released(st)
     with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
         for hours in (0, 1, 24):
             assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
     assert len(FakeNova.seen) == 3
-    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert _arqs_of(database, inst) == [(arq, 'Bound')]
     assert st.device(dev['uuid'])['device_state'] == 'allocated'
     lines = _task_lines(caplog)
     assert len(lines) == 3                          # one per run
     assert all('HTTP 500' in r.getMessage() for r in lines)
-    assert _released() == before
+    assert _released(st) == before
     assert not [r for r in caplog.records if r.exc_info]
 
 
@@ -189,7 +187,7 @@ def _closed_port():
         return s.getsockname()[1]
 
 
-def test_an_unreachable_nova_releases_nothing(life, conf, caplog):
+def test_an_unreachable_nova_releases_nothing(database, life, conf, caplog):
     _point_nova_at(conf, _closed_port())
     conf.set_override('orphan_grace', 0, group='conductor')
     try:
@@ -197,23 +195,23 @@ def test_an_unreachable_nova_releases_nothing(life, conf, caplog):
         dev = st.device()
         inst, arq = st.bind(dev)
         periodic, ctx = st.conductor.periodic, context.get_admin_context()
-        before = _released()
+        before = _released(st)
         with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
             for hours in (0, 1, 24):
                 assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
     finally:
         for name in ('auth_type', 'endpoint_override', 'event_timeout'):
             conf.clear_override(name, group='nova')
-    assert _arqs_of(inst) == [(arq, 'Bound')]
+    assert _arqs_of(database, inst) == [(arq, 'Bound')]
     assert st.device(dev['uuid'])['device_state'] == 'allocated'
     lines = _task_lines(caplog)
     assert len(lines) == 3
     assert all('ConnectFailure' in r.getMessage() for r in lines)
-    assert _released() == before
+    assert _released(st) == before
     assert not [r for r in caplog.records if r.exc_info]
 
 
-def test_without_nova_nothing_is_asked(life, conf, fake_nova, caplog):
+def test_without_nova_nothing_is_asked(database, life, conf, fake_nova, caplog):
     """[nova] names no endpoint: the endpoint that would answer sees no request,
     the task logs nothing and the ARQ stays, however long."""
     conf.set_override('orphan_grace', 0, group='conductor')
@@ -221,7 +219,7 @@ def test_without_nova_nothing_is_asked(life, conf, fake_nova, caplog):
     dev = st.device()
     inst, arq = st.bind(dev)
     periodic = st.conductor.periodic
-    before = _released()
+    before = _released(st)
     with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
         for hours in (0, 1, 24):
             assert periodic.release_orphan_arqs(context.get_admin_context(),
@@ -229,5 +227,5 @@ def test_without_nova_nothing_is_asked(life, conf, fake_nova, caplog):
             periodic.run_once(now=_later(hours * 3600))
     assert FakeNova.seen == []
     assert _task_lines(caplog) == []
-    assert _arqs_of(inst) == [(arq, 'Bound')]
-    assert _released() == before
+    assert _arqs_of(database, inst) == [(arq, 'Bound')]
+    assert _released(st) == before

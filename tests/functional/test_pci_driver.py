@@ -11,13 +11,11 @@ from fastapi import testclient
 
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
-from steward.api import policy as api_policy
 from steward.conductor import report
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import api as db_api
 from steward.db import models as m
-from steward.db import session
 from steward.drivers.pci import PciDriver
 from steward.placement import client as placement_client
 from tests import placement_fixture
@@ -35,9 +33,7 @@ NO_KEY, UNMANAGED = '0000:25:00.5', '0000:25:00.4'
 def _parsed_conf():
     """oslo.policy (the API) needs a parsed CONF; the ``conf`` fixture un-parses it."""
     CONF([], project='steward', default_config_files=[])
-    api_policy.reset()
     yield
-    api_policy.reset()
 
 
 @pytest.fixture
@@ -72,14 +68,14 @@ def allocate(server, consumer, rp_uuid, rc):
         assert r.status_code == 204, r.text
 
 
-def deployables():
-    with session.reader() as s:
+def deployables(database):
+    with database.reader() as s:
         return {d.name: d for d in db_api.deployable_list(s)}
 
 
-def handles():
+def handles(database):
     """attach handles by address, with their stored attach_info parsed."""
-    with session.reader() as s:
+    with database.reader() as s:
         rows = s.query(m.AttachHandle).all()
     out = {}
     for h in rows:
@@ -110,14 +106,14 @@ def real_device():
     return (virtio or usable)[0]
 
 
-def test_real_sysfs_device_becomes_device_rp_and_handle(db, conf, placement, host):
+def test_real_sysfs_device_becomes_device_rp_and_handle(transport, database, db, conf, placement, host):
     client, server = placement
     bdf = real_device()
     vendor, product = (_read(bdf, n)[2:].lower() for n in ('vendor', 'device'))
     configure(conf, '/sys', {'address': bdf, 'traits': ['real-sysfs']})
-    cf.stack(conf, client, host=host, drivers=[PciDriver(conf, host)])
+    cf.stack(database, transport, conf, client, host=host, drivers=[PciDriver(conf, host)])
 
-    with session.reader() as s:
+    with database.reader() as s:
         (device,) = db_api.device_list(s)
     assert (device.type, device.vendor, device.model, device.hostname) == (
         'PCI', vendor, product, host)
@@ -127,7 +123,7 @@ def test_real_sysfs_device_becomes_device_rp_and_handle(db, conf, placement, hos
     assert board['driver'] == (os.path.basename(os.readlink(link))
                                if os.path.islink(link) else None)
 
-    (dep,) = deployables().values()
+    (dep,) = deployables(database).values()
     assert (dep.name, dep.num_accelerators, dep.driver_name) == (f'{host}_{bdf}', 1, 'pci')
     rc = f'CUSTOM_PCI_{vendor.upper()}_{product.upper()}'
     rp = admin_get(server, f'/resource_providers/{dep.rp_uuid}')
@@ -140,7 +136,7 @@ def test_real_sysfs_device_becomes_device_rp_and_handle(db, conf, placement, hos
     traits = admin_get(server, f'/resource_providers/{dep.rp_uuid}/traits')['traits']
     assert set(traits) == {'OWNER_CYBORG', 'CUSTOM_REAL_SYSFS'}
 
-    (handle, info) = handles()[bdf]
+    (handle, info) = handles(database)[bdf]
     assert (handle.attach_type, handle.in_use) == ('PCI', False)
     d, b, rest = bdf.split(':')
     assert info == {'domain': d, 'bus': b, 'device': rest[:2], 'function': rest[3:],
@@ -157,17 +153,17 @@ def sriov_tree(tmp_path):
 
 
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
-def test_bound_pci_arqs_show_managed_from_2_4(db, conf, placement, host, sriov_tree):
+def test_bound_pci_arqs_show_managed_from_2_4(transport, database, db, conf, placement, host, sriov_tree):
     client, server = placement
     configure(conf, sriov_tree,
               {'vendor_id': '10de', 'product_id': '25b6', 'address': UNMANAGED,
                'managed': 'no'},
               {'vendor_id': '10de', 'product_id': '25b6'})
-    conductor, _ = cf.stack(conf, client, host=host, drivers=[PciDriver(conf, host)])
-    deps = deployables()
+    conductor, _ = cf.stack(database, transport, conf, client, host=host, drivers=[PciDriver(conf, host)])
+    deps = deployables(database)
     rps = {a: deps[f'{host}_{a}'].rp_uuid for a in (UNMANAGED, NO_KEY)}
 
-    with testclient.TestClient(api_app.create_app(ConductorAPI(conductor)),
+    with testclient.TestClient(api_app.create_app(ConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
         r = api.post('/v2/device_profiles', json=[{'name': 'vf', 'groups': [
             {f'resources:{RC}': '1'}]}])
@@ -215,28 +211,28 @@ def test_bound_pci_arqs_show_managed_from_2_4(db, conf, placement, host, sriov_t
         for addr in rps:
             assert api.delete(f'{URL}?instance={instances[addr]}').status_code == 204
         assert [reserved(a) for a in rps] == [0, 0]
-        assert not any(h.in_use for h, _ in handles().values())
+        assert not any(h.in_use for h, _ in handles(database).values())
 
 
 # -- managed changed in configuration between two agent runs -----------------------
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
-def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(
+def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(transport, database, 
         db, conf, placement, host, sriov_tree, caplog):
     client, server = placement
     configure(conf, sriov_tree, {'vendor_id': '10de', 'product_id': '25b6'})
-    conductor, first = cf.stack(conf, client, host=host, drivers=[PciDriver(conf, host)])
-    before = handles()
+    conductor, first = cf.stack(database, transport, conf, client, host=host, drivers=[PciDriver(conf, host)])
+    before = handles(database)
     assert {a: i['managed'] for a, (_, i) in before.items()} == {UNMANAGED: True,
                                                                   NO_KEY: True}
 
-    cf.make_profile('vf', [{f'resources:{RC}': '1'}])
-    rp = deployables()[f'{host}_{UNMANAGED}'].rp_uuid
+    cf.make_profile(database, 'vf', [{f'resources:{RC}': '1'}])
+    rp = deployables(database)[f'{host}_{UNMANAGED}'].rp_uuid
     inst = str(uuid.uuid4())
     allocate(server, inst, rp, RC)
     arq = conductor.arq_create(cf.admin(), 'vf', 'p')[0]
     conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
                                      'device_rp_uuid': rp, 'instance_uuid': inst}])
-    assert handles()[UNMANAGED][0].in_use
+    assert handles(database)[UNMANAGED][0].in_use
 
     # The operator sets managed=false and restarts the agent: a new driver instance
     # reads the new configuration.
@@ -246,29 +242,29 @@ def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(
                           drivers=[PciDriver(conf, host)])
     second.init_host()
     second.run_cycle()
-    after = handles()
+    after = handles(database)
     assert after[NO_KEY][1]['managed'] is False                 # free: updated
     assert after[UNMANAGED][1]['managed'] is True               # bound: untouched
     assert {a: h.uuid for a, (h, _) in after.items()} == {
         a: h.uuid for a, (h, _) in before.items()}              # same handles
     assert any('is in use' in r.getMessage() for r in caplog.records)
-    with session.reader() as s:
+    with database.reader() as s:
         (row,) = db_api.arq_list(s, instance_uuid=inst)
         assert row.attach_handle_id == after[UNMANAGED][0].id
 
     second.run_cycle()                                          # still bound: still held
-    assert handles()[UNMANAGED][1]['managed'] is True
+    assert handles(database)[UNMANAGED][1]['managed'] is True
 
     conductor.arq_delete(cf.admin(), instance_uuid=inst)
     second.run_cycle()                                          # released: applied
-    final = handles()
+    final = handles(database)
     assert final[UNMANAGED][1]['managed'] is False
     assert final[UNMANAGED][0].uuid == before[UNMANAGED][0].uuid
 
 
 # -- a device Nova already has in Placement ----------------------------------------
 @pytest.mark.parametrize('naming', ['pci_in_placement', 'vgpu_parent'])
-def test_nova_owned_provider_is_left_alone(db, conf, placement, host, tmp_path, caplog,
+def test_nova_owned_provider_is_left_alone(transport, database, db, conf, placement, host, tmp_path, caplog,
                                            naming):
     """Nova's PCI-in-Placement provider ``<hypervisor>_<ADDRESS>``, or the vGPU
     parent provider its libvirt driver names ``<hypervisor>_pci_0000_81_00_0``,
@@ -299,7 +295,7 @@ def test_nova_owned_provider_is_left_alone(db, conf, placement, host, tmp_path, 
 
     configure(conf, root, {'address': addr})
     with caplog.at_level(logging.ERROR):
-        _, agent = cf.stack(conf, client, host=host, drivers=[PciDriver(conf, host)])
+        _, agent = cf.stack(database, transport, conf, client, host=host, drivers=[PciDriver(conf, host)])
         agent.run_cycle()
     assert state() == before
     assert 'OWNER_CYBORG' not in before[2]['traits']
@@ -307,13 +303,13 @@ def test_nova_owned_provider_is_left_alone(db, conf, placement, host, tmp_path, 
     # Skipped once, at the first report; the quiet cycle after it says nothing new.
     assert len(said) == 1 and nova_name in said[0] and 'is skipped' in said[0] \
         and 'without OWNER_CYBORG' in said[0]
-    assert f'{host}_{addr}' not in deployables()          # never handed out
+    assert f'{host}_{addr}' not in deployables(database)          # never handed out
     ours = report.rp_uuid_for(f'{host}_{addr}')
     with placement_fixture.admin_session(server.url) as s:
         assert s.get(f'/resource_providers/{ours}').status_code == 404
 
 
-def test_nova_owned_pf_hides_its_vfs_and_case_does_not_matter(db, conf, placement, host,
+def test_nova_owned_pf_hides_its_vfs_and_case_does_not_matter(transport, database, db, conf, placement, host,
                                                              tmp_path, caplog):
     """Nova upper-cases hex letters in its provider names and accounts VFs under
     the PF's provider: a VF of a Nova-owned PF is Nova's too."""
@@ -329,7 +325,7 @@ def test_nova_owned_pf_hides_its_vfs_and_case_does_not_matter(db, conf, placemen
             'parent_provider_uuid': compute}).status_code == 200
     configure(conf, root, {'address': '*:af:00.*'})
     with caplog.at_level(logging.ERROR):
-        cf.stack(conf, client, host=host, drivers=[PciDriver(conf, host)])
-    assert deployables() == {}
+        cf.stack(database, transport, conf, client, host=host, drivers=[PciDriver(conf, host)])
+    assert deployables(database) == {}
     assert any(vf in r.getMessage() and 'is skipped' in r.getMessage()
                for r in caplog.records)

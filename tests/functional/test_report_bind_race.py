@@ -11,7 +11,6 @@ from sqlalchemy import event
 from sqlalchemy import orm
 
 from steward.db import api as db_api
-from steward.db import session
 from steward.drivers import base
 from steward.placement import client as placement_client
 from tests import placement_fixture
@@ -53,23 +52,23 @@ class HeldCommit:
             self.go.wait(60)
 
 
-def _waiting_on_a_lock():
-    with session.get_engine().connect() as conn:
+def _waiting_on_a_lock(database):
+    with database.engine.connect() as conn:
         return conn.execute(sa.text(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
             "AND wait_event_type = 'Lock'")).scalar()
 
 
 @pytest.mark.parametrize('db', ['postgresql'], indirect=True)
-def test_a_report_during_a_bind_keeps_the_locked_cleanup_action(db, conf):
+def test_a_report_during_a_bind_keeps_the_locked_cleanup_action(transport, database, db, conf):
     server = placement_fixture.get_placement()
     client = placement_client.PlacementClient.from_conf(endpoint=server.url)
     host = placement_fixture.unique_name('race')
     driver = ActionDriver(conf, host)
-    conductor, agent = cf.stack(conf, client, host=host, drivers=[driver])
-    cf.make_profile('race', [{f'resources:{RC}': '1'}])
+    conductor, agent = cf.stack(database, transport, conf, client, host=host, drivers=[driver])
+    cf.make_profile(database, 'race', [{f'resources:{RC}': '1'}])
     arq = conductor.arq_create(cf.admin(), 'race', 'p')[0]['uuid']
-    dep = cf.deployable(ADDRESS)
+    dep = cf.deployable(database, ADDRESS)
 
     held = HeldCommit()
     results = {}
@@ -88,7 +87,7 @@ def test_a_report_during_a_bind_keeps_the_locked_cleanup_action(db, conf):
         conductor.reporter.forget(host)
         report = threading.Thread(target=lambda: results.update(report=agent.run_cycle()))
         report.start()
-        wait_for(_waiting_on_a_lock, 'the report to wait for the bind\'s row lock')
+        wait_for(lambda: _waiting_on_a_lock(database), 'the report to wait for the bind\'s row lock')
         held.go.set()
         held.thread.join(60)
         report.join(60)
@@ -98,7 +97,7 @@ def test_a_report_during_a_bind_keeps_the_locked_cleanup_action(db, conf):
 
     assert results['bind'][0]['state'] == 'Bound'
     assert 'report' in results
-    with session.reader() as s:
+    with database.reader() as s:
         device = db_api.device_get(s, db_api.device_list(s, {'hostname': host})[0].uuid)
         assert device.device_state == 'allocated'
         # Released now, it would be cleaned with the action it was bound with.

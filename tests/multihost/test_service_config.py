@@ -18,7 +18,6 @@ from steward.conductor import periodic
 from steward.conf import CONF
 from steward.db import api as db_api
 from steward.db import models as m
-from steward.db import session as db_session
 
 BIN = os.path.dirname(sys.executable)
 
@@ -88,8 +87,8 @@ def test_agent_with_impossible_version_cap_exits_clearly(tmp_path):
     assert 'Traceback' not in out.stderr + out.stdout
 
 
-def _arq_in_deleting(age_seconds):
-    with db_session.writer() as s:
+def _arq_in_deleting(database, age_seconds):
+    with database.writer() as s:
         try:
             dp = db_api.device_profile_get(s, name='reconcile-dp')
         except exception.StewardError:
@@ -103,16 +102,16 @@ def _arq_in_deleting(age_seconds):
         return arq.uuid
 
 
-def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(db):
+def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(transport, database, db):
     from steward.conductor.manager import ConductorManager
-    clients = ConductorManager(None).clients
-    old = _arq_in_deleting(age_seconds=CONF.conductor.stale_delete_grace + 5)
-    recent = _arq_in_deleting(age_seconds=1)
+    clients = ConductorManager(database, transport=transport).clients
+    old = _arq_in_deleting(database, age_seconds=CONF.conductor.stale_delete_grace + 5)
+    recent = _arq_in_deleting(database, age_seconds=1)
     assert periodic.finish_stale_deletes(clients, context.get_admin_context()) == 1
-    with db_session.reader() as s:
+    with database.reader() as s:
         left = [a.uuid for a in db_api.arq_list(s)]
     assert left == [recent] and old not in left
     # What the grace protects: the delete in progress finishes it itself.
     arq_ops.finish_deleting(clients, context.get_admin_context(), [recent])
-    with db_session.reader() as s:
+    with database.reader() as s:
         assert db_api.arq_list(s) == []

@@ -45,8 +45,8 @@ def _family(provider=None):
 
 
 def test_each_conductor_owns_its_clients_and_the_last_started_one_reports():
-    first = ConductorManager(_Client(1))
-    second = ConductorManager(None)
+    first = ConductorManager(None, _Client(1))
+    second = ConductorManager(None, None, metrics=first.metrics)
     assert first.clients.placement() is first.placement
     assert second.clients.placement_client is None
     assert first.agent_api is not second.agent_api
@@ -54,15 +54,19 @@ def test_each_conductor_owns_its_clients_and_the_last_started_one_reports():
     assert {s.labels['kind']: s.value for s in got.samples} == {'read': 1, 'write': 0}
     # A conductor without Placement reports no family.
     assert _family(second.placement_stats) == {}
-    metrics.register_placement_stats(first.placement_stats)
-    try:
-        assert metrics._registered_placement_stats() == first.placement_stats
-        metrics.register_placement_stats(second.placement_stats)
-        assert metrics._registered_placement_stats() == second.placement_stats
-        metrics.unregister_placement_stats(second.placement_stats)
-        assert metrics._registered_placement_stats() == first.placement_stats
-    finally:
-        metrics.unregister_placement_stats(first.placement_stats)
-        metrics.unregister_placement_stats(second.placement_stats)
-    assert metrics._registered_placement_stats() not in (first.placement_stats,
-                                                         second.placement_stats)
+    # Both report to the Metrics the composition root gave them; the last
+    # conductor registered is the one reported.
+    shared = first.metrics
+    assert second.metrics is shared
+    shared.register_placement_stats(first.placement_stats)
+    assert shared.placement.registered() == first.placement_stats
+    shared.register_placement_stats(second.placement_stats)
+    assert shared.placement.registered() == second.placement_stats
+    shared.unregister_placement_stats(second.placement_stats)
+    assert shared.placement.registered() == first.placement_stats
+    shared.unregister_placement_stats(first.placement_stats)
+    assert shared.placement.registered() is None
+
+
+def test_a_conductor_built_alone_has_metrics_of_its_own():
+    assert ConductorManager(None).metrics is not ConductorManager(None).metrics

@@ -290,7 +290,7 @@ def _declared_labels():
     no sample until their first event, so a scrape cannot show them)."""
     from steward import metrics
     labels = {}
-    for obj in vars(metrics).values():
+    for obj in vars(metrics.Metrics()).values():
         if isinstance(obj, prometheus_client.metrics.MetricWrapperBase):
             names = set(obj._labelnames)
             if obj._type == 'histogram':

@@ -11,7 +11,6 @@ from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import models as m
-from steward.db import session
 
 ALL_STATES = (None,) + states.DEVICE_STATES
 # Deployables of a device, by shape: one function; 16 functions on one deployable
@@ -49,8 +48,8 @@ CASES = list(itertools.product(ALL_STATES, states.DEVICE_STATUSES, SHAPES))
 
 
 @pytest.mark.parametrize('state,status,shape', CASES)
-def test_reserved_and_bindable(db, state, status, shape):
-    with session.writer() as s:
+def test_reserved_and_bindable(database, db, state, status, shape):
+    with database.writer() as s:
         dev, deps = _device(s, state, status, shape)
         rule = reservation.policy(s, dev)
         assert rule.single is (shape == 'single')
@@ -79,8 +78,8 @@ def test_reserved_and_bindable(db, state, status, shape):
 
 
 @pytest.mark.parametrize('state,status,shape', CASES)
-def test_a_missing_device_is_never_bindable(db, state, status, shape):
-    with session.writer() as s:
+def test_a_missing_device_is_never_bindable(database, db, state, status, shape):
+    with database.writer() as s:
         dev, deps = _device(s, state, status, shape, missing=True)
         rule = reservation.policy(s, dev)
         assert not rule.bindable
@@ -96,14 +95,14 @@ def test_a_missing_device_is_never_bindable(db, state, status, shape):
         s.rollback()
 
 
-def test_current_reserved_reads_the_committed_rows(db):
-    with session.writer() as s:
+def test_current_reserved_reads_the_committed_rows(database, db):
+    with database.writer() as s:
         dev, deps = _device(s, states.DEV_ALLOCATED, states.DEVICE_STATUS_ENABLED,
                             'single')
         single_id = deps[0].id
         dev, deps = _device(s, None, states.DEVICE_STATUS_ENABLED, 'multi')
         unset_id = deps[0].id
-    assert device_ops.current_reserved(single_id) == 1
+    assert device_ops.current_reserved(database, single_id) == 1
     # Not backfilled: the fallback (Placement is left as it is).
-    assert device_ops.current_reserved(unset_id, 'keep') == 'keep'
-    assert device_ops.current_reserved(10 ** 9, 'gone') == 'gone'
+    assert device_ops.current_reserved(database, unset_id, 'keep') == 'keep'
+    assert device_ops.current_reserved(database, 10 ** 9, 'gone') == 'gone'

@@ -4,7 +4,6 @@ import pytest
 from steward.common import exception
 from steward.common import states
 from steward.db import models as m
-from steward.db import session
 
 
 def test_every_state_is_reachable_or_initial():
@@ -44,30 +43,30 @@ def _device(s, state):
     return dev
 
 
-def test_advance_persists_and_rejects_undeclared(db):
-    with session.writer() as s:
+def test_advance_persists_and_rejects_undeclared(database, db):
+    with database.writer() as s:
         dev = _device(s, states.DEV_AVAILABLE)
         states.advance(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')
         dev_id = dev.id
-    with session.reader() as s:
+    with database.reader() as s:
         assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
     with pytest.raises(exception.InvalidStateTransition):
-        with session.writer() as s:
+        with database.writer() as s:
             states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_CLEANING)
-    with session.reader() as s:
+    with database.reader() as s:
         assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
 
 
-def test_advance_detects_concurrent_change(db):
-    with session.writer() as s:
+def test_advance_detects_concurrent_change(database, db):
+    with database.writer() as s:
         dev_id = _device(s, states.DEV_AVAILABLE).id
-    with session.reader() as s:
+    with database.reader() as s:
         stale = s.get(m.Device, dev_id)
-    with session.writer() as s:
+    with database.writer() as s:
         states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_ALLOCATED,
                        event='bind')
     with pytest.raises(exception.ConcurrentUpdate):
-        with session.writer() as s:
+        with database.writer() as s:
             # ``stale`` still believes the device is available.
             states.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')
 

@@ -24,10 +24,10 @@ class ApiRequest:
     """What a handler sees of a request."""
 
     __slots__ = ('ctx', 'version', 'method', 'params', 'query', 'body', 'conductor',
-                 '_scheme', '_host', '_root_path', '_base_url')
+                 'database', 'metrics', 'policy', '_scheme', '_host', '_root_path', '_base_url')
 
     def __init__(self, ctx, version, method, params, query, body, conductor,
-                 scheme, host, root_path):
+                 scheme, host, root_path, database=None, metrics=None, policy=None):
         self.ctx = ctx
         self.version = version
         self.method = method
@@ -35,6 +35,9 @@ class ApiRequest:
         self.query = query          # the raw query string (bytes)
         self.body = body            # bytes
         self.conductor = conductor  # steward.conductor.rpcapi.ConductorAPI
+        self.database = database    # steward.db.session.Database (reads, profiles)
+        self.metrics = metrics      # steward.metrics.Metrics (the bind histogram)
+        self.policy = policy        # steward.api.policy.Enforcer
         self._scheme, self._host, self._root_path = scheme, host, root_path
         self._base_url = None
 

@@ -5,16 +5,13 @@ the database, scoped to the caller's project unless the caller is an admin or a
 service (upstream defect 7: cross-tenant ARQs). Everything a request carries is
 validated before the conductor is asked to change anything.
 """
-from steward import metrics
 from steward.api import handlers
-from steward.api import policy
 from steward.api import schemas
 from steward.api import views
 from steward.api.schemas import arq as schema
 from steward.common import exception
 from steward.common import states
 from steward.db import api as db
-from steward.db import session
 
 BIND_STATE_RESOLVED = 'resolved'
 
@@ -29,7 +26,7 @@ def create_arqs(req):
     bad body; 403; 404 unknown device profile (also "" or a name too long to
     exist)."""
     ctx = req.ctx
-    policy.authorize(ctx, 'cyborg:arq:create')
+    req.policy.authorize(ctx, 'cyborg:arq:create')
     req.query_args(())
     body = schemas.validate(schema.CREATE_V2_0, req.json())
     name = body['device_profile_name']
@@ -51,7 +48,7 @@ def list_arqs(req):
     parameter; 403.
     """
     ctx = req.ctx
-    policy.authorize(ctx, 'cyborg:arq:get_all')
+    req.policy.authorize(ctx, 'cyborg:arq:get_all')
     args = req.query_args(('instance', 'bind_state'))
     instance = args.get('instance')
     if instance is not None:
@@ -61,7 +58,7 @@ def list_arqs(req):
         raise exception.InvalidParameter(name='bind_state', value=bind_state,
                                          reason="only 'resolved' is supported")
     scope = handlers.project_scope(ctx)
-    with session.reader() as s:
+    with req.database.reader() as s:
         if instance is not None and bind_state:
             records = db.arq_records(s, project_id=scope, instance_uuid=instance)
             if any(r['state'] not in states.ARQ_RESOLVED for r in records):
@@ -75,10 +72,10 @@ def list_arqs(req):
 
 def get_arq(req):
     """200 bare ARQ; 400 not a UUID; 403; 404 (also another project's ARQ)."""
-    policy.authorize(req.ctx, 'cyborg:arq:get_one')
+    req.policy.authorize(req.ctx, 'cyborg:arq:get_one')
     req.query_args(())
     uuid = handlers.check_uuid('accelerator request uuid', req.params['uuid'])
-    with session.reader() as s:
+    with req.database.reader() as s:
         record = db.arq_get_record(s, uuid, handlers.project_scope(req.ctx))
     return handlers.json_response(views.arq(req, record))
 
@@ -134,7 +131,7 @@ def _parse_patch(req, body):
 
 def _patch(req, only=None):
     ctx = req.ctx
-    policy.authorize(ctx, 'cyborg:arq:update')
+    req.policy.authorize(ctx, 'cyborg:arq:update')
     if not ctx.is_service:
         raise exception.ServiceTokenRequired()
     req.query_args(())
@@ -144,7 +141,7 @@ def _patch(req, only=None):
         raise exception.PatchInvalid(
             reason=f'the body must be keyed by the ARQ of the URL ({only}) only')
     if bindings:
-        with metrics.bind_timer():
+        with req.metrics.bind_timer():
             req.conductor.arq_bind(ctx, bindings)
     else:
         req.conductor.arq_unbind(ctx, unbinds)
@@ -182,7 +179,7 @@ def delete_arqs(req):
     that is not a UUID, as upstream) or ``?instance=`` (idempotent, needs a
     service token): 204. 400 neither or both, a bad instance UUID; 403."""
     ctx = req.ctx
-    policy.authorize(ctx, 'cyborg:arq:delete')
+    req.policy.authorize(ctx, 'cyborg:arq:delete')
     args = req.query_args(('arqs', 'instance'))
     if ('arqs' in args) == ('instance' in args):
         raise exception.InvalidQuery(
@@ -203,7 +200,7 @@ def delete_arq(req):
     """``DELETE /v2/accelerator_requests/{uuid}`` = ``?arqs=<uuid>``: 204; 400;
     403; 404 (also a segment that is not a UUID, as upstream)."""
     ctx = req.ctx
-    policy.authorize(ctx, 'cyborg:arq:delete')
+    req.policy.authorize(ctx, 'cyborg:arq:delete')
     req.query_args(())
     uuid = _arq_uuids(req.params['uuid'])[0]
     req.conductor.arq_delete(ctx, arq_uuids=[uuid], project_id=handlers.project_scope(ctx))

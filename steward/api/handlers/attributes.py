@@ -1,23 +1,21 @@
 """Attributes of deployables: ``/v2/attributes``."""
 from steward.api import handlers
-from steward.api import policy
 from steward.api import schemas
 from steward.api import views
 from steward.api.schemas import attribute as schema
 from steward.common import exception
 from steward.db import api as db
-from steward.db import session
 
 FILTERS = ('uuid', 'deployable_id', 'key', 'value')
 
 
 def list_attributes(req):
     """200 {"attributes": [...]}; 400 unknown filter; 403."""
-    policy.authorize(req.ctx, 'cyborg:attribute:get_all')
+    req.policy.authorize(req.ctx, 'cyborg:attribute:get_all')
     filters = req.query_args(FILTERS, ints=('deployable_id',))
     if filters.get('key') == '':
         del filters['key']          # upstream: ``if key:``
-    with session.reader() as s:
+    with req.database.reader() as s:
         rows = db.attribute_list(s, filters)
         return handlers.json_response(
             {'attributes': [views.attribute(req, r) for r in rows]})
@@ -25,9 +23,9 @@ def list_attributes(req):
 
 def get_attribute(req):
     """200 attribute; 400 not a UUID; 403; 404."""
-    policy.authorize(req.ctx, 'cyborg:attribute:get_one')
+    req.policy.authorize(req.ctx, 'cyborg:attribute:get_one')
     uuid = handlers.check_uuid('attribute uuid', req.params['uuid'])
-    with session.reader() as s:
+    with req.database.reader() as s:
         return handlers.json_response(views.attribute(req, db.attribute_get(s, uuid)))
 
 
@@ -36,13 +34,13 @@ def create_attribute(req):
 
     The body is ``{"deployable_id", "key", "value"}``, bare (upstream) or wrapped
     in ``{"attribute": {...}}`` (openstacksdk)."""
-    policy.authorize(req.ctx, 'cyborg:attribute:create')
+    req.policy.authorize(req.ctx, 'cyborg:attribute:create')
     req.query_args(())
     body = req.json()
     if isinstance(body, dict) and list(body) == ['attribute']:
         body = body['attribute']
     schemas.validate(schema.CREATE_V2_0, body)
-    with session.writer() as s:
+    with req.database.writer() as s:
         row = db.attribute_create(s, int(body['deployable_id']), body['key'],
                                   body['value'])
         return handlers.json_response(views.attribute(req, row), status=201)
@@ -50,10 +48,10 @@ def create_attribute(req):
 
 def delete_attribute(req):
     """204; 403 (admin only); 404 (also not a UUID, as upstream)."""
-    policy.authorize(req.ctx, 'cyborg:attribute:delete')
+    req.policy.authorize(req.ctx, 'cyborg:attribute:delete')
     req.query_args(())
     uuid = handlers.uuid_or_not_found(exception.AttributeNotFound, 'Attribute',
                                       req.params['uuid'])
-    with session.writer() as s:
+    with req.database.writer() as s:
         db.attribute_delete(s, uuid)
     return handlers.empty(204)

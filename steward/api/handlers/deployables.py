@@ -1,12 +1,10 @@
 """Deployables: ``/v2/deployables``."""
 from steward.api import handlers
-from steward.api import policy
 from steward.api import views
 from steward.api.schemas import deployable as schema
 from steward.api import schemas
 from steward.common import exception
 from steward.db import api as db
-from steward.db import session
 
 FILTERS = ('uuid', 'name', 'num_accelerators', 'device_id', 'rp_uuid', 'driver_name',
            'parent_id', 'root_id')
@@ -20,9 +18,9 @@ def _render(req, s, rows):
 
 def list_deployables(req):
     """200 {"deployables": [...]}; 400 unknown filter; 403."""
-    policy.authorize(req.ctx, 'cyborg:deployable:get_all')
+    req.policy.authorize(req.ctx, 'cyborg:deployable:get_all')
     filters = req.query_args(FILTERS, ints=INT_FILTERS)
-    with session.reader() as s:
+    with req.database.reader() as s:
         rows = db.deployable_rows(s, filters)
         # Without a filter, every deployable's attributes: read without an IN list
         # of thousands of ids.
@@ -32,13 +30,13 @@ def list_deployables(req):
 
 
 def _get(req, uuid):
-    with session.reader() as s:
+    with req.database.reader() as s:
         return _render(req, s, [db.deployable_get(s, uuid)])[0]
 
 
 def get_deployable(req):
     """200 deployable; 400 not a UUID; 403; 404."""
-    policy.authorize(req.ctx, 'cyborg:deployable:get_one')
+    req.policy.authorize(req.ctx, 'cyborg:deployable:get_one')
     uuid = handlers.check_uuid('deployable uuid', req.params['uuid'])
     return handlers.json_response(_get(req, uuid))
 
@@ -50,7 +48,7 @@ def program(req):
     Also served at ``/v2/deployables/{uuid}/program/{uuid}``, the path
     openstacksdk builds (the uuid twice); both must then be the same.
     """
-    policy.authorize(req.ctx, 'cyborg:deployable:program')
+    req.policy.authorize(req.ctx, 'cyborg:deployable:program')
     uuid = handlers.check_uuid('deployable uuid', req.params['uuid'])
     again = req.params.get('again')
     if again is not None and again != uuid:
@@ -59,7 +57,7 @@ def program(req):
             reason=f'the deployable is named twice and differently ({uuid})')
     body = schemas.validate(schema.PROGRAM_V2_0, req.json())
     image_uuid = handlers.check_uuid('image_uuid', body[0]['value'][0]['image_uuid'])
-    with session.reader() as s:
+    with req.database.reader() as s:
         db.deployable_get(s, uuid)      # 404 before asking the conductor
     req.conductor.deployable_program(req.ctx, uuid, image_uuid)
     return handlers.json_response(_get(req, uuid))

@@ -7,12 +7,10 @@ from oslo_utils import uuidutils
 
 from steward.api import handlers
 from steward.api import microversion
-from steward.api import policy
 from steward.api import views
 from steward.api.schemas import device_profile as schema
 from steward.common import exception
 from steward.db import api as db
-from steward.db import session
 
 
 def _names(value):
@@ -25,10 +23,10 @@ def _names(value):
 def list_profiles(req):
     """200 {"device_profiles": [...]}, optionally ``?name=a,b`` (exact names);
     400 unknown parameter; 403."""
-    policy.authorize(req.ctx, 'cyborg:device_profile:get_all')
+    req.policy.authorize(req.ctx, 'cyborg:device_profile:get_all')
     args = req.query_args(('name',))
     names = _names(args['name']) if 'name' in args else None
-    with session.reader() as s:
+    with req.database.reader() as s:
         rows = db.device_profile_list(s, names)
         return handlers.json_response(
             {'device_profiles': [views.device_profile(req, r) for r in rows]})
@@ -37,9 +35,9 @@ def list_profiles(req):
 def get_profile(req):
     """200 {"device_profile": DP} by UUID, or by name from 2.2; 403; 404; 406
     name lookup below 2.2."""
-    policy.authorize(req.ctx, 'cyborg:device_profile:get_one')
+    req.policy.authorize(req.ctx, 'cyborg:device_profile:get_one')
     key = req.params['name_or_uuid']
-    with session.reader() as s:
+    with req.database.reader() as s:
         if uuidutils.is_uuid_like(key):
             row = db.device_profile_get(s, uuid=key)
         else:
@@ -52,12 +50,12 @@ def get_profile(req):
 def create_profile(req):
     """201 bare DP; 400 bad body (not a list of exactly one, bad name or group);
     403 (admin only); 409 duplicate name or uuid."""
-    policy.authorize(req.ctx, 'cyborg:device_profile:create')
+    req.policy.authorize(req.ctx, 'cyborg:device_profile:create')
     req.query_args(())
     dp = schema.parse_create(req.json())
     if 'uuid' in dp:
         handlers.check_uuid('uuid', dp['uuid'])
-    with session.writer() as s:
+    with req.database.writer() as s:
         row = db.device_profile_create(s, dp['name'], dp['groups'],
                                        description=dp.get('description'),
                                        uuid=dp.get('uuid'))
@@ -66,7 +64,7 @@ def create_profile(req):
 
 def _delete(req, uuid=None, names=()):
     """All or nothing: every profile must exist (404) and be unused (409)."""
-    with session.writer() as s:
+    with req.database.writer() as s:
         if uuid is not None:
             rows = [db.device_profile_get(s, uuid=uuid)]
         else:
@@ -79,7 +77,7 @@ def _delete(req, uuid=None, names=()):
 def delete_profile(req):
     """204; 403 (admin only); 404; 409 used by accelerator requests.
     The path segment is a UUID or a comma-separated list of names."""
-    policy.authorize(req.ctx, 'cyborg:device_profile:delete')
+    req.policy.authorize(req.ctx, 'cyborg:device_profile:delete')
     req.query_args(())
     key = req.params['name_or_uuid']
     if uuidutils.is_uuid_like(key):
@@ -90,7 +88,7 @@ def delete_profile(req):
 def delete_profiles(req):
     """``DELETE /v2/device_profiles?value=n1,n2``: 204; 400 without ``value``;
     403; 404; 409."""
-    policy.authorize(req.ctx, 'cyborg:device_profile:delete')
+    req.policy.authorize(req.ctx, 'cyborg:device_profile:delete')
     args = req.query_args(('value',))
     if 'value' not in args:
         raise exception.InvalidQuery(

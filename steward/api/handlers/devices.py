@@ -1,12 +1,10 @@
 """Devices: ``/v2/devices``."""
 from steward.api import handlers
 from steward.api import microversion
-from steward.api import policy
 from steward.api import views
 from steward.common import exception
 from steward.common import states
 from steward.db import api as db
-from steward.db import session
 
 # Exact-match filters, applied in SQL (db.device_list); device_state from 2.5.
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
@@ -17,27 +15,27 @@ UPSTREAM_FILTERS = ('type', 'vendor', 'hostname')
 
 def list_devices(req):
     """200 {"devices": [...]}; 400 unknown filter; 403."""
-    policy.authorize(req.ctx, 'cyborg:device:get_all')
+    req.policy.authorize(req.ctx, 'cyborg:device:get_all')
     filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
                              else FILTERS, ints=('id',))
     # Upstream's own parameters are ignored when empty (``if type:``).
     filters = {k: v for k, v in filters.items() if v != '' or k not in UPSTREAM_FILTERS}
-    with session.reader() as s:
+    with req.database.reader() as s:
         rows = db.device_rows(s, filters)
     return handlers.encoded_response(views.devices_json(req, rows))
 
 
 def get_device(req):
     """200 device; 403; 404 (also not a UUID, as upstream)."""
-    policy.authorize(req.ctx, 'cyborg:device:get_one')
+    req.policy.authorize(req.ctx, 'cyborg:device:get_one')
     uuid = handlers.uuid_or_not_found(exception.DeviceNotFound, 'Device',
                                       req.params['uuid'])
-    with session.reader() as s:
+    with req.database.reader() as s:
         return handlers.json_response(views.device(req, db.device_get(s, uuid)))
 
 
 def _set_status(req, rule, status):
-    policy.authorize(req.ctx, rule)
+    req.policy.authorize(req.ctx, rule)
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     req.conductor.device_set_status(req.ctx, uuid, status)
@@ -60,7 +58,7 @@ def clean(req):
     (``cyb.device.cannot_clean``) or its agent is too old (``cyb.rpc.agent_too_old``);
     403 (admin only); 404 (also below 2.5: app.SINCE); 409 not in error
     (``cyb.cleaning.in_progress``); 503 the agent could not be asked."""
-    policy.authorize(req.ctx, 'cyborg:device:clean')
+    req.policy.authorize(req.ctx, 'cyborg:device:clean')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     req.conductor.device_clean(req.ctx, uuid)
@@ -70,7 +68,7 @@ def clean(req):
 def clean_plan(req):
     """200 what a clean would run and why (nothing is executed); 400; 403 (admin
     only); 404 (also below 2.5)."""
-    policy.authorize(req.ctx, 'cyborg:device:clean_plan')
+    req.policy.authorize(req.ctx, 'cyborg:device:clean_plan')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     return handlers.json_response(req.conductor.device_clean_plan(req.ctx, uuid))
@@ -80,7 +78,7 @@ def erase_records(req):
     """200 {"erase_records": [...]} newest first (``?limit=N``); a running one
     carries the cleanup's phase and progress. Records outlive their device. 400;
     403; 404 (no such device and no records, or below 2.5)."""
-    policy.authorize(req.ctx, 'cyborg:device:erase_records')
+    req.policy.authorize(req.ctx, 'cyborg:device:erase_records')
     limit = req.query_args(('limit',), ints=('limit',)).get('limit')
     if limit is not None and limit < 1:
         raise exception.InvalidParameter(name='limit', value=limit,
@@ -90,7 +88,7 @@ def erase_records(req):
         # beyond 64 bits).
         limit = min(limit, MAX_LIMIT)
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
-    with session.reader() as s:
+    with req.database.reader() as s:
         rows = db.erase_record_list(s, uuid, limit=limit)
         if not rows:
             db.device_get(s, uuid)
@@ -102,10 +100,10 @@ def history(req):
     """200 {"history": [...]} oldest first: every device_state change with its
     event, reason, request id and who made it. Like erase records it outlives the
     device. 400; 403; 404 (no such device and no history, or below 2.6)."""
-    policy.authorize(req.ctx, 'cyborg:device:history')
+    req.policy.authorize(req.ctx, 'cyborg:device:history')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
-    with session.reader() as s:
+    with req.database.reader() as s:
         rows = db.device_history_list(s, uuid)
         if not rows:
             db.device_get(s, uuid)

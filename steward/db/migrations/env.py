@@ -9,8 +9,9 @@ target_metadata = models.Base.metadata
 def run_migrations_online():
     connectable = config.attributes.get('connection')
     if connectable is None:
+        # Alembic's own command line: the configured database.
         from steward.db import session
-        connectable = session.get_engine()
+        connectable = session.Database().engine
     if hasattr(connectable, 'connect'):
         with connectable.connect() as connection:
             _run(connection)

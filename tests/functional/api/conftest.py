@@ -17,9 +17,7 @@ from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import models as m
-from steward.db import session
 
-from steward.api import policy as api_policy
 from steward.conf import CONF
 
 MEMBER_PROJECT = 'p-member'
@@ -30,9 +28,7 @@ def _parsed_conf():
     """tests/conftest.py's ``conf`` fixture ends with CONF.reset(), which also
     forgets that CONF was parsed; oslo.policy needs a parsed CONF."""
     CONF([], project='steward', default_config_files=[])
-    api_policy.reset()
     yield
-    api_policy.reset()
 
 
 class RecordingNotifier:
@@ -58,11 +54,11 @@ class FakePlacement:
 
 
 @pytest.fixture
-def seed(db):
+def seed(database, db):
     """One device, one deployable (16 accelerators), its attributes and handles."""
     ids = {'device': str(uuid.uuid4()), 'deployable': str(uuid.uuid4()),
            'rp': str(uuid.uuid4())}
-    with session.writer() as s:
+    with database.writer() as s:
         dev = m.Device(uuid=ids['device'], type='FPGA', vendor='0xABCD',
                        model='miss model info',
                        std_board_info='{"device_id": "0xabcd", "class": "Fake class"}',
@@ -95,11 +91,12 @@ def seed(db):
 
 
 @pytest.fixture
-def manager(db, request):
+def manager(database, transport, request):
     # A test that asks for ``placement`` gets a conductor that uses it.
     fake = (request.getfixturevalue('placement') if 'placement' in request.fixturenames
             else None)
-    mgr = ConductorManager(fake, notifier=RecordingNotifier())
+    mgr = ConductorManager(database, fake, notifier=RecordingNotifier(),
+                           transport=transport)
     mgr.init_host()
     yield mgr
     mgr.stop()
@@ -112,7 +109,7 @@ def placement():
 
 @pytest.fixture
 def app(manager):
-    return api_app.create_app(ConductorAPI(manager))
+    return api_app.create_app(ConductorAPI(manager), manager.database)
 
 
 @pytest.fixture
@@ -143,9 +140,9 @@ def mv(version):
     return {'OpenStack-API-Version': f'accelerator {version}'}
 
 
-def snapshot():
+def snapshot(database):
     """Everything an API call could change."""
-    with session.reader() as s:
+    with database.reader() as s:
         return {
             'arqs': sorted((a.uuid, a.state, a.hostname, a.device_rp_uuid,
                             a.instance_uuid, a.project_id, a.attach_handle_id)

@@ -66,12 +66,12 @@ def test_create_one_per_accelerator(client, seed):
     ([{'device_profile_name': 'dp1'}], 400, 'cyb.request.schema'),
     ({'device_profile_name': 'no-such-dp'}, 404, 'cyb.device_profile.not_found'),
 ])
-def test_create_bad_input(client, dp, body, status, code):
-    before = snapshot()
+def test_create_bad_input(database, client, dp, body, status, code):
+    before = snapshot(database)
     r = client.post(URL, json=body)
     assert r.status_code == status, r.text
     assert r.json()['error_code'] == code
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 def test_create_messages(client, dp):
@@ -128,9 +128,9 @@ def test_get_bad_uuid(client):
 
 
 # --- Nova's sequence --------------------------------------------------------------
-def test_nova_sequence_leaves_the_db_as_before(client, seed, dp, manager):
+def test_nova_sequence_leaves_the_db_as_before(database, client, seed, dp, manager):
     """What Nova 34 sends (no microversion header, user token + service token)."""
-    before = snapshot()
+    before = snapshot(database)
     nova = MEMBER_SERVICE
     instance = str(uuid.uuid4())
     r = client.get('/v2/device_profiles?name=dp1', headers=nova)
@@ -160,15 +160,14 @@ def test_nova_sequence_leaves_the_db_as_before(client, seed, dp, manager):
     # Idempotent: Nova may delete twice.
     assert client.delete(f'{URL}?instance={instance}', headers=nova).status_code == 204
     assert client.get(f'{URL}?instance={instance}', headers=nova).json() == {'arqs': []}
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_resolved_poll_is_423_while_binding(client, seed, dp):
+def test_resolved_poll_is_423_while_binding(database, client, seed, dp):
     arq = create(client)[0]
     instance = str(uuid.uuid4())
     from steward.db import models as m
-    from steward.db import session
-    with session.writer() as s:
+    with database.writer() as s:
         row = s.query(m.ExtARQ).filter_by(uuid=arq['uuid']).one()
         row.state, row.instance_uuid = states.ARQ_BIND_STARTED, instance
     r = client.get(f'{URL}?instance={instance}&bind_state=resolved')
@@ -200,16 +199,16 @@ def test_bind_and_unbind_on_the_arq_url(client, seed, dp):
     assert client.get(url).status_code == 404
 
 
-def test_project_id_needs_2_1_and_admin(client, seed, dp):
+def test_project_id_needs_2_1_and_admin(database, client, seed, dp):
     arq = create(client, headers=MEMBER)[0]
     body = {arq['uuid']: bind_ops(seed, str(uuid.uuid4()), project='p-new')}
-    before = snapshot()
+    before = snapshot(database)
     r = client.patch(URL, json=body)                         # 2.0
     assert r.status_code == 400 and r.json()['error_code'] == 'cyb.request.schema'
     assert "'/project_id'" in r.json()['error_message']
     r = client.patch(URL, json=body, headers=dict(MEMBER_SERVICE, **mv('2.1')))
     assert r.status_code == 403
-    assert snapshot() == before
+    assert snapshot(database) == before
     r = client.patch(URL, json=body, headers=mv('2.1'))      # noauth admin + service
     assert r.status_code == 202, r.text
     assert client.get(f'{URL}/{arq["uuid"]}').json()['project_id'] == 'p-new'
@@ -251,14 +250,14 @@ def _bad_patches(seed, arq):
     ]
 
 
-def test_bad_patches_change_nothing(client, seed, dp):
+def test_bad_patches_change_nothing(database, client, seed, dp):
     arq = create(client)[0]['uuid']
-    before = snapshot()
+    before = snapshot(database)
     for body, status, code in _bad_patches(seed, arq):
         r = client.patch(URL, json=body)
         assert (r.status_code, r.json()['error_code']) == (status, code), (body, r.text)
         assert r.json()['error_message'] == r.json()['faultstring']
-        assert snapshot() == before, body
+        assert snapshot(database) == before, body
     # And the ARQ is still bindable (never stuck in BindStarted).
     r = client.patch(URL, json={arq: bind_ops(seed, str(uuid.uuid4()))})
     assert r.status_code == 202
@@ -271,34 +270,34 @@ def test_missing_field_message(client, seed, dp):
         'Invalid ARQ patch: Fields absent in patch: hostname'
 
 
-def test_patch_on_arq_url_must_name_that_arq(client, seed, dp):
+def test_patch_on_arq_url_must_name_that_arq(database, client, seed, dp):
     a, b = create(client)[0], create(client)[0]
-    before = snapshot()
+    before = snapshot(database)
     r = client.patch(f'{URL}/{a["uuid"]}',
                      json={b['uuid']: bind_ops(seed, str(uuid.uuid4()))})
     assert r.status_code == 400
     assert client.patch(f'{URL}/nope', json={}).status_code == 400
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_rebind_of_bound_arq_and_second_instance_bind(client, seed, dp):
+def test_rebind_of_bound_arq_and_second_instance_bind(database, client, seed, dp):
     arq = create(client)[0]['uuid']
     inst = str(uuid.uuid4())
     assert client.patch(URL, json={arq: bind_ops(seed, inst)}).status_code == 202
-    before = snapshot()
+    before = snapshot(database)
     r = client.patch(URL, json={arq: bind_ops(seed, inst)})
     assert r.status_code == 400 and r.json()['error_code'] == 'cyb.arq.bad_state'
     other = create(client)[0]['uuid']
-    before = snapshot()
+    before = snapshot(database)
     r = client.patch(URL, json={other: bind_ops(seed, inst)})
     assert r.status_code == 400
     assert r.json()['error_code'] == 'cyb.arq.instance_already_bound'
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_bind_needs_a_service_token(client, seed, dp):
+def test_bind_needs_a_service_token(database, client, seed, dp):
     arq = create(client, headers=MEMBER)[0]['uuid']
-    before = snapshot()
+    before = snapshot(database)
     for body in ({arq: bind_ops(seed, str(uuid.uuid4()))}, {arq: UNBIND_OPS}):
         r = client.patch(URL, json=body, headers=MEMBER)
         assert r.status_code == 403
@@ -309,21 +308,21 @@ def test_bind_needs_a_service_token(client, seed, dp):
     r = client.patch(URL, json={arq: bind_ops(seed, str(uuid.uuid4()))}, headers=READER)
     assert r.status_code == 403
     assert r.json()['error_code'] == 'cyb.auth.forbidden'
-    assert snapshot() == before
+    assert snapshot(database) == before
     r = client.patch(URL, json={arq: bind_ops(seed, str(uuid.uuid4()))},
                      headers=MEMBER_SERVICE)
     assert r.status_code == 202
 
 
-def test_other_projects_arq_cannot_be_bound_or_deleted(client, seed, dp):
+def test_other_projects_arq_cannot_be_bound_or_deleted(database, client, seed, dp):
     theirs = create(client, headers=OTHER_MEMBER_SERVICE)[0]['uuid']
     member_with_service = identity(['member', 'reader'], service=False)
-    before = snapshot()
+    before = snapshot(database)
     r = client.delete(f'{URL}?arqs={theirs}', headers=member_with_service)
     assert r.status_code == 404
     r = client.delete(f'{URL}/{theirs}', headers=member_with_service)
     assert r.status_code == 404
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 # --- delete -----------------------------------------------------------------------
@@ -336,40 +335,40 @@ def test_other_projects_arq_cannot_be_bound_or_deleted(client, seed, dp):
     ('?instances=x', 400, 'cyb.request.invalid_query'),
     (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a04', 404, 'cyb.arq.not_found'),
 ])
-def test_delete_bad_queries(client, dp, query, status, code):
+def test_delete_bad_queries(database, client, dp, query, status, code):
     create(client)
-    before = snapshot()
+    before = snapshot(database)
     r = client.delete(URL + query)
     assert r.status_code == status
     assert r.json()['error_code'] == code
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_delete_by_arqs_all_or_nothing(client, seed, dp):
+def test_delete_by_arqs_all_or_nothing(database, client, seed, dp):
     a, b = create(client)[0]['uuid'], create(client)[0]['uuid']
-    before = snapshot()
+    before = snapshot(database)
     assert client.delete(f'{URL}?arqs={a},{uuid.uuid4()}').status_code == 404
-    assert snapshot() == before
+    assert snapshot(database) == before
     assert client.patch(URL, json={a: bind_ops(seed, str(uuid.uuid4()))}).status_code == 202
     assert client.delete(f'{URL}?arqs={a},{b}').status_code == 204
     assert client.get(URL).json() == {'arqs': []}
-    with __import__('steward.db.session', fromlist=['reader']).reader() as s:
+    with database.reader() as s:
         from steward.db import models as m
         assert s.query(m.AttachHandle).filter_by(in_use=True).count() == 0
 
 
-def test_delete_by_instance_needs_service_token(client, seed, dp):
+def test_delete_by_instance_needs_service_token(database, client, seed, dp):
     arq = create(client, headers=MEMBER)[0]['uuid']
     inst = str(uuid.uuid4())
     assert client.patch(URL, json={arq: bind_ops(seed, inst)}).status_code == 202
-    before = snapshot()
+    before = snapshot(database)
     r = client.delete(f'{URL}?instance={inst}', headers=MEMBER)
     assert r.status_code == 403
     assert r.json()['error_code'] == 'cyb.auth.service_token_required'
     # A bound ARQ needs the service token by uuid too.
     r = client.delete(f'{URL}/{arq}', headers=MEMBER)
     assert r.status_code == 403
-    assert snapshot() == before
+    assert snapshot(database) == before
     r = client.delete(f'{URL}?instance={inst}', headers=MEMBER_SERVICE)
     assert r.status_code == 204
     assert client.get(URL).json() == {'arqs': []}

@@ -14,8 +14,8 @@ GOOD_GROUPS = [{'resources:CUSTOM_ACCELERATOR_FPGA': '1',
                 'accel:bitstream_id': 'a6a12670-7014-4cff-a563-cea949b57fb3'}]
 
 
-def test_create_get_list_delete(client):
-    before = snapshot()
+def test_create_get_list_delete(database, client):
+    before = snapshot(database)
     r = client.post('/v2/device_profiles', json=[
         {'name': 'afexample_3', 'description': 'device profile description',
          'groups': GOOD_GROUPS}])
@@ -30,7 +30,7 @@ def test_create_get_list_delete(client):
     assert client.get('/v2/device_profiles').json() == {'device_profiles': [dp]}
     assert client.delete(f'/v2/device_profiles/{dp["uuid"]}').status_code == 204
     assert client.get(f'/v2/device_profiles/{dp["uuid"]}').status_code == 404
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 def test_osc_body_with_null_description_and_uuid(client):
@@ -120,15 +120,15 @@ def test_list_name_filter(client):
     ([{'name': 'x', 'groups': [{'resources:FPGA': '1', 'accel:function_id': 3}]}],
      'cyb.device_profile.invalid'),
 ])
-def test_bad_bodies_are_400_and_change_nothing(client, body, code):
-    before = snapshot()
+def test_bad_bodies_are_400_and_change_nothing(database, client, body, code):
+    before = snapshot(database)
     r = client.post('/v2/device_profiles', json=body)
     assert r.status_code == 400, r.text
     err = r.json()
     assert err['error_code'] == code
     assert err['error_message'] == err['faultstring']
     assert 'Traceback' not in r.text and '/work/' not in r.text
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 def test_messages_are_helpful(client):
@@ -153,9 +153,9 @@ def test_malformed_or_missing_body(client, raw):
         assert r.json()['error_code'] == 'cyb.request.malformed_json'
 
 
-def test_duplicates_are_409(client):
+def test_duplicates_are_409(database, client):
     dp = make_profile(client, 'dup')
-    before = snapshot()
+    before = snapshot(database)
     r = client.post('/v2/device_profiles', json=[{'name': 'dup', 'groups': [
         {'resources:FPGA': '2'}]}])
     assert r.status_code == 409
@@ -164,7 +164,7 @@ def test_duplicates_are_409(client):
     r = client.post('/v2/device_profiles', json=[{'name': 'other', 'uuid': dp['uuid'],
                                                   'groups': [{'resources:FPGA': '2'}]}])
     assert r.status_code == 409
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 def test_delete_by_name_and_value(client):
@@ -176,10 +176,10 @@ def test_delete_by_name_and_value(client):
     assert client.get('/v2/device_profiles').json() == {'device_profiles': []}
 
 
-def test_delete_errors_change_nothing(client):
+def test_delete_errors_change_nothing(database, client):
     make_profile(client, 'keep1')
     make_profile(client, 'keep2')
-    before = snapshot()
+    before = snapshot(database)
     r = client.delete('/v2/device_profiles?value=keep1,missing')
     assert r.status_code == 404
     assert client.delete('/v2/device_profiles/keep2,missing').status_code == 404
@@ -187,27 +187,27 @@ def test_delete_errors_change_nothing(client):
     r = client.delete('/v2/device_profiles')
     assert r.status_code == 400 and r.json()['error_code'] == 'cyb.request.invalid_query'
     assert client.delete('/v2/device_profiles?value=').status_code == 400
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_delete_profile_in_use_is_409(client):
+def test_delete_profile_in_use_is_409(database, client):
     """Upstream defect 9: deleting a used profile orphaned its ARQs."""
     dp = make_profile(client, 'used')
     assert client.post('/v2/accelerator_requests',
                        json={'device_profile_name': 'used'}).status_code == 201
-    before = snapshot()
+    before = snapshot(database)
     for url in (f'/v2/device_profiles/{dp["uuid"]}', '/v2/device_profiles/used',
                 '/v2/device_profiles?value=used'):
         r = client.delete(url)
         assert r.status_code == 409
         assert r.json()['error_code'] == 'cyb.device_profile.in_use'
-    assert snapshot() == before
+    assert snapshot(database) == before
     assert client.get('/v2/accelerator_requests').status_code == 200
 
 
-def test_policy(client):
+def test_policy(database, client):
     dp = make_profile(client, 'pol')
-    before = snapshot()
+    before = snapshot(database)
     for who in (READER, MEMBER, MEMBER_SERVICE):
         r = client.post('/v2/device_profiles', headers=who,
                         json=[{'name': 'nope', 'groups': [{'resources:FPGA': '1'}]}])
@@ -221,13 +221,12 @@ def test_policy(client):
         assert client.get(f'/v2/device_profiles/{dp["uuid"]}',
                           headers=who).status_code == 200
     assert client.get('/v2/device_profiles', headers={'X-Roles': ''}).status_code == 403
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_stored_profile_json(client):
+def test_stored_profile_json(database, client):
     from steward.db import models as m
-    from steward.db import session
     make_profile(client, 'stored', [{'resources:FPGA': '1'}])
-    with session.reader() as s:
+    with database.reader() as s:
         row = s.query(m.DeviceProfile).filter_by(name='stored').one()
         assert json.loads(row.profile_json) == {'groups': [{'resources:FPGA': '1'}]}

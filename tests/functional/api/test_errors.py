@@ -23,8 +23,8 @@ class ExplodingManager:
 
 
 @pytest.fixture
-def exploding_client(db, seed):
-    app = api_app.create_app(ConductorAPI(ExplodingManager()))
+def exploding_client(database, seed):
+    app = api_app.create_app(ConductorAPI(ExplodingManager()), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
@@ -49,12 +49,12 @@ def test_unexpected_error_is_a_clean_500(exploding_client, caplog):
     assert record.exc_info and 'secret detail' in str(record.exc_info[1])
 
 
-def test_steward_errors_from_the_conductor_keep_their_status(db, seed):
+def test_steward_errors_from_the_conductor_keep_their_status(database, db, seed):
     class Manager:
         def arq_create(self, ctx, **kwargs):
             raise exception.ServiceUnavailable(service='Placement', reason='down')
 
-    app = api_app.create_app(ConductorAPI(Manager()))
+    app = api_app.create_app(ConductorAPI(Manager()), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         make_profile(c, 'dp1')
         r = c.post('/v2/accelerator_requests', json={'device_profile_name': 'dp1'})
@@ -145,7 +145,7 @@ def test_served_under_a_root_path(app, seed):
             'http://testserver/accelerator/v2/devices/')
 
 
-def test_remote_tracebacks_do_not_leak(db, seed):
+def test_remote_tracebacks_do_not_leak(database, db, seed):
     """oslo.messaging rebuilds a remote error as a ``<Class>_Remote`` subclass
     whose str() carries the remote traceback."""
     class DeviceProfileNotFound_Remote(exception.DeviceProfileNotFound):
@@ -157,7 +157,7 @@ def test_remote_tracebacks_do_not_leak(db, seed):
             raise DeviceProfileNotFound_Remote(resource='Device Profile', key='name',
                                                value='x')
 
-    app = api_app.create_app(ConductorAPI(Manager()))
+    app = api_app.create_app(ConductorAPI(Manager()), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         r = c.post('/v2/accelerator_requests', json={'device_profile_name': 'x'})
     assert r.status_code == 404

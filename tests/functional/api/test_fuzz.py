@@ -162,7 +162,7 @@ def _ids(seed, client):
             'attribute': attribute}
 
 
-def _check(client, path, method, request):
+def _check(database, client, path, method, request):
     segments, query, body, (identity, version, content_type) = request
     headers = dict(identity)
     if version is not None:
@@ -173,11 +173,11 @@ def _check(client, path, method, request):
     # control characters: they would end the line.
     headers = {k: ''.join(c for c in v if c >= ' ').encode() for k, v in headers.items()}
     url = _url(path, segments, query)
-    before = snapshot()
+    before = snapshot(database)
     r = client.request(method, url, content=body, headers=headers)
     assert r.status_code < 500, (method, url, body, headers, r.status_code, r.text)
     if r.status_code >= 400:
-        assert snapshot() == before, (method, url, body, headers, r.status_code, r.text)
+        assert snapshot(database) == before, (method, url, body, headers, r.status_code, r.text)
 
 
 _SETTINGS = dict(deadline=None, database=None, suppress_health_check=[
@@ -187,19 +187,20 @@ _SETTINGS = dict(deadline=None, database=None, suppress_health_check=[
 
 @pytest.mark.parametrize('path,method', ROUTE_METHODS,
                          ids=[f'{m} {p}' for p, m in ROUTE_METHODS])
-def test_no_5xx_and_refusals_change_nothing(placement, client, seed, path, method):
+def test_no_5xx_and_refusals_change_nothing(database, placement, client, seed, path,
+                                             method):
     ids = _ids(seed, client)
 
     @settings(max_examples=40, **_SETTINGS)
     @given(_request(ids, path))
     def run(request):
-        _check(client, path, method, request)
+        _check(database, client, path, method, request)
 
     run()
 
 
 @pytest.mark.parametrize('db', ['postgresql'], indirect=True)
-def test_no_5xx_on_postgresql(placement, client, seed):
+def test_no_5xx_on_postgresql(database, placement, client, seed):
     """PostgreSQL refuses what SQLite stores (a NUL in a string): every route,
     fewer examples."""
     ids = _ids(seed, client)
@@ -209,7 +210,7 @@ def test_no_5xx_on_postgresql(placement, client, seed):
         lambda rm: st.tuples(st.just(rm), _request(ids, rm[0]))))
     def run(case):
         (path, method), request = case
-        _check(client, path, method, request)
+        _check(database, client, path, method, request)
 
     run()
 
@@ -219,14 +220,14 @@ IMPOSSIBLE = ['fake_type', 'bogus', 'a\x00b', str(2 ** 64), str(-2 ** 63 - 1), '
 
 @pytest.mark.parametrize('path,name', [(p, n) for p, names in ROUTE_PARAMS.items()
                                        for n in names])
-def test_every_filter_with_impossible_values(placement, client, seed, path, name):
+def test_every_filter_with_impossible_values(database, placement, client, seed, path, name):
     """What the random search may miss, every time: each parameter of each URL
     with values no row can hold. Listings answer 200 and nothing (as upstream
     answers an unknown ``?type=``) or a clean 400; never a 5xx, never a change."""
     ids = _ids(seed, client)
     url = path.replace('{uuid}', ids['device'])
     headers = {'OpenStack-API-Version': 'accelerator latest'}
-    before = snapshot()
+    before = snapshot(database)
     for value in IMPOSSIBLE:
         r = client.get(f'{url}?{urllib.parse.urlencode({name: value})}', headers=headers)
         assert r.status_code in (200, 400), (name, value, r.status_code, r.text)
@@ -235,20 +236,20 @@ def test_every_filter_with_impossible_values(placement, client, seed, path, name
             assert listed == [], (name, value, listed)
         else:
             assert r.json()['error_code'].startswith('cyb.'), r.text
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 @pytest.mark.parametrize('path,method', [(p, m) for p, m in ROUTE_METHODS if '{' in p],
                          ids=[f'{m} {p}' for p, m in ROUTE_METHODS if '{' in p])
-def test_every_path_segment_with_impossible_values(placement, client, seed, path, method):
+def test_every_path_segment_with_impossible_values(database, placement, client, seed, path, method):
     """Each path segment of each URL, every method, with what names nothing."""
     _ids(seed, client)
     headers = {'OpenStack-API-Version': 'accelerator latest'}
-    before = snapshot()
+    before = snapshot(database)
     for value in IMPOSSIBLE + ['not-a-uuid', ' ', '%', 'é']:
         url = path
         for name in ('uuid', 'again', 'name_or_uuid'):
             url = url.replace('{' + name + '}', urllib.parse.quote(value, safe=''))
         r = client.request(method, url, headers=headers, json=None)
         assert 400 <= r.status_code < 500, (method, url, r.status_code, r.text)
-    assert snapshot() == before
+    assert snapshot(database) == before

@@ -17,7 +17,6 @@ from steward.api import views
 from steward.common import states
 from steward.db import api as db
 from steward.db import models as m
-from steward.db import session
 from tests.functional.api.conftest import make_profile, mv
 
 URL = '/v2/accelerator_requests'
@@ -95,38 +94,38 @@ def _hold(client, rp):
         == 202
 
 
-def test_a_multi_arq_bind_and_delete_are_one_transaction_each(client, seed):
+def test_a_multi_arq_bind_and_delete_are_one_transaction_each(database, client, seed):
     make_profile(client, 'four', [{'resources:FPGA': '4'}])
     steps = _lifecycle(client, seed['rp'], profile='four')
     assert steps['bind'].count('BEGIN') == steps['delete'].count('BEGIN') == 1
     # Four ARQs, one query for them: no statement per ARQ but the transitions,
     # the handles and the deletes themselves.
     assert steps['bind'].count('SELECT') == 4
-    with session.reader() as s:
+    with database.reader() as s:
         assert db.arq_list(s) == []
         assert not s.execute(sa.select(m.AttachHandle).where(
             m.AttachHandle.in_use.is_(True))).first()
         assert db.device_list(s)[0].device_state == states.DEV_AVAILABLE
 
 
-def test_delete_finishes_an_arq_left_in_deleting(client, seed):
+def test_delete_finishes_an_arq_left_in_deleting(database, client, seed):
     """A row an older release left in Deleting (its process died between the two
     transactions it used) is finished by the next delete that names it."""
     make_profile(client)
     inst = str(uuid.uuid4())
     arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
     assert client.patch(URL, json=_bind_body(arqs, seed['rp'], inst)).status_code == 202
-    with session.writer() as s:
+    with database.writer() as s:
         row = db.arq_get_many(s, [arqs[0]['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     assert client.delete(URL, params={'instance': inst}).status_code == 204
-    with session.reader() as s:
+    with database.reader() as s:
         assert db.arq_list(s) == []
         assert db.device_list(s)[0].device_state == states.DEV_AVAILABLE
 
 
 @pytest.mark.parametrize('version', ['2.0', '2.6'])
-def test_listings_are_what_the_views_build_and_follow_changes(placement, client, seed,
+def test_listings_are_what_the_views_build_and_follow_changes(database, placement, client, seed,
                                                                version):
     """The listings reuse each row's JSON while the row is unchanged: the bytes are
     exactly json.dumps of the views, and a change shows at once."""
@@ -141,7 +140,7 @@ def test_listings_are_what_the_views_build_and_follow_changes(placement, client,
     assert json.loads(r.content) == {'devices': [
         client.get(f'/v2/devices/{seed["device"]}', headers=mv(version)).json()]}
     assert client.post(f'/v2/devices/{seed["device"]}/disable').status_code == 200
-    with session.writer() as s:
+    with database.writer() as s:
         s.execute(sa.update(m.Device).values(hostname='host-b'))
     after = listed('/v2/devices').json()['devices'][0]
     assert after['hostname'] == 'host-b'
@@ -151,7 +150,7 @@ def test_listings_are_what_the_views_build_and_follow_changes(placement, client,
     deps = listed('/v2/deployables')
     assert deps.json() == {'deployables': [one]}
     assert deps.content == json.dumps({'deployables': [one]}).encode()
-    with session.writer() as s:
+    with database.writer() as s:
         s.execute(sa.update(m.Attribute).where(m.Attribute.key == 'trait0')
                   .values(value='CUSTOM_CHANGED'))
     assert 'CUSTOM_CHANGED' in listed('/v2/deployables').json()[

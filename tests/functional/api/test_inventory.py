@@ -68,8 +68,8 @@ def test_device_get_errors(client):
     assert r.json()['error_code'] == 'cyb.device.not_found'
 
 
-def test_device_disable_enable(client, seed, placement):
-    before = snapshot()
+def test_device_disable_enable(database, client, seed, placement):
+    before = snapshot(database)
     url = f'/v2/devices/{seed["device"]}'
     r = client.post(url + '/disable')
     assert (r.status_code, r.content) == (200, b'')
@@ -79,7 +79,7 @@ def test_device_disable_enable(client, seed, placement):
     assert (r.status_code, r.content) == (200, b'')
     assert client.get(url, headers=mv('2.3')).json()['status'] == 'enabled'
     assert placement.calls[-1] == (seed['rp'], 'FPGA', 0)
-    assert snapshot()['devices'] == before['devices']
+    assert snapshot(database)['devices'] == before['devices']
 
 
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
@@ -100,16 +100,16 @@ def test_listings_and_shows_agree_on_timestamps(client, seed, placement):
     assert dep['created_at'] == shown['created_at'][:11] + dep['created_at'][11:]
 
 
-def test_device_enable_errors(client, seed):
+def test_device_enable_errors(database, client, seed):
     assert client.post(f'/v2/devices/{MISSING}/enable').status_code == 404
     assert client.post('/v2/devices/nope/enable').status_code == 400
-    before = snapshot()
+    before = snapshot(database)
     for who in (MEMBER, READER, MANAGER):
         r = client.post(f'/v2/devices/{seed["device"]}/disable', headers=who)
         assert r.status_code == 403
         assert r.json()['error_message'] == \
             'Access was denied to the following resource: cyborg:device:disable'
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 def test_device_reads_need_a_manager(client, seed):
@@ -197,8 +197,8 @@ def test_program_errors(client, seed):
 
 
 # --- attributes -------------------------------------------------------------------
-def test_attribute_lifecycle(client, seed):
-    before = snapshot()
+def test_attribute_lifecycle(database, client, seed):
+    before = snapshot(database)
     attrs = client.get('/v2/attributes').json()['attributes']
     assert len(attrs) == 2 and set(attrs[0]) == ATTRIBUTE_FIELDS
     assert client.get(f'/v2/attributes?deployable_id={seed["deployable_id"]}&key=rc'
@@ -216,7 +216,7 @@ def test_attribute_lifecycle(client, seed):
     assert client.delete(f'/v2/attributes/{a1["uuid"]}').status_code == 204
     assert client.delete(f'/v2/attributes/{a2["uuid"]}').status_code == 204
     assert client.get(f'/v2/attributes/{a1["uuid"]}').status_code == 404
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 @pytest.mark.parametrize('body', [
@@ -228,16 +228,16 @@ def test_attribute_lifecycle(client, seed):
     {'deployable_id': 1, 'key': 'k', 'value': 3},
     {'attribute': {'deployable_id': 1}},
 ])
-def test_attribute_bad_bodies(client, body):
-    before = snapshot()
+def test_attribute_bad_bodies(database, client, body):
+    before = snapshot(database)
     r = client.post('/v2/attributes', json=body)
     assert r.status_code == 400, r.text
     assert r.json()['error_code'] == 'cyb.request.schema'
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
-def test_attribute_errors(client, seed):
-    before = snapshot()
+def test_attribute_errors(database, client, seed):
+    before = snapshot(database)
     r = client.post('/v2/attributes', json={'deployable_id': 999, 'key': 'k', 'value': 'v'})
     assert r.status_code == 404
     assert client.get('/v2/attributes/nope').status_code == 400
@@ -250,7 +250,7 @@ def test_attribute_errors(client, seed):
     r = client.delete(f'/v2/attributes/{attr["uuid"]}', headers=MANAGER)
     assert r.status_code == 403
     assert client.get(f'/v2/attributes/{attr["uuid"]}', headers=MANAGER).status_code == 200
-    assert snapshot() == before
+    assert snapshot(database) == before
 
 
 @pytest.mark.parametrize('query,count', [

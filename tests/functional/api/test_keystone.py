@@ -53,7 +53,7 @@ def keystone_client(db, seed, manager, monkeypatch):
         'nova-token': _token('nova', 'service', ['service', 'admin']),
     })
     try:
-        app = api_app.create_app(ConductorAPI(manager))
+        app = api_app.create_app(ConductorAPI(manager), manager.database)
         with testclient.TestClient(app, raise_server_exceptions=False) as c:
             yield c
     finally:

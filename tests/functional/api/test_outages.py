@@ -31,8 +31,8 @@ class Failing:
     (rpc_client.RPCVersionCapError(version='1.1', version_cap='1.0'), 409,
      'cyb.rpc.version_capped'),
 ])
-def test_outage_answers(db, seed, exc, status, code):
-    app = api_app.create_app(ConductorAPI(Failing(exc)))
+def test_outage_answers(database, seed, exc, status, code):
+    app = api_app.create_app(ConductorAPI(Failing(exc)), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as client:
         r = client.post('/v2/accelerator_requests', json={'device_profile_name': 'x'})
     assert r.status_code == status

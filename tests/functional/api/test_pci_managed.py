@@ -5,18 +5,17 @@ import uuid
 import pytest
 
 from steward.db import models as m
-from steward.db import session
 
 URL = '/v2/accelerator_requests'
 
 
-def pci_deployable(stored_managed):
+def pci_deployable(database, stored_managed):
     """A one-function PCI deployable whose handle stored ``managed`` (or none)."""
     rp = str(uuid.uuid4())
     info = {'domain': '0000', 'bus': '25', 'device': '00', 'function': '4'}
     if stored_managed is not None:
         info['managed'] = stored_managed
-    with session.writer() as s:
+    with database.writer() as s:
         dev = m.Device(uuid=str(uuid.uuid4()), type='PCI', vendor='10de', model='25b6',
                        hostname='host-a', status='enabled', device_state='available')
         s.add(dev)
@@ -55,8 +54,8 @@ def views(client, arq_uuid, inst, version):
 
 
 @pytest.mark.parametrize('stored,expected', [(False, False), (True, True), (None, True)])
-def test_managed_from_2_4(client, placement, stored, expected):
-    arq_uuid, inst = bound_arq(client, pci_deployable(stored))
+def test_managed_from_2_4(database, client, placement, stored, expected):
+    arq_uuid, inst = bound_arq(client, pci_deployable(database, stored))
     for doc in views(client, arq_uuid, inst, '2.4'):
         assert doc['attach_handle_info']['managed'] is expected
         assert doc['attach_handle_info']['bus'] == '25'
@@ -65,8 +64,8 @@ def test_managed_from_2_4(client, placement, stored, expected):
 
 
 @pytest.mark.parametrize('stored', [False, None])
-def test_no_managed_below_2_4(client, placement, stored):
-    arq_uuid, inst = bound_arq(client, pci_deployable(stored))
+def test_no_managed_below_2_4(database, client, placement, stored):
+    arq_uuid, inst = bound_arq(client, pci_deployable(database, stored))
     for version in ('2.0', '2.3'):
         for doc in views(client, arq_uuid, inst, version):
             assert set(doc['attach_handle_info']) == {'domain', 'bus', 'device', 'function'}
@@ -85,8 +84,8 @@ def test_non_pci_handles_unchanged_at_2_4(client, seed):
     assert 'managed' not in doc['attach_handle_info']
 
 
-def test_managed_cannot_be_set_by_a_tenant(client, placement):
-    rp = pci_deployable(False)
+def test_managed_cannot_be_set_by_a_tenant(database, client, placement):
+    rp = pci_deployable(database, False)
     arq_uuid, _ = bound_arq(client, rp)
     r = client.patch(URL, json={arq_uuid: [
         {'op': 'add', 'path': '/attach_handle_info/managed', 'value': True}]},

@@ -67,13 +67,11 @@ def policy_file(tmp_path):
     path = tmp_path / 'policy.yaml'
     path.write_text('"cyborg:device:get_all": "role:reader"\n')
     policy_opts.set_defaults(CONF, policy_file=str(path))
-    api_policy.reset()
     yield path
     policy_opts.set_defaults(CONF, policy_file='policy.yaml')
-    api_policy.reset()
 
 
-def test_policy_file_overrides_and_reload(client, policy_file):
+def test_policy_file_overrides_and_reload(policy_file, client):
     assert client.get('/v2/devices', headers=READER).status_code == 200
     assert client.get('/v2/devices', headers=MANAGER_ONLY).status_code == 403
     # Untouched rules keep their defaults.
@@ -82,7 +80,7 @@ def test_policy_file_overrides_and_reload(client, policy_file):
     os.utime(policy_file, (1, 1))
     # Frozen until reloaded: no per-request file checks.
     assert client.get('/v2/devices', headers=READER).status_code == 200
-    api_policy.reload()
+    client.app.state.policy.reload()
     assert client.get('/v2/devices', headers=READER).status_code == 403
     assert client.get('/v2/devices', headers=MANAGER_ONLY).status_code == 200
 

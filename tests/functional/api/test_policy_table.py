@@ -23,7 +23,6 @@ from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import models as m
-from steward.db import session
 
 PROJECT_A, PROJECT_B = 'p-a', 'p-b'
 # Persona -> (roles, project) of its token; None: no token at all.
@@ -160,7 +159,7 @@ def _headers(persona):
 
 
 @pytest.fixture
-def keystone(db, seed, manager, placement, monkeypatch):
+def keystone(database, db, seed, manager, placement, monkeypatch):
     """The app behind auth_token, and the seeded ids."""
     from keystonemiddleware import auth_token
     from keystonemiddleware.auth_token import _exceptions
@@ -183,7 +182,7 @@ def keystone(db, seed, manager, placement, monkeypatch):
             TOKENS[f'{persona}-token'] = _token(persona, spec[1], spec[0])
     ids = dict(seed, instance=str(uuid.uuid4()))
     try:
-        app = api_app.create_app(ConductorAPI(manager))
+        app = api_app.create_app(ConductorAPI(manager), manager.database)
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
             admin = _headers('admin')
             for name in ('dp1', 'dp-free'):
@@ -195,7 +194,7 @@ def keystone(db, seed, manager, placement, monkeypatch):
                             json={'device_profile_name': 'dp1'})
             assert r.status_code == 201, r.text
             ids['arq'] = r.json()['arqs'][0]['uuid']
-            with session.reader() as s:
+            with database.reader() as s:
                 ids['attribute'] = s.query(m.Attribute).first().uuid
             yield client, ids
     finally:

@@ -1,0 +1,96 @@
+"""The composition root of one command's process: what it is built from.
+
+Each command (``steward serve``, ``api`` and each of its gunicorn workers,
+``conductor``, ``agent``, ``db``, ``status``) builds one ``Root`` once its
+configuration is parsed and hands what it holds down through constructors (the
+ConductorManager, the AgentManager, ``create_app``): no module of steward keeps an
+engine, a transport, a policy enforcer, a metrics registry or a client of its own.
+oslo.config's ``CONF`` stays the one project-wide configuration object, as in
+every OpenStack service.
+"""
+import logging
+import signal
+
+from steward.conf import CONF
+
+LOG = logging.getLogger(__name__)
+
+
+class Root:
+    """The database (``database``; None for ``database=False``: an agent has
+    none), and on demand the metrics (``metrics``: ``metrics=True``, or
+    ``'multiprocess'`` for the parent of ``steward api`` workers), the API's
+    policy enforcer (``policy``) and the message transport (``transport``).
+    ``close()`` releases them, last thing in a command."""
+
+    def __init__(self, database=True, metrics=False, policy=False, transport=False):
+        from steward import process
+        self.lifecycle = process.Lifecycle()   # how the command's service ends
+        self.database = None
+        if database:
+            from steward.db import session
+            self.database = session.Database()
+        self.metrics = None
+        if metrics:
+            from steward import metrics as steward_metrics
+            self.metrics = steward_metrics.Metrics(
+                self.database, multiprocess=metrics == 'multiprocess')
+        self.transport = None
+        if transport:
+            from steward.common import rpc
+            self.transport = rpc.Transport()
+        self.policy = None
+        if policy:
+            from steward.api import policy as api_policy
+            self.policy = api_policy.Enforcer()
+
+    def reload_policy_on_sighup(self):
+        """SIGHUP makes the enforcer re-read the policy file(s) (steward serve, and
+        steward api in one process; gunicorn's own HUP restarts the workers of a
+        several-process steward api, each building its enforcer anew). The
+        handler only sets a flag: the next authorization reloads, outside it."""
+        policy = self.policy
+
+        def handler(_signum, _frame):
+            policy.request_reload()
+
+        signal.signal(signal.SIGHUP, handler)
+
+    def placement_client(self):
+        """The Placement client of a conductor: [placement] names the service, or
+        the embedded one of this host (steward/placement/handle.py)."""
+        from steward.placement import handle
+        return handle.placement_client()
+
+    def nova_notifier(self):
+        """The Nova client a conductor sends external events with (off when
+        [nova] names no endpoint)."""
+        from steward.conductor import nova
+        return nova.NovaNotifier()
+
+    def sync_database(self):
+        """Migrate the schema at start when [database] sync_on_startup says so."""
+        from steward.db import migration
+        if CONF.database.sync_on_startup:
+            migration.upgrade(self.database)
+
+    def serve_metrics(self, address=None):
+        """The [api] metrics_listen server of this process (None: not configured)."""
+        address = CONF.api.metrics_listen if address is None else address
+        if self.metrics is None or not address.strip():
+            return None
+        return self.metrics.serve(address)
+
+    def close(self):
+        """Last step of a service's shutdown: close the broker connections and the
+        database pool so the other side sees a clean close, not a dead peer."""
+        steps = []
+        if self.transport is not None:
+            steps.append(self.transport.cleanup)
+        if self.database is not None:
+            steps.append(self.database.dispose)
+        for step in steps:
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - shutdown goes on
+                LOG.exception('Shutdown step %s failed', step.__qualname__)
