@@ -23,7 +23,10 @@ def _sqlite_setup(engine, busy_ms):
 
     @event.listens_for(engine, 'begin')
     def _begin(conn):
-        mode = 'IMMEDIATE' if conn.get_execution_options().get('steward_writer') else ''
+        options = conn.get_execution_options()
+        if options.get('steward_single_read'):
+            return
+        mode = 'IMMEDIATE' if options.get('steward_writer') else ''
         conn.exec_driver_sql(f'BEGIN {mode}'.strip())
 
 
@@ -48,6 +51,7 @@ class Database:
             _sqlite_setup(self.engine, busy)
             self._writers = sqlite.WriterLock(busy / 1000)
         self._reader_factory = orm.sessionmaker(bind=self.engine, expire_on_commit=False)
+        self._single_read = self.engine.execution_options(steward_single_read=True)
         self._writer_factory = orm.sessionmaker(
             bind=self.engine.execution_options(steward_writer=True),
             expire_on_commit=False)
@@ -57,6 +61,15 @@ class Database:
         with self._reader_factory() as session:
             with session.begin():
                 yield session
+
+    @contextlib.contextmanager
+    def single_read(self):
+        """A Core connection for one read statement: no ORM session and, on
+        SQLite, no BEGIN (one statement is its own snapshot). Nova's reads before
+        and after every boot (a profile by name, an instance's ARQs) spent a third
+        of their time opening and closing a session's transaction."""
+        with self._single_read.connect() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def writer(self):

@@ -58,14 +58,14 @@ def list_arqs(req):
         raise exception.InvalidParameter(name='bind_state', value=bind_state,
                                          reason="only 'resolved' is supported")
     scope = handlers.project_scope(ctx)
-    with req.database.reader() as s:
+    with req.database.single_read() as conn:
         if instance is not None and bind_state:
-            records = db.arq_records(s, project_id=scope, instance_uuid=instance)
+            records = db.arq_records(conn, project_id=scope, instance_uuid=instance)
             if any(r['state'] not in states.ARQ_RESOLVED for r in records):
                 return handlers.empty(423)
         else:
             records = db.arq_records(
-                s, project_id=scope, instance_uuid=instance,
+                conn, project_id=scope, instance_uuid=instance,
                 states_in=states.ARQ_RESOLVED if bind_state else None)
     return _render(req, records)
 
@@ -75,8 +75,8 @@ def get_arq(req):
     req.policy.authorize(req.ctx, 'cyborg:arq:get_one')
     req.query_args(())
     uuid = handlers.check_uuid('accelerator request uuid', req.params['uuid'])
-    with req.database.reader() as s:
-        record = db.arq_get_record(s, uuid, handlers.project_scope(req.ctx))
+    with req.database.single_read() as conn:
+        record = db.arq_get_record(conn, uuid, handlers.project_scope(req.ctx))
     return handlers.json_response(views.arq(req, record))
 
 

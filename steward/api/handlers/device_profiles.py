@@ -26,8 +26,8 @@ def list_profiles(req):
     req.policy.authorize(req.ctx, 'cyborg:device_profile:get_all')
     args = req.query_args(('name',))
     names = _names(args['name']) if 'name' in args else None
-    with req.database.reader() as s:
-        rows = db.device_profile_list(s, names)
+    with req.database.single_read() as conn:
+        rows = db.device_profile_list(conn, names)
         return handlers.json_response(
             {'device_profiles': [views.device_profile(req, r) for r in rows]})
 
