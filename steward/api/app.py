@@ -24,7 +24,6 @@ from steward.api.handlers import device_profiles
 from steward.api.handlers import devices
 from steward.api.handlers import root
 from steward.common import exception
-from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
@@ -237,8 +236,8 @@ SQLITE_HANDLER_THREADS = 2
 HANDLER_THREADS = 40
 
 
-def handler_threads():
-    sqlite = (CONF.database.connection or '').startswith('sqlite')
+def handler_threads(database):
+    sqlite = database.engine.dialect.name == 'sqlite'
     return SQLITE_HANDLER_THREADS if sqlite else HANDLER_THREADS
 
 
@@ -251,7 +250,7 @@ class Router:
     in (``SINCE``): 404, before any policy check.
 
     Handlers run in a pool of worker threads (the database layer is synchronous),
-    at most ``handler_threads()`` at once, with the request's context as the
+    at most ``handler_threads(database)`` at once, with the request's context as the
     thread's current one: every log line names the request id. The pool is the
     app's, made by ``create_app`` and shut down with it."""
 
@@ -363,7 +362,7 @@ def create_app(conductor_api, database, metrics=None, policy=None):
     app.state.metrics = metrics
     app.state.policy = policy if policy is not None else api_policy.Enforcer()
     app.state.executor = futures.ThreadPoolExecutor(
-        handler_threads(), thread_name_prefix='steward-api')
+        handler_threads(database), thread_name_prefix='steward-api')
     app.state.router = Router(ROUTES, SINCE, app.state.executor)
     app.state.pipeline = ApiMiddleware(auth.middleware_class()(app.state.router))
     return app
