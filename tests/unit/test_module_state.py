@@ -25,7 +25,7 @@ WIRING = re.compile(
 # - caches that are pure functions of immutable inputs: steward/db/api.py _ROW_TYPES
 #   (row namedtuples per table), steward/common/states.py _UPDATES (compiled CAS
 #   statements per shape), steward/api/views.py _ENCODED (a row's JSON keyed by all it
-#   is made of), steward/api/app.py _LIMITER (an anyio RunVar: one per event loop).
+#   is made of).
 # - process-wide by nature: steward/db/api.py's gc pause count (gc.disable() switches
 #   the whole process), steward/common/memory_transport.py's broker queues and wake-up
 #   condition (every transport of the process must meet there, as kombu's memory
