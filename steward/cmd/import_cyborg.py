@@ -34,25 +34,29 @@ def main(argv):
         process.fail("[placement] names no Placement service (Steward's embedded one "
                      'would be used): point it at the Placement Cyborg used, whose '
                      'providers the import adopts')
+    from steward.cmd import root as command_root
     from steward.db import cyborg_import
     from steward.db import migration
-    from steward.db import session
-    database = session.Database()
-    if migration.current_revision(database) != migration.head_revision():
-        process.fail("Steward's database is not at the current schema: run "
-                     '`steward db sync` first')
+    root = command_root.Root()
     try:
-        result = cyborg_import.run(database, args.cyborg_connection, dry_run=args.dry_run,
-                                   merge=args.merge, placement=handle.placement_client(),
-                                   fake_devices=fake_driver_devices)
-    except exception.StewardError as err:
-        if getattr(err, 'result', None) is not None:
-            report(err.result, args.dry_run,
-                   cyborg_import.url_for_humans(args.cyborg_connection), failed=True)
-        print(f'steward: {err.code}: {err}', file=sys.stderr)
-        return 1
-    report(result, args.dry_run, cyborg_import.url_for_humans(args.cyborg_connection))
-    return 0
+        if migration.current_revision(root.database) != migration.head_revision():
+            process.fail("Steward's database is not at the current schema: run "
+                         '`steward db sync` first')
+        try:
+            result = cyborg_import.run(root.database, args.cyborg_connection,
+                                       dry_run=args.dry_run, merge=args.merge,
+                                       placement=root.placement_client(),
+                                       fake_devices=fake_driver_devices)
+        except exception.StewardError as err:
+            if getattr(err, 'result', None) is not None:
+                report(err.result, args.dry_run,
+                       cyborg_import.url_for_humans(args.cyborg_connection), failed=True)
+            print(f'steward: {err.code}: {err}', file=sys.stderr)
+            return 1
+        report(result, args.dry_run, cyborg_import.url_for_humans(args.cyborg_connection))
+        return 0
+    finally:
+        root.close()
 
 
 def fake_driver_devices(host):
