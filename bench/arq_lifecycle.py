@@ -19,8 +19,8 @@ lifecycle). Prints, with the machine's size and the date:
   POST, PATCH, ``GET ?instance=``, ``DELETE ?instance=``; user and service token,
   no microversion header).
 
-    .venv/bin/python bench/arq_lifecycle.py [--sequential 50] [--clients 4,16]
-                                            [--per-client 10] [--single 50] [--nova 50]
+    .venv/bin/python bench/arq_lifecycle.py [--sequential 200] [--clients 4,16]
+                                            [--per-client 50] [--single 50] [--nova 50]
 """
 import argparse
 import concurrent.futures
@@ -322,10 +322,10 @@ def single_accelerator(count):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--sequential', type=int, default=50)
+    ap.add_argument('--sequential', type=int, default=200)
     ap.add_argument('--clients', default='4,16',
                     help='comma-separated numbers of concurrent clients')
-    ap.add_argument('--per-client', type=int, default=25)
+    ap.add_argument('--per-client', type=int, default=50)
     ap.add_argument('--single', type=int, default=50,
                     help='instances on the single-accelerator device (0: skip)')
     ap.add_argument('--nova', type=int, default=50,
@@ -339,7 +339,9 @@ def main():
             c.post('/v2/device_profiles', json=[{
                 'name': PROFILE, 'groups': [{'resources:FPGA': '1'}]}]).raise_for_status()
             rp_uuid = c.get('/v2/deployables').json()['deployables'][0]['rp_uuid']
-            for _ in range(5):                                  # warm-up
+            # Warm-up: steady state, after what a start leaves running (the first
+            # discovery report, the embedded Placement's workers settling).
+            for _ in range(50):
                 one_instance(c, rp_uuid, [])
             binds = []
             t0 = time.perf_counter()
