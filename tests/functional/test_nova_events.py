@@ -7,9 +7,10 @@ import time
 import pytest
 
 from steward.conductor import nova
+from tests import http_double
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(http_double.JsonHandler):
     replies = []
     seen = []
 
@@ -17,15 +18,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
         self.seen.append((self.path, self.headers.get('OpenStack-API-Version'), body))
         status, reply = self.replies.pop(0)
-        data = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self._send(status, reply)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ The real conductor, arq_ops, database and Placement (lifecycle_stack), and a
 Nova-compatible endpoint answering GET /v2.1/servers/<uuid> over real HTTP."""
 import datetime
 import http.server
-import json
 import logging
 import socket
 import threading
@@ -16,12 +15,13 @@ from oslo_utils import timeutils
 
 from steward.common import context
 from steward.db import api as db_api
+from tests import http_double
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
 
 COUNTER = 'steward_orphan_arqs_released_total'
 
 
-class FakeNova(http.server.BaseHTTPRequestHandler):
+class FakeNova(http_double.JsonHandler):
     known = set()           # server uuids that exist
     status = None           # answer this status to everything (e.g. 500)
     seen = []
@@ -39,15 +39,7 @@ class FakeNova(http.server.BaseHTTPRequestHandler):
         else:
             code, body = 404, {'itemNotFound': {
                 'code': 404, 'message': f'Instance {server} could not be found.'}}
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header('Content-Type', 'application/json')
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
+        self._send(code, body)
 
 
 def _point_nova_at(conf, port):
