@@ -157,3 +157,45 @@ def release_instance(url, placement_url, inst):
         placement.delete(f'/allocations/{inst}')
         r = api.delete(f'/v2/accelerator_requests?instance={inst}')
         assert r.status_code == 204, r.text
+
+
+@contextlib.contextmanager
+def api_workers(tmp_path, default_conf='', api_conf='', extra_conf='', workers=2):
+    """`steward api` with ``workers`` gunicorn workers and no conductor (its broker
+    is a port nobody listens on), its database synced first. Yields (process, API
+    url, log path) once /v2 answers and every worker runs; at the end SIGTERM, exit
+    status 0 and no traceback in the log."""
+    port = free_port()
+    conf = tmp_path / 'api.conf'
+    conf.write_text(
+        f'[DEFAULT]\nstate_path = {tmp_path}\nhost = api-workers\n'
+        f'transport_url = rabbit://steward:x@127.0.0.1:{free_port()}/\n{default_conf}'
+        f'[api]\nport = {port}\nworkers = {workers}\n{api_conf}{extra_conf}')
+    steward = os.path.join(os.path.dirname(sys.executable), 'steward')
+    subprocess.run([steward, 'db', 'sync', '--config-file', str(conf)], check=True,
+                   capture_output=True)
+    log_path = tmp_path / 'api.log'
+    with open(log_path, 'w') as log:
+        proc = subprocess.Popen([steward, 'api', '--config-file', str(conf)],
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f'http://127.0.0.1:{port}'
+
+    def answering():
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        try:
+            return httpx.get(url + '/v2', timeout=2).status_code == 200 and \
+                len(children(proc.pid)) == workers
+        except httpx.HTTPError:
+            return False
+    try:
+        wait_for(answering, f'steward api and its {workers} workers', timeout=60)
+        yield proc, url, log_path
+    finally:
+        proc.terminate()
+        try:
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert 'Traceback' not in log_path.read_text(), log_path.read_text()[-3000:]

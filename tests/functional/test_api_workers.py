@@ -8,57 +8,24 @@ whichever worker served it. The multi-host tests bind for real through API
 workers (tests/multihost/test_deployment.py)."""
 import os
 import signal
-import subprocess
-import sys
 import uuid
 
 import httpx
 import pytest
 
-from tests.stack import children, free_port, wait_for
+from tests.stack import api_workers, children, free_port, wait_for
 
 pytestmark = pytest.mark.slow
-STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
 REQUESTS = 12
 
 
 @pytest.fixture
 def api(tmp_path):
-    ports = {'api': free_port(), 'metrics': free_port()}
-    conf = tmp_path / 'api.conf'
-    conf.write_text(
-        f'[DEFAULT]\nstate_path = {tmp_path}\nhost = workers-api\n'
-        f'transport_url = rabbit://steward:x@127.0.0.1:{free_port()}/\n'
-        f'rpc_unavailable_timeout = 0\n'
-        f'[api]\nport = {ports["api"]}\nworkers = 2\n'
-        f'metrics_listen = 127.0.0.1:{ports["metrics"]}\n')
-    subprocess.run([STEWARD, 'db', 'sync', '--config-file', str(conf)], check=True,
-                   capture_output=True)
-    log_path = tmp_path / 'api.log'
-    with open(log_path, 'w') as log:
-        proc = subprocess.Popen([STEWARD, 'api', '--config-file', str(conf)],
-                                stdout=log, stderr=subprocess.STDOUT)
-    url = f'http://127.0.0.1:{ports["api"]}'
-
-    def answering():
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-        try:
-            return httpx.get(url + '/v2', timeout=2).status_code == 200 and \
-                len(children(proc.pid)) == 2
-        except httpx.HTTPError:
-            return False
-    try:
-        wait_for(answering, 'steward api and its two workers', timeout=60)
-        yield proc, url, f'http://127.0.0.1:{ports["metrics"]}/metrics', log_path
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert 'Traceback' not in log_path.read_text(), log_path.read_text()[-3000:]
+    metrics_port = free_port()
+    with api_workers(tmp_path, default_conf='rpc_unavailable_timeout = 0\n',
+                     api_conf=f'metrics_listen = 127.0.0.1:{metrics_port}\n') as (
+            proc, url, log_path):
+        yield proc, url, f'http://127.0.0.1:{metrics_port}/metrics', log_path
 
 
 def _failed_binds(metrics_url):

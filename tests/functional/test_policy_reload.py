@@ -5,15 +5,12 @@ With `steward api` workers, SIGHUP is gunicorn's: new workers, each on the file 
 it is then."""
 import os
 import signal
-import subprocess
-import sys
 
 import httpx
 import pytest
 
-from tests.stack import children, free_port, running_stack, wait_for
+from tests.stack import api_workers, children, running_stack, wait_for
 
-STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
 
 # A project's reader may list device profiles by default (rule:project_reader_or_admin).
 READER = {'X-Roles': 'reader', 'X-User-Id': 'u1', 'X-Project-Id': 'p-reader'}
@@ -63,25 +60,6 @@ def test_a_policy_file_that_does_not_parse_keeps_the_rules_in_force(tmp_path):
         assert stack.proc.poll() is None
 
 
-def _api_with_workers(tmp_path, policy):
-    """`steward api` with two gunicorn workers on ``policy`` (no conductor: reads
-    only); returns (process, url, log path)."""
-    port = free_port()
-    conf = tmp_path / 'api.conf'
-    conf.write_text(
-        f'[DEFAULT]\nstate_path = {tmp_path}\nhost = hup-api\n'
-        f'transport_url = rabbit://steward:x@127.0.0.1:{free_port()}/\n'
-        f'[api]\nport = {port}\nworkers = 2\nmetrics_listen =\n'
-        f'[oslo_policy]\npolicy_file = {policy}\n')
-    subprocess.run([STEWARD, 'db', 'sync', '--config-file', str(conf)], check=True,
-                   capture_output=True)
-    log_path = tmp_path / 'api.log'
-    with open(log_path, 'w') as log:
-        proc = subprocess.Popen([STEWARD, 'api', '--config-file', str(conf)],
-                                stdout=log, stderr=subprocess.STDOUT)
-    return proc, f'http://127.0.0.1:{port}', log_path
-
-
 def _statuses(url, n=6):
     """The answers of ``n`` reads, each on a connection of its own (the kernel
     spreads them over the workers)."""
@@ -93,17 +71,9 @@ def _statuses(url, n=6):
 def test_gunicorn_hup_restarts_the_api_workers_on_the_new_policy(tmp_path):
     policy = tmp_path / 'policy.yaml'
     policy.write_text(f'"{RULE}": "!"\n')
-    proc, url, log_path = _api_with_workers(tmp_path, policy)
-
-    def answering():
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-        try:
-            return httpx.get(url + '/v2', timeout=2).status_code == 200 and \
-                len(children(proc.pid)) == 2
-        except httpx.HTTPError:
-            return False
-    try:
-        wait_for(answering, 'steward api and its two workers', timeout=60)
+    with api_workers(tmp_path, api_conf='metrics_listen =\n',
+                     extra_conf=f'[oslo_policy]\npolicy_file = {policy}\n') as (
+            proc, url, _log):
         assert _statuses(url) == {403}
         before = set(children(proc.pid))
 
@@ -118,12 +88,3 @@ def test_gunicorn_hup_restarts_the_api_workers_on_the_new_policy(tmp_path):
         os.kill(proc.pid, signal.SIGHUP)
         wait_for(lambda: _statuses(url) == {403}, 'the workers on the policy again')
         assert proc.poll() is None          # the parent itself never restarted
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert 'Traceback' not in log_path.read_text(), log_path.read_text()[-3000:]
