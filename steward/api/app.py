@@ -312,7 +312,6 @@ class Router:
         response = await loop.run_in_executor(self.executor, self._run, scope, handler)
         await response(scope, receive, send)
 
-
     async def _lifespan(self, receive, send):
         """Servers that speak ASGI lifespan (test clients; Steward's own servers
         run with lifespan off) learn the app has nothing to start."""
@@ -326,7 +325,7 @@ class Router:
 
 
 class _App(fastapi.FastAPI):
-    """The FastAPI application with Steward's own pipeline (``_pipeline``) in
+    """The FastAPI application with Steward's own pipeline (``state.pipeline``) in
     place of the framework's router and exception layers: nothing of those is
     used (no typed parameters, no pydantic, no OpenAPI), and their seven layers
     of wrapping were a fifth of a request's time on the event loop."""
