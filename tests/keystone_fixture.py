@@ -25,7 +25,7 @@ import time
 import httpx
 
 from tests import side_venv
-from tests.stack import free_port
+from tests.stack import free_port, stop_child
 
 ADMIN_PASSWORD = 'keystone-admin-secret'
 REGION = 'RegionOne'
@@ -120,14 +120,8 @@ class Keystone:
                 'region_id': REGION, 'enabled': True}})
 
     def stop(self):
-        if self.proc.poll() is None:
-            # uWSGI's master stops its workers on SIGINT (SIGTERM reloads it).
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        # uWSGI's master stops its workers on SIGINT (SIGTERM reloads it).
+        stop_child(self.proc, signal.SIGINT)
         shutil.rmtree(self.base, ignore_errors=True)
 
 

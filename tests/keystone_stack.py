@@ -15,7 +15,7 @@ import time
 
 import httpx
 
-from tests.stack import free_port
+from tests.stack import free_port, stop_child
 
 SERVICE_USER, SERVICE_PASSWORD = 'steward', 'steward-service-secret'
 
@@ -33,13 +33,7 @@ class KeystoneStack:
             return f.read()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

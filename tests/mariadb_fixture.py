@@ -12,13 +12,12 @@ import atexit
 import getpass
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
 import time
 
-from tests.stack import free_port
+from tests.stack import free_port, stop_child
 
 _lock = threading.Lock()
 _server = None
@@ -92,13 +91,8 @@ class MariaDBServer:
             return str(exc)
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)    # mariadbd shuts down cleanly on it
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_child(self.proc, timeout=60)    # mariadbd shuts down cleanly on SIGTERM
         shutil.rmtree(self.base, ignore_errors=True)
 
 

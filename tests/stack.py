@@ -2,6 +2,7 @@
 loopback ports) for end-to-end tests and benchmarks."""
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +84,19 @@ def children(pid):
     return found
 
 
+def stop_child(proc, sig=signal.SIGTERM, timeout=15):
+    """Stop a child process with ``sig``, SIGKILL after ``timeout`` seconds;
+    returns its exit status (nothing done for one already gone)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 @contextlib.contextmanager
 def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
     with tempfile.TemporaryDirectory(prefix='steward-bench-') as tmp:
@@ -114,11 +128,7 @@ def running_stack(extra_conf='', timeout=60, discovery_interval=3600):
             yield Stack(url, f'http://127.0.0.1:{placement_port}', tmp, log.name, proc,
                         metrics_url=f'http://127.0.0.1:{metrics_port}/metrics')
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_child(proc)
             log.close()
 
 
@@ -191,11 +201,5 @@ def api_workers(tmp_path, default_conf='', api_conf='', extra_conf='', workers=2
         wait_for(answering, f'steward api and its {workers} workers', timeout=60)
         yield proc, url, log_path
     finally:
-        proc.terminate()
-        try:
-            assert proc.wait(30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        assert stop_child(proc, timeout=30) == 0
     assert 'Traceback' not in log_path.read_text(), log_path.read_text()[-3000:]

@@ -469,14 +469,16 @@ def arq_instance_has_binding(session, instance_uuid, exclude_ids=()):
     return bool(arq_instances_with_binding(session, [instance_uuid], exclude_ids))
 
 
+def _instances_with_binding(excluded):
+    return OneOrMany(m.ExtARQ.instance_uuid, 'instances', lambda clause: sa.select(
+        m.ExtARQ.instance_uuid).distinct().where(clause, excluded))
+
+
 # By how many ARQs are excluded: one (a bind of one ARQ), or any other number.
 _INSTANCES_WITH_BINDING = {
-    one: OneOrMany(m.ExtARQ.instance_uuid, 'instances',
-                   lambda clause, excluded=excluded: sa.select(
-                       m.ExtARQ.instance_uuid).distinct().where(clause, excluded))
-    for one, excluded in (
-        (True, m.ExtARQ.id != sa.bindparam('exclude')),
-        (False, m.ExtARQ.id.notin_(sa.bindparam('exclude', expanding=True))))}
+    True: _instances_with_binding(m.ExtARQ.id != sa.bindparam('exclude')),
+    False: _instances_with_binding(
+        m.ExtARQ.id.notin_(sa.bindparam('exclude', expanding=True)))}
 
 
 def arq_instances_with_binding(session, instance_uuids, exclude_ids=()):

@@ -76,27 +76,25 @@ class EmbeddedProcess:
         while True:
             rc = self._proc.poll()
             if rc is not None:
-                tail = _tail(self.log_file)
-                self._owns_log = False   # keep the log of a failed start for the operator
-                self.stop()
-                raise exception.EmbeddedPlacementError(
-                    host=self.host, port=self.port,
-                    reason='the child exited with status %s before answering; log %s '
-                           'ends with:\n%s' % (rc, self.log_file, tail))
+                self._failed_start('the child exited with status %s before answering' % rc)
             found = _probe(self.url, 1.0)
             # Only our child's answer counts: another server may have taken the port.
             if found and found[0] == 200 and found[1] == str(self.pid):
                 LOG.info('Embedded Placement (pid %d) answers on %s', self.pid, self.url)
                 return self
             if time.monotonic() > deadline:
-                tail = _tail(self.log_file)
-                self._owns_log = False   # keep the log of a failed start for the operator
-                self.stop()
-                raise exception.EmbeddedPlacementError(
-                    host=self.host, port=self.port,
-                    reason='no answer to GET / within %.0f s; log %s ends with:\n%s'
-                           % (timeout, self.log_file, tail))
+                self._failed_start('no answer to GET / within %.0f s' % timeout)
             time.sleep(0.02)
+
+    def _failed_start(self, what):
+        """Stop the child and raise EmbeddedPlacementError saying ``what`` with
+        the end of its log, which is kept for the operator."""
+        tail = _tail(self.log_file)
+        self._owns_log = False
+        self.stop()
+        raise exception.EmbeddedPlacementError(
+            host=self.host, port=self.port,
+            reason='%s; log %s ends with:\n%s' % (what, self.log_file, tail))
 
     def stop(self, timeout=10.0):
         """Stop the child at once: SIGINT, which gunicorn takes as a quick stop.

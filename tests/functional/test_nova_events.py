@@ -1,4 +1,5 @@
 """accelerator-request-bound events against a listening HTTP server."""
+import contextlib
 import http.server
 import json
 import threading
@@ -21,19 +22,28 @@ class Handler(http_double.JsonHandler):
         self._send(status, reply)
 
 
+@contextlib.contextmanager
+def _nova_at(conf, port):
+    """[nova] pointed at http://127.0.0.1:``port``/v2.1, no authentication, for the
+    block."""
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
+    try:
+        yield
+    finally:
+        conf.clear_override('auth_type', group='nova')
+        conf.clear_override('endpoint_override', group='nova')
+
+
 @pytest.fixture
 def nova_server(conf):
     Handler.replies, Handler.seen = [], []
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    conf.set_override('auth_type', 'none', group='nova')
-    conf.set_override('endpoint_override', f'http://127.0.0.1:{srv.server_address[1]}/v2.1',
-                      group='nova')
     conf.set_override('event_retry_delay', 0.05, group='nova')
-    yield srv
-    srv.shutdown()
-    conf.clear_override('auth_type', group='nova')
-    conf.clear_override('endpoint_override', group='nova')
+    with _nova_at(conf, srv.server_address[1]):
+        yield srv
+        srv.shutdown()
 
 
 EVENTS = [('i-1', 'a-1', 'completed'), ('i-1', 'a-2', 'completed')]
@@ -89,10 +99,8 @@ def test_a_nova_that_comes_back_gets_its_events(conf, caplog):
     """Connection refused at first (Nova restarting): keystoneauth retries with a
     backoff, and the events are delivered once something listens on the port."""
     port = _closed_port()
-    conf.set_override('auth_type', 'none', group='nova')
-    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
     Handler.replies, Handler.seen = [(200, {'events': []})], []
-    try:
+    with _nova_at(conf, port):
         notifier = nova.NovaNotifier(conf)
         with caplog.at_level('WARNING', logger='keystoneauth'):
             future = notifier.notify(EVENTS)
@@ -108,23 +116,14 @@ def test_a_nova_that_comes_back_gets_its_events(conf, caplog):
         finally:
             srv.shutdown()
             srv.server_close()
-    finally:
-        conf.clear_override('auth_type', group='nova')
-        conf.clear_override('endpoint_override', group='nova')
     assert len(Handler.seen) == 1
 
 
 def test_nothing_listening_is_a_warning_not_an_error(conf, caplog):
     port = _closed_port()
     conf.set_override('event_connect_attempts', 2, group='nova')
-    conf.set_override('auth_type', 'none', group='nova')
-    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
-    try:
-        with caplog.at_level('WARNING'):
-            assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
-    finally:
-        conf.clear_override('auth_type', group='nova')
-        conf.clear_override('endpoint_override', group='nova')
+    with _nova_at(conf, port), caplog.at_level('WARNING'):
+        assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
     assert [r.levelname for r in caplog.records if 'not delivered' in r.getMessage()] \
         == ['WARNING']
     assert not any(r.exc_info for r in caplog.records)
@@ -137,13 +136,10 @@ def test_keystoneauth_connect_retries_takes_precedence(conf, caplog):
     port = _closed_port()
     conf.set_override('event_connect_attempts', 4, group='nova')
     conf.set_override('connect_retries', 0, group='nova')
-    conf.set_override('auth_type', 'none', group='nova')
-    conf.set_override('endpoint_override', f'http://127.0.0.1:{port}/v2.1', group='nova')
     try:
-        with caplog.at_level('WARNING'):
+        with _nova_at(conf, port), caplog.at_level('WARNING'):
             assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
     finally:
-        for name in ('connect_retries', 'auth_type', 'endpoint_override'):
-            conf.clear_override(name, group='nova')
+        conf.clear_override('connect_retries', group='nova')
     assert not any('Retrying in' in r.getMessage() for r in caplog.records)
     assert 'after 1 attempt(s) (ConnectFailure)' in caplog.records[-1].getMessage()
