@@ -31,7 +31,7 @@ def debug_lines(text, pid):
 
 def discovery_cycles(metrics_url, host):
     text = httpx.get(metrics_url, timeout=10).text
-    found = re.search(r'^steward_discovery_cycles\{host="%s"\} (\S+)$' % re.escape(host),
+    found = re.search(r'^steward_discovery_cycles_total\{host="%s"\} (\S+)$' % re.escape(host),
                       text, re.M)
     return float(found.group(1)) if found else 0.0
 
@@ -71,7 +71,8 @@ def test_serve_reloads_configuration_log_level_and_policy_on_sighup(tmp_path):
         text = hup_and_wait(stack.proc, stack.log, 'Configuration reloaded', since)
         # oslo.config names each option that changed; one line says it reloaded.
         assert 'Option agent.discovery_interval changed from [3600] to [1]' in text
-        assert 'Option DEFAULT.debug changed from [False] to [True]' in text
+        # (oslo.config compares what the files say: unset before, "true" now.)
+        assert 'Option DEFAULT.debug changed from [None] to [true]' in text
         assert text.count('Configuration reloaded from') == 1, text
 
         # The new interval: cycles every second, each a report the conductor took.
@@ -102,7 +103,8 @@ def test_serve_keeps_its_configuration_when_the_file_is_broken(tmp_path, broken)
         conf = os.path.join(stack.state_path, 'steward.conf')
         metrics = stack.metrics_url
         wait_for(lambda: discovery_cycles(metrics, 'bench-host') == 1, 'first cycle')
-        append(conf, '[DEFAULT]\ndebug = true\n' + broken)
+        append(conf, '[DEFAULT]\ndebug = true\ndefault_log_levels = oslo_messaging=DEBUG\n'
+               + broken)
         policy.write_text(f'"{RULE}": "role:reader"\n')
         since = len(stack.log())
         text = hup_and_wait(stack.proc, stack.log, 'Configuration reload failed', since)
