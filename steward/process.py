@@ -96,9 +96,10 @@ class Lifecycle:
 
     # -- reload -------------------------------------------------------------------
     def on_reload(self, reloader):
-        """``reloader(changed)`` runs after each successful reload, ``changed`` being
-        {(group or None, option): (old, new)} of the mutable options whose value
-        changed (maybe none: the policy file is read again all the same)."""
+        """``reloader(changed)`` runs after each reload, ``changed`` being {(group or
+        None, option): (old, new)} of the mutable options whose value changed
+        (empty when none did, or the files could not be read: the policy file is
+        read again all the same)."""
         self._reloaders.append(reloader)
 
     def catch_reload(self):
@@ -132,9 +133,9 @@ class Lifecycle:
         if changed is None:
             return False
         files = list(CONF.config_file) + ([CONF.config_dir] if CONF.config_dir else [])
+        names = sorted(f'[{group or "DEFAULT"}] {name}' for group, name in changed)
         LOG.info('Configuration reloaded from %s: %s', ', '.join(files) or 'no file',
-            ', '.join(f'[{g or "DEFAULT"}] {o}' for g, o in sorted(
-                changed, key=lambda k: (k[0] or '', k[1]))) or 'no option changed')
+                 ', '.join(names) or 'no option changed')
         return True
 
     # -- run and stop -------------------------------------------------------------

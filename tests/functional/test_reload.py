@@ -31,8 +31,8 @@ def debug_lines(text, pid):
 
 def discovery_cycles(metrics_url, host):
     text = httpx.get(metrics_url, timeout=10).text
-    found = re.search(r'^steward_discovery_cycles_total\{host="%s"\} (\S+)$' % re.escape(host),
-                      text, re.M)
+    pattern = r'^steward_discovery_cycles_total\{host="%s"\} (\S+)$' % re.escape(host)
+    found = re.search(pattern, text, re.M)
     return float(found.group(1)) if found else 0.0
 
 
@@ -81,7 +81,8 @@ def test_serve_reloads_configuration_log_level_and_policy_on_sighup(tmp_path):
         # The new log levels: DEBUG lines, the RPC calls of those reports.
         wait_for(lambda: debug_lines(stack.log()[since:], pid), 'DEBUG lines',
                  timeout=DEADLINE)
-        assert any('oslo_messaging' in line for line in debug_lines(stack.log()[since:], pid))
+        lines = debug_lines(stack.log()[since:], pid)
+        assert any('oslo_messaging' in line for line in lines), lines[:5]
         # The new policy, on the same process.
         wait_for(lambda: reader_status(stack.url) == 200, 'the new policy')
         assert stack.proc.pid == pid and stack.proc.poll() is None

@@ -80,7 +80,8 @@ def test_conductor_and_agent_reload_on_sighup(tmp_path, broker, placement):
                     env=dict(sim.env))
     conductor.start()
     try:
-        wait_for(lambda: broker.consumers('steward-conductor') == 1 or not conductor.alive(),
+        wait_for(lambda: not conductor.alive() or
+                 broker.consumers('steward-conductor') == 1,
                  'the conductor on the broker', timeout=DEADLINE)
         assert conductor.alive(), conductor.log()[-3000:]
         agent.start()
@@ -130,8 +131,8 @@ def test_conductor_and_agent_reload_on_sighup(tmp_path, broker, placement):
             text = _reloaded(svc, 'Configuration reload failed', since)
             assert ' ERROR steward.reload ' in text
         counted = _cycles(metrics)
-        wait_for(lambda: _cycles(metrics) >= counted + 2, 'reports after the failed reloads',
-                 timeout=DEADLINE)
+        wait_for(lambda: _cycles(metrics) >= counted + 2,
+                 'reports after the failed reloads', timeout=DEADLINE)
         assert (conductor.pid, agent.pid) == pids
         assert sorted(children(agent.pid)) == daemons
         for svc in (conductor, agent):
