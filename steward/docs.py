@@ -113,7 +113,13 @@ def configuration_markdown():
            'Generated from the registered options by `python -m steward.docs`; the',
            'same options, with their defaults, are in `etc/steward.conf.sample`.',
            'Keystone authentication options of `[placement]` and `[nova]`',
-           '(auth_type, auth_url, ...) are keystoneauth\'s; see the sample.', '']
+           '(auth_type, auth_url, ...) are keystoneauth\'s; see the sample.', '',
+           'Options marked **mutable** take a new value without a restart: edit the',
+           'file and send the service `SIGHUP` (`systemctl reload steward-<service>`,',
+           'doc/deployment-systemd.md). So do oslo.log\'s `debug` and',
+           '`default_log_levels` (and `log_config_append`, whose file is read again).',
+           'A changed option that is not mutable keeps its value until the restart',
+           '(the log warns "Ignoring change to immutable option").', '']
     for group, group_opts in steward_opts.list_opts():
         name = getattr(group, 'name', None) or 'DEFAULT'
         out += [f'## [{name}]', '']
@@ -131,6 +137,8 @@ def configuration_markdown():
             if getattr(opt, 'deprecated_opts', None):
                 desc += ' (deprecated name: ' + ', '.join(
                     d.name for d in opt.deprecated_opts if d.name) + ')'
+            if opt.mutable:
+                desc += ' **Mutable**: a reload (SIGHUP) applies it.'
             out.append(f'| `{opt.name}` | {type(opt).__name__.replace("Opt", "")} | '
                        f'`{default}` | {desc} |')
         out.append('')

@@ -3,9 +3,10 @@
 Where a Steward command serves HTTP from several processes - `steward api` with
 ``[api] workers`` > 1, the embedded Placement's ``[placement] embedded_workers`` -
 gunicorn's arbiter forks the workers, replaces one that dies, stops them on
-SIGTERM (gracefully) or SIGINT (at once). Steward adds one thing: every worker
-gets SIGTERM when the arbiter dies, SIGKILL included (PR_SET_PDEATHSIG), so a
-worker never outlives its service and keeps its port.
+SIGTERM (gracefully) or SIGINT (at once), and on SIGHUP calls ``on_reload`` and
+then replaces every worker by a new one, forked after the reload. Steward adds
+one thing: every worker gets SIGTERM when the arbiter dies, SIGKILL included
+(PR_SET_PDEATHSIG), so a worker never outlives its service and keeps its port.
 
 The API's workers are uvicorn's gunicorn worker class (uvicorn-worker): uvicorn
 serves, gunicorn supervises. `steward serve` and `steward api` with one worker run
@@ -42,7 +43,7 @@ class Supervisor(base.BaseApplication):
 
     def __init__(self, load, host, port, workers, worker_class, *, preload=False,
                  keepalive=75, graceful_timeout=10, timeout=120, name='steward',
-                 on_fork=None, on_ready=None, on_child_exit=None):
+                 on_fork=None, on_ready=None, on_child_exit=None, on_reload=None):
         self._load = load
         self._options = {
             'bind': [bind_address(host, port)],
@@ -68,6 +69,7 @@ class Supervisor(base.BaseApplication):
         self._on_fork = on_fork
         self._on_ready = on_ready
         self._on_child_exit = on_child_exit
+        self._on_reload = on_reload
         super().__init__()
 
     def load_config(self):
@@ -86,8 +88,15 @@ class Supervisor(base.BaseApplication):
             if self._on_child_exit is not None:
                 self._on_child_exit(worker.pid)
 
+        def on_reload(_arbiter):
+            # gunicorn's HUP: called in the arbiter before it forks the new
+            # workers, which inherit what it reloads (the configuration).
+            if self._on_reload is not None:
+                self._on_reload()
+
         for name, value in dict(self._options, post_fork=post_fork,
-                                when_ready=when_ready, child_exit=child_exit).items():
+                                when_ready=when_ready, child_exit=child_exit,
+                                on_reload=on_reload).items():
             self.cfg.set(name, value)
 
     def load(self):

@@ -4,7 +4,6 @@ import logging
 import threading
 import time
 
-from futurist import periodics
 import oslo_messaging as messaging
 
 from steward.agent import cleanup
@@ -12,6 +11,7 @@ from steward.agent import drivers as driver_loader
 from steward.agent import rpcapi
 from steward.common import context
 from steward.common import exception
+from steward.common import ticker
 
 LOG = logging.getLogger(__name__)
 
@@ -31,8 +31,7 @@ class AgentManager:
         self.conductor = conductor_api
         self.drivers = drivers if drivers is not None else driver_loader.load(
             conf.agent.enabled_drivers, conf, self.host)
-        self._worker = None
-        self._thread = None
+        self._thread = None     # the discovery Ticker
         self.cycles = 0
         self.recovered = False
         self.last_cycle_seconds = None
@@ -121,20 +120,20 @@ class AgentManager:
 
     def start(self):
         """Discovery every [agent] discovery_interval seconds (counted from the end
-        of the previous cycle), first at once, on a futurist periodic worker."""
-        interval = self.conf.agent.discovery_interval
-
-        @periodics.periodic(spacing=interval, run_immediately=True)
-        def discovery():
-            self._cycle(interval)
-
-        self._worker = periodics.PeriodicWorker(
-            [(discovery, (), {})], schedule_strategy='last_finished')
-        self._thread = threading.Thread(target=self._worker.start,
-                                        name='steward-discovery', daemon=True)
+        of the previous cycle, read before each wait so that a reload changes it),
+        first at once."""
+        self._thread = ticker.Ticker('steward-discovery', self._cycle,
+                                     lambda: self.conf.agent.discovery_interval,
+                                     at_once=True)
         self._thread.start()
 
-    def _cycle(self, interval):
+    def reloaded(self, changed):
+        """The configuration was reloaded (SIGHUP): a new discovery interval counts
+        from now. ([nvme] cleanup_timeout is read at each cleanup.)"""
+        if self._thread is not None and ('agent', 'discovery_interval') in changed:
+            self._thread.wake()
+
+    def _cycle(self):
         try:
             if not self.recovered:
                 self.recover()
@@ -146,17 +145,16 @@ class AgentManager:
             self.fatal = err
             if self.on_fatal is not None:
                 self.on_fatal(err)
-            raise periodics.NeverAgain() from None
+            return False
         except Exception:
-            LOG.exception('Discovery cycle failed; retrying in %ss', interval)
+            LOG.exception('Discovery cycle failed; retrying in %ss',
+                          self.conf.agent.discovery_interval)
 
     def stop(self):
-        if self._worker is not None:
-            self._worker.stop()
-        self.cleaner.stop()
         if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._worker.wait(timeout=10)
+            self._thread.stop(10)
+            self._thread = None
+        self.cleaner.stop()
 
 
 def _readable_cpid(key):

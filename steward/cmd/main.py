@@ -45,6 +45,7 @@ def cmd_serve(argv):
     from steward.agent import privileges
     privileges.start(CONF, service='serve')     # before any thread: forks daemons
     root = cmd_root.Root(metrics=True, policy=True, transport=True)
+    root.lifecycle.catch_reload()
     # A bad [api] metrics_listen stops serve before anything else starts.
     exporter = root.serve_metrics()
     # Placement takes as long to start as the imports and migrations below: start
@@ -68,12 +69,14 @@ def cmd_serve(argv):
             root.database, root.placement_client(), notifier=root.nova_notifier(),
             metrics=root.metrics, transport=root.transport)
         conductor.init_host()
+        root.lifecycle.on_reload(conductor.reloaded)
         servers.append(root.transport.start_server(CONF.rpc_topic_conductor, CONF.host,
                                                    [conductor]))
         agent = agent_manager.AgentManager(CONF,
                                            rpcapi.ConductorAPI(transport=root.transport),
                                            on_fatal=lambda _err: root.lifecycle.stop(1))
         root.metrics.watch_agent(agent)     # discovery metrics on the API's /metrics
+        root.lifecycle.on_reload(agent.reloaded)
         servers.append(root.transport.start_server(CONF.rpc_topic_agent, agent.host,
                                                    [agent]))
         agent.init_host()
@@ -81,7 +84,6 @@ def cmd_serve(argv):
         conductor.start()
         app = api_app.create_app(rpcapi.ConductorAPI(conductor), root.database,
                                  metrics=root.metrics, policy=root.policy)
-        root.reload_policy_on_sighup()
         process.settle_heap()
         root.lifecycle.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
@@ -114,8 +116,8 @@ def cmd_api(argv):
     workers = CONF.api.workers
     if workers == 1:
         root = cmd_root.Root(metrics=True, policy=True, transport=True)
+        root.lifecycle.catch_reload()
         app = api_factory.build(root)
-        root.reload_policy_on_sighup()
         exporter = root.serve_metrics()
         try:
             root.lifecycle.run_http(app, CONF.api.host_ip, CONF.api.port)
@@ -137,6 +139,7 @@ def cmd_api(argv):
     # This process serves the workers' families summed and reads the database
     # families; each worker builds a Root of its own after the fork.
     root = cmd_root.Root(metrics='multiprocess')
+    root.lifecycle.catch_reload()       # until gunicorn's arbiter takes SIGHUP over
     exporter = root.serve_metrics()
     LOG.info('Steward API listening on http://%s:%s/v2 (%d worker processes)',
              CONF.api.host_ip, CONF.api.port, workers)
@@ -145,7 +148,10 @@ def cmd_api(argv):
             api_factory.build, CONF.api.host_ip, CONF.api.port, workers,
             supervisor.API_WORKER, keepalive=process.HTTP_KEEP_ALIVE,
             graceful_timeout=10, name='steward-api', on_fork=root.database.after_fork,
-            on_child_exit=metrics.process_dead).serve_forever()
+            on_child_exit=metrics.process_dead,
+            # gunicorn's HUP: the configuration re-read here, before it forks the
+            # new workers (which read the policy file as they build their app).
+            on_reload=root.lifecycle.reload).serve_forever()
     finally:
         if exporter is not None:
             exporter.stop()
@@ -159,6 +165,7 @@ def cmd_conductor(argv):
     process.prepare(argv)
     checks.check_service_config('conductor')
     root = cmd_root.Root(transport=True)
+    root.lifecycle.catch_reload()
     root.sync_database()
     extra = {}
     agent_cap = checks.rpc_version_cap('agent')
@@ -169,6 +176,7 @@ def cmd_conductor(argv):
         root.database, root.placement_client(), notifier=root.nova_notifier(),
         transport=root.transport, **extra)
     conductor.init_host()
+    root.lifecycle.on_reload(conductor.reloaded)
     srv = root.transport.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])
     conductor.start()
     LOG.info('Conductor %s serving topic %s', CONF.host, CONF.rpc_topic_conductor)
@@ -191,10 +199,12 @@ def cmd_agent(argv):
     from steward.agent import privileges
     privileges.start(CONF)      # before any thread: forks daemons, drops privileges
     root = cmd_root.Root(database=False, transport=True)
+    root.lifecycle.catch_reload()
     agent = agent_manager.AgentManager(
         CONF, rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
                                   transport=root.transport),
         on_fatal=lambda _err: root.lifecycle.stop(1))
+    root.lifecycle.on_reload(agent.reloaded)
     # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.
     exporter = metrics.serve_agent(agent, CONF.agent.metrics_listen) \
         if CONF.agent.metrics_listen.strip() else None

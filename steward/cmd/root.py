@@ -9,7 +9,6 @@ oslo.config's ``CONF`` stays the one project-wide configuration object, as in
 every OpenStack service.
 """
 import logging
-import signal
 
 from steward.conf import CONF
 
@@ -43,18 +42,10 @@ class Root:
         if policy:
             from steward.api import policy as api_policy
             self.policy = api_policy.Enforcer()
-
-    def reload_policy_on_sighup(self):
-        """SIGHUP makes the enforcer re-read the policy file(s) (steward serve, and
-        steward api in one process; gunicorn's own HUP restarts the workers of a
-        several-process steward api, each building its enforcer anew). The
-        handler only sets a flag: the next authorization reloads, outside it."""
-        policy = self.policy
-
-        def handler(_signum, _frame):
-            policy.request_reload()
-
-        signal.signal(signal.SIGHUP, handler)
+            # A reload (SIGHUP) re-reads the policy file(s) too: steward serve and
+            # steward api in one process; api workers are replaced by gunicorn's
+            # HUP and each builds its enforcer anew.
+            self.lifecycle.on_reload(lambda _changed: self.policy.reload())
 
     def placement_client(self):
         """The Placement client of a conductor: [placement] names the service, or

@@ -120,6 +120,15 @@ class Transport:
         return setup.done.wait(timeout)
 
     def cleanup(self):
+        setup = self._reply_setup
+        if setup is not None and setup.is_alive() and not setup.done.is_set():
+            # Still opening the reply queue on a broker that does not answer: the
+            # driver's cleanup would wait for that thread (it holds the reply
+            # queue's lock) for ever, and a SIGTERM would never end the process.
+            # Nothing is connected to close.
+            LOG.warning('Message broker never reached; leaving without closing '
+                        'its connections')
+            return
         self._transport.cleanup()
 
 

@@ -102,6 +102,11 @@ class ConductorManager:
         """Start the periodic tasks (steward/conductor/periodic.py)."""
         self.periodic.start()
 
+    def reloaded(self, changed):
+        """The configuration was reloaded (SIGHUP); ``changed``: the options that
+        took a new value."""
+        self.periodic.reloaded(changed)
+
     def stop(self):
         self.periodic.stop()
         self.notifier.stop()

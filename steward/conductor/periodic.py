@@ -1,7 +1,8 @@
 """The conductor's periodic tasks: nothing stays stuck (Ironic's periodic sweeps).
 
-Every ``[conductor] periodic_interval`` seconds, in one futurist PeriodicWorker
-thread per conductor (``steward conductor`` and ``steward serve`` alike):
+Every ``[conductor] periodic_interval`` seconds (re-read at each wait, so a
+reload changes it), in one thread per conductor (``steward conductor`` and
+``steward serve`` alike):
 
 * stuck cleanups: pending_cleaning or cleaning with no progress for ``[nvme]
   cleanup_timeout`` + ``[conductor] cleanup_grace`` -> error (cyb.cleanup.stuck);
@@ -25,7 +26,6 @@ import datetime
 import logging
 import threading
 
-from futurist import periodics
 import oslo_messaging as messaging
 from oslo_utils import timeutils
 import sqlalchemy as sa
@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from steward.common import context
 from steward.common import exception
 from steward.common import states
+from steward.common import ticker
 from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
@@ -104,8 +105,7 @@ class PeriodicTasks:
         self._gone = {}         # instance uuid -> when Nova first answered 404
         self._asked = {}        # instance uuid -> when Nova was last asked
         self._servers = None    # nova.ServerLookup, built on first use
-        self._worker = None
-        self._thread = None
+        self._thread = None     # the Ticker running every task in turn
 
     # -- tasks ---------------------------------------------------------------------
     def fail_stuck_cleanups(self, ctx, now=None):
@@ -256,32 +256,25 @@ class PeriodicTasks:
 
     # -- the worker ----------------------------------------------------------------
     def start(self):
-        if self._worker is not None:
+        if self._thread is not None:
             return
-        spacing = CONF.conductor.periodic_interval
-        callables = []
-        for task in self._tasks():
-            callables.append((periodics.periodic(spacing=spacing)(self._runner(task)),
-                              None, None))
-        self._worker = periodics.PeriodicWorker(callables)
-        self._thread = threading.Thread(target=self._worker.start,
-                                        name='steward-conductor-periodic', daemon=True)
+        # [conductor] periodic_interval is read before every wait: a reload that
+        # changes it takes effect at once (steward/common/ticker.py).
+        self._thread = ticker.Ticker('steward-conductor-periodic', self.run_once,
+                                     lambda: CONF.conductor.periodic_interval)
         self._thread.start()
-        LOG.info('Conductor periodic tasks every %ss: %s', spacing,
+        LOG.info('Conductor periodic tasks every %ss: %s',
+                 CONF.conductor.periodic_interval,
                  ', '.join(t.__name__ for t in self._tasks()))
 
-    def _runner(self, task):
-        def run():
-            ctx = context.get_admin_context()
-            ctx.update_store()
-            self._guarded(task, ctx)
-        run.__name__ = run.__qualname__ = task.__name__
-        return run
+    def reloaded(self, changed):
+        """After a reload of the configuration (SIGHUP): a new interval counts from
+        now. The graces and timeouts are read at each run."""
+        if self._thread is not None and ('conductor', 'periodic_interval') in changed:
+            self._thread.wake()
 
     def stop(self):
-        if self._worker is None:
+        if self._thread is None:
             return
-        self._worker.stop()
-        self._worker.wait(30)
-        self._thread.join(30)
-        self._worker = self._thread = None
+        self._thread.stop(30)
+        self._thread = None

@@ -7,33 +7,33 @@ group = cfg.OptGroup('conductor', title='Conductor',
                           'a compare-and-swap).')
 
 opts = [
-    cfg.FloatOpt('periodic_interval', default=60.0, min=0.01,
+    cfg.FloatOpt('periodic_interval', default=60.0, min=0.01, mutable=True,
                  help='Seconds between two runs of the periodic tasks: stuck '
                       'cleanups, lost cleanup requests, missed releases and '
                       'accelerator requests left in Deleting, and (with [nova]) '
                       'bound accelerator requests whose instance Nova deleted.'),
-    cfg.FloatOpt('agent_ping_timeout', default=2.0, min=0.01,
+    cfg.FloatOpt('agent_ping_timeout', default=2.0, min=0.01, mutable=True,
                  help='Seconds the conductor waits for an agent to answer ping '
                       'before it asks it to clean a released device. A device whose '
                       'agent does not answer stays allocated (and reserved) until the '
                       'agent starts again or a periodic retry reaches it.'),
-    cfg.FloatOpt('cleanup_grace', default=300.0, min=0.0,
+    cfg.FloatOpt('cleanup_grace', default=300.0, min=0.0, mutable=True,
                  help='Seconds added to [nvme] cleanup_timeout before a device in '
                       'pending_cleaning or cleaning whose cleanup shows no progress '
                       'is moved to error by the conductor (the agent enforces '
                       'cleanup_timeout itself; this catches an agent that died or '
                       'never got the request).'),
-    cfg.FloatOpt('cleanup_resend_interval', default=60.0, min=0.0,
+    cfg.FloatOpt('cleanup_resend_interval', default=60.0, min=0.0, mutable=True,
                  help='Seconds a device may wait in pending_cleaning without its '
                       'cleanup starting before cleanup_device is sent to its agent '
                       'again; also how long a device that needs cleaning may stay '
                       'allocated with no accelerator request before the conductor '
                       'asks its agent to clean it.'),
-    cfg.FloatOpt('stale_delete_grace', default=120.0, min=0.0,
+    cfg.FloatOpt('stale_delete_grace', default=120.0, min=0.0, mutable=True,
                  help='Seconds an accelerator request may stay in Deleting before '
                       'the periodic task finishes its delete (a younger one may '
                       'still be finished by the request that started it).'),
-    cfg.FloatOpt('orphan_grace', default=600.0, min=0.0,
+    cfg.FloatOpt('orphan_grace', default=600.0, min=0.0, mutable=True,
                  help='Seconds Nova must keep answering 404 for an instance that '
                       'holds bound accelerator requests before the conductor '
                       'deletes them as Nova\'s DELETE ?instance= would (releasing '

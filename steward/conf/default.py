@@ -30,9 +30,9 @@ opts = [
                help='RPC topic of the conductor service.'),
     cfg.StrOpt('rpc_topic_agent', default='steward-agent',
                help='RPC topic of the agent service; each agent listens as server=host.'),
-    cfg.IntOpt('rpc_response_timeout_bind', default=60, min=1,
+    cfg.IntOpt('rpc_response_timeout_bind', default=60, min=1, mutable=True,
                help='Seconds the API waits for the conductor on a bind call.'),
-    cfg.FloatOpt('rpc_unavailable_timeout', default=10.0, min=0.0,
+    cfg.FloatOpt('rpc_unavailable_timeout', default=10.0, min=0.0, mutable=True,
                  help='Seconds the API keeps trying to reach the message broker '
                       'for a call to the conductor (accelerator request create, '
                       'bind, unbind, delete; device status and clean) before it '

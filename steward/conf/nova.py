@@ -10,7 +10,7 @@ group = cfg.OptGroup('nova', title='Nova (compute) options',
                           'Nothing configured: neither is done.')
 
 opts = [
-    cfg.FloatOpt('event_timeout', default=10.0, min=0.1,
+    cfg.FloatOpt('event_timeout', default=10.0, min=0.1, mutable=True,
                  help='Seconds one request to Nova may take (POST '
                       '/os-server-external-events, GET /servers/{id} of the '
                       'orphan check).'),
@@ -24,7 +24,7 @@ opts = [
                  help='Deprecated for removal, and ignored: an event Nova answers '
                       '422 is no longer sent again (doc/nova.md). Was: seconds '
                       'before such an event was sent once more.'),
-    cfg.IntOpt('event_connect_attempts', default=4, min=1,
+    cfg.IntOpt('event_connect_attempts', default=4, min=1, mutable=True,
                help='Attempts to reach Nova before events are given up (Nova being '
                     'restarted, a load balancer failing over): keystoneauth '
                     'retries the connection (connect_retries = attempts - 1), 0.5 s '

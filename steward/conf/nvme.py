@@ -13,7 +13,7 @@ opts = [
                          'clear_strategy (auto|crypto|block) and lba_size (the block '
                          'size in bytes of the one namespace every cleanup leaves; '
                          'default: the one the device had at discovery).'),
-    cfg.IntOpt('cleanup_timeout', default=900, min=1,
+    cfg.IntOpt('cleanup_timeout', default=900, min=1, mutable=True,
                help='Seconds one cleanup may take before the device goes to error.'),
     cfg.StrOpt('nvme_cli', default='nvme',
                help='The nvme-cli binary (a name on PATH or a path).'),

@@ -72,6 +72,10 @@ class _Daemon(daemon.Daemon):
     def __init__(self, channel, context, pdeathsig):
         super().__init__(channel, context)
         self.pdeathsig = pdeathsig
+        # SIGHUP reloads the agent and keeps its daemons: one sent to the agent's
+        # whole process group (kill -HUP -PGID, a closed terminal) must not end
+        # them by its default action either.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     def _drop_privs(self):
         if caps.CAPS_BYNAME['CAP_SETPCAP'] in effective_caps():

@@ -142,6 +142,11 @@ def test_how_each_service_runs(service):
     # "notify" only once Steward calls sd_notify, which it does not.
     assert _one(values, 'Service.Type') == 'simple'
     assert _one(values, 'Service.Restart') == 'on-failure'
+    # systemctl reload: SIGHUP to the main process, which reloads and stays
+    # (steward/process.py Lifecycle; tests/functional/test_reload*.py). Without
+    # it systemd has no reload, and SIGHUP's default action would end the
+    # service, a death Restart=on-failure counts as clean.
+    assert _one(values, 'Service.ExecReload') == '/bin/kill -HUP $MAINPID'
     assert _one(values, 'Install.WantedBy') == 'multi-user.target'
     assert _one(values, 'Service.StateDirectory') == 'steward'
     # state_path ($XDG_STATE_HOME/steward) is then the StateDirectory.
@@ -237,3 +242,15 @@ def links_resolve(page):
 
 def test_deployment_page_links_resolve():
     assert not links_resolve('deployment-systemd.md')
+
+
+def test_every_service_command_reloads_on_sighup():
+    """ExecReload above rests on this: each command the units start goes through
+    the one Lifecycle (steward/process.py), which catches SIGHUP, and steward api's
+    gunicorn arbiter reloads through it too."""
+    import inspect
+    from steward.cmd import main
+    for service in SERVICES + ('serve',):
+        source = inspect.getsource(main.COMMANDS[service])
+        assert 'root.lifecycle.catch_reload()' in source, service
+    assert 'on_reload=root.lifecycle.reload' in inspect.getsource(main.cmd_api)
