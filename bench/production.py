@@ -106,8 +106,9 @@ def report(side, args):
                   f'not counted' if r.failures else '')
         print(f'  {label}{per}: {r.started} instances, {rate(r):.1f} instances/s{failed}')
         if r.binds:
+            which = ' (failed binds included)' if bind_failures(r) else ''
             print(f'    bind p50 {load.ms(statistics.median(r.binds))}, '
-                  f'p99 {load.ms(load.pct(r.binds, 99))}')
+                  f'p99 {load.ms(load.pct(r.binds, 99))}{which}')
         print('    CPU ms per instance: ' + ', '.join(f'{name} {v:.1f}'
                                                     for name, v in r.cpu.items()))
         for what, n in collections.Counter(map(load.describe, r.failures)).most_common(5):
@@ -122,15 +123,25 @@ def side_by_side(steward, cyborg):
     if steward.error or cyborg.error:
         print('side by side: not available (a side was not measured, see above)')
         return
-    print(f'side by side{"":14} {"Steward":>16} {"upstream Cyborg":>16} {"ratio":>7}')
+    print(f'side by side{"":14} {"Steward":>18} {"upstream Cyborg":>18} {"ratio":>7}')
     for label in steward.runs:
         s, c = steward.runs[label], cyborg.runs[label]
-        ratio = f'{rate(s) / rate(c):.1f}x' if rate(c) else '-'
-        print(f'  {label + " instances/s":<24} {rate(s):>16.1f} {rate(c):>16.1f} {ratio:>7}')
-        if s.binds and c.binds:
-            sp, cp = statistics.median(s.binds), statistics.median(c.binds)
-            print(f'  {label + " bind p50":<24} {load.ms(sp):>16} {load.ms(cp):>16} '
-                  f'{cp / sp:>6.1f}x')
+        ratio = f'{rate(s) / rate(c):.1f}x' if rate(s) and rate(c) else '-'
+        print(f'  {label + " instances/s":<24} {throughput(s):>18} {throughput(c):>18} '
+              f'{ratio:>7}')
+        sp, cp = bind_p50(s), bind_p50(c)
+        ratio = f'{cp / sp:.1f}x' if sp and cp else '-'
+        print(f'  {label + " bind p50":<24} {load.ms(sp) if sp else "binds failed":>18} '
+              f'{load.ms(cp) if cp else "binds failed":>18} {ratio:>7}')
+
+
+def throughput(r):
+    return f'{rate(r):.1f}' + (f' ({len(r.failures)} failed)' if r.failures else '')
+
+
+def bind_p50(r):
+    """None when any bind failed: a failed bind's latency is not a bind's."""
+    return None if bind_failures(r) or not r.binds else statistics.median(r.binds)
 
 
 # -- the two sides --------------------------------------------------------------------
@@ -195,8 +206,16 @@ def run_cyborg(args, db, broker, tmp):
             deployment.stop()
         if placement:
             placement.stop()
-    side.description += f' ({cyborg_upstream.installed_versions()})'
+    side.description += (f'; schema by cyborg-dbsync {SCHEMA[db.kind]}; '
+                         f'{cyborg_upstream.installed_versions()}')
     return side
+
+
+# How tests/cyborg_upstream.py makes Cyborg's schema: upstream's migrations fail on
+# PostgreSQL (an unnamed ENUM), so there it is its create_schema with the ENUM named.
+SCHEMA = {'MariaDB': 'upgrade (its migrations, unchanged)',
+          'PostgreSQL': 'create_schema with the ARQ state ENUM named (upstream\'s '
+                        'upgrade and create_schema both fail on PostgreSQL)'}
 
 
 def nova_url(nova):
