@@ -234,7 +234,6 @@ def failure(err, tmp):
     return f'{type(err).__name__}: {str(err)[-1500:]}\n  logs in {tmp}'
 
 
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--database', choices=('postgresql', 'mariadb'), default='postgresql')
