@@ -231,9 +231,14 @@ def describe(err):
         return f'{type(err).__name__}: {str(err)[:120]}'
     r = err.response
     reason = r.text
-    try:   # Cyborg: {"error_message": "{\"faultstring\": ...}"}
-        reason = json.loads(json.loads(reason)['error_message'])['faultstring']
-    except (ValueError, KeyError, TypeError):
+    try:
+        body = json.loads(reason)
+        try:   # Cyborg: {"error_message": "{\"faultstring\": ...}"}
+            reason = json.loads(body['error_message'])['faultstring']
+        except (ValueError, KeyError, TypeError):
+            # Steward: {"error_message": ..., "faultstring": ..., "error_code": ...}
+            reason = body.get('faultstring') or body.get('error_message') or reason
+    except (ValueError, AttributeError):
         pass
     reason = reason.split('Traceback (most recent call last)')[0]
     reason = re.sub(r'[0-9a-f]{8}-[0-9a-f-]{27}', '<uuid>', ' '.join(reason.split()))

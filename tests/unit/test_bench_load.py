@@ -50,3 +50,12 @@ def test_tree_cpu_counts_a_reaped_child():
     before = load.tree_cpu(os.getpid())
     subprocess.run([sys.executable, '-c', burn], check=True)
     assert load.tree_cpu(os.getpid()) - before >= 0.2
+
+
+def test_describe_reads_stewards_error_body():
+    body = json.dumps({'error_message': 'An unexpected error occurred.',
+                       'faultstring': 'An unexpected error occurred.', 'error_code': 500})
+    err = load.ClientError(load.Response(500, body.encode(), 'PATCH',
+                                         '/v2/accelerator_requests'))
+    assert load.describe(err) == \
+        'PATCH /v2/accelerator_requests -> 500: An unexpected error occurred.'
