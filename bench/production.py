@@ -61,7 +61,7 @@ class Side:
     def __init__(self, name, description):
         self.name, self.description = name, description
         self.runs, self.tally, self.error = {}, load.Tally(), None
-        self.ready = self.load_before = self.events = None
+        self.ready = self.load_before = self.events = self.server_error = None
 
 
 def measure(side, url, rp_uuid, cpu, args):
@@ -117,6 +117,8 @@ def report(side, args):
           f'{side.tally.server_errors}; Nova events received by the stub: {side.events}')
     for item in side.tally.double[:5]:
         print(f'    {item}')
+    if side.server_error and any(r.failures for r in side.runs.values()):
+        print(f'  first ERROR in its logs: {side.server_error}')
 
 
 def side_by_side(steward, cyborg):
@@ -161,6 +163,8 @@ def run_steward(args, db, broker, tmp):
         cpu = deployment.cpu_probes()
         cpu.update(shared_probes(db, broker, placement))
         measure(side, deployment.url, rp_uuid, cpu, args)
+        side.server_error = first_error(os.path.join(tmp, f'{role}.log')
+                                        for role in ('api', 'conductor'))
         deployment.check()
         side.events = nova.events
     except Exception as err:  # noqa: BLE001 - reported, and Cyborg still measured
@@ -197,6 +201,8 @@ def run_cyborg(args, db, broker, tmp):
                'agent': lambda: load.tree_cpu(procs['cyborg-agent'].pid)}
         cpu.update(shared_probes(db, broker, placement))
         measure(side, deployment.url, rp_uuid, cpu, args)
+        side.server_error = first_error(deployment.services.log(name)
+                                        for name in ('gunicorn', 'cyborg-conductor'))
         deployment.services.check()
         side.events = deployment.nova.events
     except Exception as err:  # noqa: BLE001 - said in the output, not hidden
@@ -226,6 +232,20 @@ def shared_probes(db, broker, placement):
     return {'Placement': lambda: load.tree_cpu(placement.pid),
             db.kind: lambda: load.tree_cpu(db.pid),
             'RabbitMQ': lambda: load.tree_cpu(broker.proc.pid)}
+
+
+def first_error(paths):
+    """The first ERROR line of the logs (its first 400 characters), or None: why
+    the failed instances failed, from the server's side."""
+    for path in paths:
+        try:
+            with open(path, errors='replace') as f:
+                for line in f:
+                    if ' ERROR ' in line or line.startswith('ERROR'):
+                        return line.strip()[:400]
+        except OSError:
+            continue
+    return None
 
 
 def failure(err, tmp):
@@ -264,14 +284,22 @@ def main():
     broker = db = None
     sides = []
     try:
-        broker = rabbit.RabbitServer(base=os.path.join(tmp, 'rabbit')).start()
-        db = topology.database(args.database)
-        sides.append(run_steward(args, db, broker, os.path.join(tmp, 'steward')))
-        report(sides[0], args)
-        if not args.no_cyborg:
-            sides.append(run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg')))
-            report(sides[1], args)
-            side_by_side(*sides)
+        # Assigned before start(): a broker that fails to start is still destroyed.
+        broker = rabbit.RabbitServer(base=os.path.join(tmp, 'rabbit'))
+        try:
+            broker.start()
+            db = topology.database(args.database)
+        except RuntimeError as err:
+            sides.append(Side('shared services', 'RabbitMQ and the database server'))
+            sides[0].error = failure(err, tmp)
+            report(sides[0], args)
+        else:
+            sides.append(run_steward(args, db, broker, os.path.join(tmp, 'steward')))
+            report(sides[0], args)
+            if not args.no_cyborg:
+                sides.append(run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg')))
+                report(sides[1], args)
+                side_by_side(*sides)
     finally:
         if db is not None:
             db.stop()

@@ -92,8 +92,11 @@ class StewardDeployment:
                 **admin, 'endpoint': placement_url, 'endpoint_override': placement_url,
                 'create_compute_node': 'false'},
                 nova={**admin, 'endpoint_override': nova_url}),
+            # Metrics on, as deployed, on a port of its own: the default one may be
+            # another stack's on a shared machine.
             'api': self.conf('api', database=True, api={
-                'host_ip': '127.0.0.1', 'port': self.port, 'workers': workers}),
+                'host_ip': '127.0.0.1', 'port': self.port, 'workers': workers,
+                'metrics_listen': f'127.0.0.1:{free_port()}'}),
             # An agent has no database: the conductor writes for it.
             'agent': self.conf('agent', host=HOST, agent={'enabled_drivers': 'fake'}),
         }
