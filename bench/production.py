@@ -40,6 +40,7 @@ import collections
 import datetime
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -277,6 +278,9 @@ def main():
     if not rabbit.installed():
         sys.exit('rabbitmq-server is not installed (tools/system-packages.sh)')
 
+    # SIGTERM (timeout, a CI runner) ends the run through the finally blocks: the
+    # broker and the database server do not die with this process on their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = tempfile.mkdtemp(prefix='steward-bench-production-')
     print(f'machine: {os.cpu_count()} cores; '
           f'{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
