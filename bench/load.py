@@ -289,7 +289,7 @@ def cpu_self():
     return usage.ru_utime + usage.ru_stime
 
 
-def _children(pid):
+def children(pid):
     found = []
     try:
         tasks = os.listdir(f'/proc/{pid}/task')
@@ -317,7 +317,7 @@ def tree_cpu(pid):
         except (FileNotFoundError, ProcessLookupError):
             continue
         total += sum(int(x) for x in fields[11:15])
-        todo += _children(p)
+        todo += children(p)
     return total / TICKS
 
 

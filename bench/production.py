@@ -3,7 +3,7 @@ and then upstream Cyborg 17 in the same topology, side by side.
 
     .venv/bin/python bench/production.py [--database postgresql|mariadb] [--workers 2]
         [--sequential 200] [--clients 4,16] [--per-client 50] [--warm-up 50]
-        [--no-cyborg] [--keep-logs] [--quick]
+        [--no-cyborg] [--no-single] [--keep-logs] [--quick]
 
 Started here, on loopback, throw-away, and stopped at the end: one RabbitMQ node
 (tests/multihost/rabbit.py) and one database server (a PostgreSQL cluster or a
@@ -33,7 +33,9 @@ of every server process (API with its workers, conductor, agent, Placement with 
 workers, the database server with its backends, RabbitMQ) and of this load
 generator; per side, 5xx answers and double allocations (one attach handle held by
 two live instances, seen by the clients and in snapshots of the Bound ARQs taken
-during the concurrent runs: 0 expected). Then the two side by side with the ratio.
+during the concurrent runs: 0 expected). Then ``steward serve`` with its defaults
+(the single process of bench/arq_lifecycle.py) under the same load, and the three side
+by side with the ratio Steward / Cyborg.
 """
 import argparse
 import collections
@@ -47,12 +49,16 @@ import tempfile
 import time
 import uuid
 
+import httpx
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench import load  # noqa: E402
 from bench import topology  # noqa: E402
 from tests import cyborg_upstream  # noqa: E402
 from tests.multihost import rabbit  # noqa: E402
+from tests.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
+from tests.stack import running_stack  # noqa: E402
 
 
 # -- measurement ----------------------------------------------------------------------
@@ -114,28 +120,39 @@ def report(side, args):
                                                     for name, v in r.cpu.items()))
         for what, n in collections.Counter(map(load.describe, r.failures)).most_common(5):
             print(f'    {n} x {what}')
+    events = ('none: no Nova configured (its default)' if side.events is None
+              else side.events)
     print(f'  double allocations: {len(side.tally.double)}; 5xx answers: '
-          f'{side.tally.server_errors}; Nova events received by the stub: {side.events}')
+          f'{side.tally.server_errors}; Nova events received by the stub: {events}')
     for item in side.tally.double[:5]:
         print(f'    {item}')
     if side.server_error and any(r.failures for r in side.runs.values()):
         print(f'  first ERROR in its logs: {side.server_error}')
 
 
-def side_by_side(steward, cyborg):
+def side_by_side(steward, cyborg, single=None):
+    """Steward and Cyborg in the production topology with their ratio, and the
+    single process beside them when it was measured."""
     if steward.error or cyborg.error:
         print('side by side: not available (a side was not measured, see above)')
         return
-    print(f'side by side{"":14} {"Steward":>18} {"upstream Cyborg":>18} {"ratio":>7}')
+    single = single if single is not None and not single.error else None
+    print(f'side by side{"":14} {"Steward":>18} {"upstream Cyborg":>18} {"ratio":>7}'
+          + (f' {"steward serve":>18}' if single else ''))
     for label in steward.runs:
         s, c = steward.runs[label], cyborg.runs[label]
+        one = single.runs[label] if single else None
         ratio = f'{rate(s) / rate(c):.1f}x' if rate(s) and rate(c) else '-'
         print(f'  {label + " instances/s":<24} {throughput(s):>18} {throughput(c):>18} '
-              f'{ratio:>7}')
+              f'{ratio:>7}' + (f' {throughput(one):>18}' if one else ''))
         sp, cp = bind_p50(s), bind_p50(c)
         ratio = f'{cp / sp:.1f}x' if sp and cp else '-'
-        print(f'  {label + " bind p50":<24} {load.ms(sp) if sp else "binds failed":>18} '
-              f'{load.ms(cp) if cp else "binds failed":>18} {ratio:>7}')
+        print(f'  {label + " bind p50":<24} {p50_cell(sp):>18} {p50_cell(cp):>18} '
+              f'{ratio:>7}' + (f' {p50_cell(bind_p50(one)):>18}' if one else ''))
+
+
+def p50_cell(value):
+    return load.ms(value) if value else 'binds failed'
 
 
 def throughput(r):
@@ -147,7 +164,28 @@ def bind_p50(r):
     return None if bind_failures(r) or not r.binds else statistics.median(r.binds)
 
 
-# -- the two sides --------------------------------------------------------------------
+# -- the sides ------------------------------------------------------------------------
+def run_single(args):
+    """``steward serve`` with its defaults (bench/arq_lifecycle.py's server) under
+    the same load, for the figures beside the single process."""
+    side = Side('Steward single process', 'steward serve with its defaults (SQLite, '
+                                          'embedded Placement, fake driver)')
+    try:
+        t0 = time.perf_counter()
+        with running_stack() as stack:
+            side.ready = time.perf_counter() - t0
+            rp_uuid = httpx.get(f'{stack.url}/v2/deployables', timeout=30).json()[
+                'deployables'][0]['rp_uuid']
+            pid = stack.proc.pid
+            cpu = {'steward serve': lambda: stack_cpu_seconds([pid]),
+                   'its Placement': lambda: sum(load.tree_cpu(child)
+                                                for child in load.children(pid))}
+            measure(side, stack.url, rp_uuid, cpu, args)
+    except Exception as err:  # noqa: BLE001 - reported, the rest still measured
+        side.error = f'{type(err).__name__}: {str(err)[-1500:]}'
+    return side
+
+
 def run_steward(args, db, broker, tmp):
     side = Side('Steward', f'steward api ({args.workers} workers), steward conductor, '
                            f'steward agent (fake driver), {db.description}, RabbitMQ, '
@@ -268,7 +306,10 @@ def main():
     ap.add_argument('--quick', action='store_true',
                     help='small counts (10 sequential, 3 per client, 3 warm-up): to '
                          'check the script, not for figures')
-    ap.add_argument('--no-cyborg', action='store_true', help='measure Steward only')
+    ap.add_argument('--no-cyborg', action='store_true',
+                    help='leave upstream Cyborg out')
+    ap.add_argument('--no-single', action='store_true',
+                    help='leave out steward serve (the single process) under the same load')
     ap.add_argument('--keep-logs', action='store_true',
                     help="keep every service's log and configuration (path printed)")
     args = ap.parse_args()
@@ -298,12 +339,20 @@ def main():
             sides[0].error = failure(err, tmp)
             report(sides[0], args)
         else:
-            sides.append(run_steward(args, db, broker, os.path.join(tmp, 'steward')))
-            report(sides[0], args)
+            steward = run_steward(args, db, broker, os.path.join(tmp, 'steward'))
+            sides.append(steward)
+            report(steward, args)
+            cyborg = single = None
             if not args.no_cyborg:
-                sides.append(run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg')))
-                report(sides[1], args)
-                side_by_side(*sides)
+                cyborg = run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg'))
+                sides.append(cyborg)
+                report(cyborg, args)
+            if not args.no_single:
+                single = run_single(args)
+                sides.append(single)
+                report(single, args)
+            if cyborg:
+                side_by_side(steward, cyborg, single)
     finally:
         if db is not None:
             db.stop()
