@@ -32,8 +32,8 @@ What it runs, as subprocesses on free loopback ports, all on one host:
   openstacksdk connection per notification, about 50 ms of each bind on a 2-core
   host; Steward's single-host default has events off).
 
-Then the same calls as bench/arq_lifecycle.py (its ``one_instance`` and
-``nova_sequence`` are imported, not copied): 50 sequential instances, 16 concurrent
+Then the same calls as bench/arq_lifecycle.py (``one_instance`` and
+``nova_sequence`` of bench/load.py, shared): 50 sequential instances, 16 concurrent
 clients, bind latency percentiles; then bench/arq_lifecycle.py itself runs against
 ``steward serve`` (after Cyborg is stopped, so they never share the cores) and the
 sequential ratio Steward / Cyborg is printed. The machine's load average before each
@@ -45,10 +45,7 @@ summarised by call, status and reason, and cleaned up as Nova would (DELETE ?ins
 """
 import argparse
 import collections
-import concurrent.futures
 import datetime
-import http.client
-import json
 import os
 import re
 import shutil
@@ -63,84 +60,21 @@ import httpx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench import arq_lifecycle as lifecycle  # noqa: E402
+from bench import load  # noqa: E402
 from tests.cyborg_upstream import (  # noqa: E402
     API_THREADS, API_WORKERS, HOST, IDENTITY, PLACEMENT_HEADERS, Deployment, ensure_venv,
     installed_versions)
 from tests.multihost.rabbit import RabbitServer, free_port, installed  # noqa: E402
 
 # -- measurement ------------------------------------------------------------------
-def describe(err):
-    """One line per kind of failed instance: the call, the status and Cyborg's reason."""
-    if not isinstance(err, lifecycle.ClientError):
-        return f'{type(err).__name__}: {str(err)[:120]}'
-    r = err.response
-    reason = r.text
-    try:   # Cyborg: {"error_message": "{\"faultstring\": ...}"}
-        reason = json.loads(json.loads(reason)['error_message'])['faultstring']
-    except (ValueError, KeyError, TypeError):
-        pass
-    reason = reason.split('Traceback (most recent call last)')[0]
-    reason = re.sub(r'[0-9a-f]{8}-[0-9a-f-]{27}', '<uuid>', ' '.join(reason.split()))
-    path = r.url.split('?', 1)[0]
-    return f'{r.method} {path} -> {r.status_code}: {reason[:110]}'
-
-
-def bound_instance(method, body):
-    """The instance a bind request names, else None."""
-    if method != 'PATCH' or not body:
-        return None
-    try:
-        patches = json.loads(body)
-    except ValueError:
-        return None
-    for patch in patches.values():
-        for op in patch:
-            if op.get('path') == '/instance_uuid':
-                return op.get('value')
-    return None
-
-
 def run_concurrent(url, rp_uuid, clients, per_client, tally):
     """bench/arq_lifecycle.py's concurrent run, with the identity headers, and Nova's
-    clean-up of a failed boot (DELETE ?instance=, retried on 5xx): without it the ARQs
-    of each failed instance keep their attach handles and every later bind fails."""
-    binds, failures = [], []
-
-    def loop(_):
-        last = {}
-
-        def remember(method, _path, body):
-            inst = bound_instance(method, body)
-            if inst:
-                last['instance'] = inst
-
-        # The same lean client as bench/arq_lifecycle.py uses against Steward.
-        with lifecycle.LeanClient(url, tally, timeout=120, headers=IDENTITY,
-                                  on_request=remember) as c:
-            for _ in range(per_client):
-                last.clear()
-                try:
-                    lifecycle.one_instance(c, rp_uuid, binds, tally)
-                except (lifecycle.ClientError, OSError, http.client.HTTPException,
-                        AssertionError) as err:
-                    failures.append(err)
-                    for _ in range(5):
-                        if 'instance' not in last or c.delete(
-                                lifecycle.URL, params={'instance': last['instance']}
-                                ).status_code < 500:
-                            break
-
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        list(pool.map(loop, range(clients)))
+    clean-up of a failed boot (bench/load.py clean_up): without it the ARQs of each
+    failed instance keep their attach handles and every later bind fails."""
+    run = load.run_clients(url, rp_uuid, clients, per_client, tally, headers=IDENTITY,
+                           nova_cleanup=True, timeout=120)
     # Only completed instances count: a failed one did not boot.
-    done = clients * per_client - len(failures)
-    return done / (time.perf_counter() - t0), binds, failures
-
-
-def load():
-    return '/'.join(f'{x:.1f}' for x in os.getloadavg())
+    return run.completed() / run.elapsed, run.binds, run.failures
 
 
 def measure_cyborg(args, tmp):
@@ -160,20 +94,20 @@ def measure_cyborg(args, tmp):
         ready = time.perf_counter() - t0
         url = cyborg.url
 
-        tally = lifecycle.Tally()
-        before = load()
-        with lifecycle.LeanClient(url, tally, timeout=120, headers=IDENTITY) as c:
+        tally = load.Tally()
+        before = load.load_average()
+        with load.LeanClient(url, tally, timeout=120, headers=IDENTITY) as c:
             c.post('/v2/device_profiles', json=[{
-                'name': lifecycle.PROFILE, 'groups': [{'resources:FPGA': '1'}]}]
+                'name': load.PROFILE, 'groups': [{'resources:FPGA': '1'}]}]
             ).raise_for_status()
             for _ in range(5):                                   # warm-up
-                lifecycle.one_instance(c, rp_uuid, [])
+                load.one_instance(c, rp_uuid, [])
             binds = []
             t0 = time.perf_counter()
             for _ in range(args.sequential):
-                lifecycle.one_instance(c, rp_uuid, binds, tally)
+                load.one_instance(c, rp_uuid, binds, tally)
             seq = args.sequential / (time.perf_counter() - t0)
-            nova_totals = [lifecycle.nova_sequence(c, rp_uuid, lifecycle.PROFILE)
+            nova_totals = [load.nova_sequence(c, rp_uuid, load.PROFILE)
                            for _ in range(args.nova)]
         conc = run_concurrent(url, rp_uuid, args.clients, args.per_client, tally)
         cyborg.services.check()
@@ -223,7 +157,7 @@ def main():
     if not args.keep_logs:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    ms = lifecycle.ms
+    ms = load.ms
     print(f'machine: {os.cpu_count()} cores; '
           f'{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC')
     print(f'upstream Cyborg ({installed_versions()}), SQLite, RabbitMQ, fake driver, '
@@ -233,15 +167,15 @@ def main():
     binds = cy['binds']
     print(f'  sequential: {args.sequential} instances, {cy["seq"]:.1f} instances/s')
     print(f'    bind latency p50 {ms(statistics.median(binds))}, '
-          f'p90 {ms(lifecycle.pct(binds, 90))}, p99 {ms(lifecycle.pct(binds, 99))}')
+          f'p90 {ms(load.pct(binds, 90))}, p99 {ms(load.pct(binds, 99))}')
     rate, cbinds, failures = cy['conc']
     print(f'  concurrent: {args.clients} clients x {args.per_client}, {rate:.1f} instances/s'
           f' completed'
           f'{f" ({len(failures)} failed instances not counted)" if failures else ""}')
     if cbinds:
         print(f'    bind latency p50 {ms(statistics.median(cbinds))}, '
-              f'p90 {ms(lifecycle.pct(cbinds, 90))}, p99 {ms(lifecycle.pct(cbinds, 99))}')
-    for what, n in collections.Counter(map(describe, failures)).most_common(5):
+              f'p90 {ms(load.pct(cbinds, 90))}, p99 {ms(load.pct(cbinds, 99))}')
+    for what, n in collections.Counter(map(load.describe, failures)).most_common(5):
         print(f'    {n} x {what}')
     print(f'  double allocations: {len(cy["tally"].double)}; '
           f'5xx answers: {cy["tally"].server_errors}; '
@@ -249,11 +183,11 @@ def main():
     if cy['nova']:
         print(f'  Nova boot+delete sequence, accelerator API total: '
               f'p50 {ms(statistics.median(cy["nova"]))}, '
-              f'p90 {ms(lifecycle.pct(cy["nova"], 90))}')
+              f'p90 {ms(load.pct(cy["nova"], 90))}')
     if args.no_steward:
         return
 
-    before = load()
+    before = load.load_average()
     steward = measure_steward(args)
     print(f'Steward (bench/arq_lifecycle.py, same options; load average before {before}):')
     print(''.join(f'  {line}\n' for line in steward.splitlines()), end='')

@@ -148,11 +148,11 @@ lock_path = {tmp}/locks
     return conf
 
 
-def write_gunicorn_config(tmp, conf, port):
+def write_gunicorn_config(tmp, conf, port, workers=API_WORKERS):
     path = os.path.join(tmp, 'gunicorn.conf.py')
     with open(path, 'w') as f:
         f.write(f"""bind = '127.0.0.1:{port}'
-workers = {API_WORKERS}
+workers = {workers}
 worker_class = 'gthread'
 threads = {API_THREADS}
 wsgi_app = 'cyborg.wsgi.api:application'
@@ -278,9 +278,10 @@ class Deployment:
     driver, on ``db_url``, against ``placement_url`` (a compute-node provider
     named ``host`` must exist there, as Nova would have made it)."""
 
-    def __init__(self, tmp, rabbit, placement_url, db_url, host=HOST):
+    def __init__(self, tmp, rabbit, placement_url, db_url, host=HOST,
+                 api_workers=API_WORKERS):
         self.tmp, self.rabbit, self.placement_url = tmp, rabbit, placement_url
-        self.db_url, self.host = db_url, host
+        self.db_url, self.host, self.api_workers = db_url, host, api_workers
         self.nova = start_nova_stub()
         self.api_port = free_port()
         self.url = f'http://127.0.0.1:{self.api_port}'
@@ -295,7 +296,8 @@ class Deployment:
         dbsync(self.conf, self.db_url)
         self.services.run('cyborg-conductor')
         self.services.run('gunicorn', '-c',
-                          write_gunicorn_config(self.tmp, self.conf, self.api_port))
+                          write_gunicorn_config(self.tmp, self.conf, self.api_port,
+                                                self.api_workers))
         # The agent's first report is an RPC call: sent before the conductor's queue
         # exists, it is dropped and the agent waits 60 s for a reply, then 60 s more
         # for its next periodic report.

@@ -1,0 +1,371 @@
+"""The Nova-shaped ARQ lifecycle on the production topology (doc/multihost.md), Steward
+and then upstream Cyborg 17 in the same topology, side by side.
+
+    .venv/bin/python bench/production.py [--database postgresql|mariadb] [--workers 2]
+        [--sequential 200] [--clients 4,16] [--per-client 50] [--warm-up 50]
+        [--no-cyborg] [--no-single] [--keep-logs] [--quick]
+
+Started here, on loopback, throw-away, and stopped at the end: one RabbitMQ node
+(tests/multihost/rabbit.py) and one database server (a PostgreSQL cluster or a
+MariaDB server, tests/pg_fixture.py / tests/mariadb_fixture.py) shared by both
+sides; then for each side, in turn so they never share the cores, a database of
+its own, the real Placement (steward.placement.embedded, 2 workers, on its own
+database on the same server, as doc/multihost.md step 3 runs it) with the host's
+compute-node provider made as Nova would, and a stub of Nova's
+os-server-external-events (both sides post an event per bind, as in production):
+
+* Steward: ``steward db sync``, ``steward conductor``, ``steward api`` with
+  ``[api] workers``, one ``steward agent`` with the fake driver (one FPGA, 16
+  attach handles: one per client at the most) and no database;
+* upstream Cyborg 17 (tests/cyborg_upstream.py, .venv-cyborg): cyborg-dbsync,
+  cyborg-conductor, its API under gunicorn with the same number of workers (4
+  threads each; ``cyborg-api`` itself cannot start, see there), cyborg-agent with
+  upstream's fake driver (16 accelerators). Cyborg on PostgreSQL needs its ARQ
+  state ENUM named to create its schema; when it still fails, the output says so.
+
+Each side gets the same calls (bench/load.py, the load generator of
+bench/arq_lifecycle.py): warm-up instances, then sequential instances, then 4 and 16
+concurrent clients, each sending what Nova's identity middleware would have
+set. Printed per run: instances/s (completed instances only), bind p50/p99, failed
+instances (bind failures separately, summarised by call, status and reason; a failed
+instance is cleaned up as Nova would and the run goes on), and the CPU per instance
+of every server process (API with its workers, conductor, agent, Placement with its
+workers, the database server with its backends, RabbitMQ) and of this load
+generator; per side, 5xx answers and double allocations (one attach handle held by
+two live instances, seen by the clients and in snapshots of the Bound ARQs taken
+during the concurrent runs: 0 expected). Then ``steward serve`` with its defaults
+(the single process of bench/arq_lifecycle.py) under the same load, and the three side
+by side with the ratio Steward / Cyborg.
+"""
+import argparse
+import collections
+import datetime
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench import load  # noqa: E402
+from bench import topology  # noqa: E402
+from tests import cyborg_upstream  # noqa: E402
+from tests.multihost import rabbit  # noqa: E402
+from tests.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
+from tests.stack import running_stack  # noqa: E402
+
+
+# -- measurement ----------------------------------------------------------------------
+class Side:
+    """One system's figures: its runs (label -> load.Run), tally, start time."""
+
+    def __init__(self, name, description):
+        self.name, self.description = name, description
+        self.runs, self.tally, self.error = {}, load.Tally(), None
+        self.ready = self.load_before = self.events = self.server_error = None
+
+
+def measure(side, url, rp_uuid, cpu, args):
+    def run(clients, per_client, watch=False):
+        return load.run_clients(url, rp_uuid, clients, per_client, side.tally,
+                                headers=cyborg_upstream.IDENTITY, nova_cleanup=True,
+                                watch=watch, cpu=cpu, timeout=120)
+
+    with load.LeanClient(url, side.tally, timeout=60,
+                         headers=cyborg_upstream.IDENTITY) as c:
+        c.post('/v2/device_profiles', json=[{
+            'name': load.PROFILE, 'groups': [{'resources:FPGA': '1'}]}]).raise_for_status()
+    # Warm-up: steady state after the start (first reports, workers' first requests);
+    # its answers are not counted.
+    run(1, args.warm_up)
+    side.tally = load.Tally()
+    side.load_before = load.load_average()
+    side.runs['sequential'] = run(1, args.sequential)
+    for n in args.client_counts:
+        side.runs[f'{n} clients'] = run(n, args.per_client, watch=True)
+
+
+# -- report ---------------------------------------------------------------------------
+def rate(r):
+    return r.completed() / r.elapsed
+
+
+def bind_failures(r):
+    return sum(1 for err in r.failures if isinstance(err, load.ClientError)
+               and err.response.method == 'PATCH')
+
+
+def report(side, args):
+    print(f'{side.name}: {side.description}')
+    if side.error:
+        print(f'  NOT MEASURED: {side.error}')
+        return
+    print(f'  ready in {side.ready:.1f} s; load average before the runs {side.load_before}')
+    for label, r in side.runs.items():
+        per = '' if label == 'sequential' else f' x {args.per_client}'
+        failed = (f'; {len(r.failures)} failed instances ({bind_failures(r)} at bind), '
+                  f'not counted' if r.failures else '')
+        print(f'  {label}{per}: {r.started} instances, {rate(r):.1f} instances/s{failed}')
+        if r.binds:
+            which = ' (failed binds included)' if bind_failures(r) else ''
+            print(f'    bind p50 {load.ms(statistics.median(r.binds))}, '
+                  f'p99 {load.ms(load.pct(r.binds, 99))}{which}')
+        print('    CPU ms per instance: ' + ', '.join(f'{name} {v:.1f}'
+                                                    for name, v in r.cpu.items()))
+        for what, n in collections.Counter(map(load.describe, r.failures)).most_common(5):
+            print(f'    {n} x {what}')
+    events = ('none: no Nova configured (its default)' if side.events is None
+              else side.events)
+    print(f'  double allocations: {len(side.tally.double)}; 5xx answers: '
+          f'{side.tally.server_errors}; Nova events received by the stub: {events}')
+    for item in side.tally.double[:5]:
+        print(f'    {item}')
+    if side.server_error and any(r.failures for r in side.runs.values()):
+        print(f'  first ERROR in its logs: {side.server_error}')
+
+
+def side_by_side(steward, cyborg, single=None):
+    """Steward and Cyborg in the production topology with their ratio, and the
+    single process beside them when it was measured."""
+    if steward.error or cyborg.error:
+        print('side by side: not available (a side was not measured, see above)')
+        return
+    single = single if single is not None and not single.error else None
+    print(f'side by side{"":14} {"Steward":>18} {"upstream Cyborg":>18} {"ratio":>7}'
+          + (f' {"steward serve":>18}' if single else ''))
+    for label in steward.runs:
+        s, c = steward.runs[label], cyborg.runs[label]
+        one = single.runs[label] if single else None
+        ratio = f'{rate(s) / rate(c):.1f}x' if rate(s) and rate(c) else '-'
+        print(f'  {label + " instances/s":<24} {throughput(s):>18} {throughput(c):>18} '
+              f'{ratio:>7}' + (f' {throughput(one):>18}' if one else ''))
+        sp, cp = bind_p50(s), bind_p50(c)
+        ratio = f'{cp / sp:.1f}x' if sp and cp else '-'
+        print(f'  {label + " bind p50":<24} {p50_cell(sp):>18} {p50_cell(cp):>18} '
+              f'{ratio:>7}' + (f' {p50_cell(bind_p50(one)):>18}' if one else ''))
+
+
+def p50_cell(value):
+    return load.ms(value) if value else 'binds failed'
+
+
+def throughput(r):
+    return f'{rate(r):.1f}' + (f' ({len(r.failures)} failed)' if r.failures else '')
+
+
+def bind_p50(r):
+    """None when any bind failed: a failed bind's latency is not a bind's."""
+    return None if bind_failures(r) or not r.binds else statistics.median(r.binds)
+
+
+# -- the sides ------------------------------------------------------------------------
+def run_single(args):
+    """``steward serve`` with its defaults (bench/arq_lifecycle.py's server) under
+    the same load, for the figures beside the single process."""
+    side = Side('Steward single process', 'steward serve with its defaults (SQLite, '
+                                          'embedded Placement, fake driver)')
+    try:
+        t0 = time.perf_counter()
+        with running_stack() as stack:
+            side.ready = time.perf_counter() - t0
+            rp_uuid = httpx.get(f'{stack.url}/v2/deployables', timeout=30).json()[
+                'deployables'][0]['rp_uuid']
+            pid = stack.proc.pid
+            cpu = {'steward serve': lambda: stack_cpu_seconds([pid]),
+                   'its Placement': lambda: sum(load.tree_cpu(child)
+                                                for child in load.children(pid))}
+            measure(side, stack.url, rp_uuid, cpu, args)
+    except Exception as err:  # noqa: BLE001 - reported, the rest still measured
+        side.error = f'{type(err).__name__}: {str(err)[-1500:]}'
+    return side
+
+
+def run_steward(args, db, broker, tmp):
+    side = Side('Steward', f'steward api ({args.workers} workers), steward conductor, '
+                           f'steward agent (fake driver), {db.description}, RabbitMQ, '
+                           f'Placement (2 workers, {db.kind})')
+    nova = cyborg_upstream.start_nova_stub()
+    placement = deployment = None
+    try:
+        placement = topology.start_placement(db, tmp)
+        deployment = topology.StewardDeployment(
+            tmp, broker, db, placement.url, nova_url(nova), args.workers)
+        t0 = time.perf_counter()
+        rp_uuid = deployment.start()
+        side.ready = time.perf_counter() - t0
+        cpu = deployment.cpu_probes()
+        cpu.update(shared_probes(db, broker, placement))
+        measure(side, deployment.url, rp_uuid, cpu, args)
+        side.server_error = first_error(os.path.join(tmp, f'{role}.log')
+                                        for role in ('api', 'conductor'))
+        deployment.check()
+        side.events = nova.events
+    except Exception as err:  # noqa: BLE001 - reported, and Cyborg still measured
+        side.error = failure(err, tmp)
+    finally:
+        if deployment:
+            deployment.stop()
+        if placement:
+            placement.stop()
+        nova.shutdown()
+    return side
+
+
+def run_cyborg(args, db, broker, tmp):
+    side = Side('upstream Cyborg', f'Cyborg 17 API under gunicorn ({args.workers} '
+                                   f'workers x {cyborg_upstream.API_THREADS} threads), '
+                                   f'cyborg-conductor, cyborg-agent (fake driver), '
+                                   f'{db.description}, RabbitMQ, Placement (2 workers, '
+                                   f'{db.kind})')
+    placement = deployment = None
+    os.makedirs(tmp, exist_ok=True)
+    try:
+        cyborg_upstream.ensure_venv()
+        placement = topology.start_placement(db, tmp)
+        db_url = db.create(f'cyborg_{uuid.uuid4().hex[:8]}')
+        deployment = cyborg_upstream.Deployment(tmp, broker, placement.url, db_url,
+                                                api_workers=args.workers)
+        t0 = time.perf_counter()
+        rp_uuid = deployment.start()
+        side.ready = time.perf_counter() - t0
+        procs = deployment.services.procs
+        cpu = {'api': lambda: load.tree_cpu(procs['gunicorn'].pid),
+               'conductor': lambda: load.tree_cpu(procs['cyborg-conductor'].pid),
+               'agent': lambda: load.tree_cpu(procs['cyborg-agent'].pid)}
+        cpu.update(shared_probes(db, broker, placement))
+        measure(side, deployment.url, rp_uuid, cpu, args)
+        side.server_error = first_error(deployment.services.log(name)
+                                        for name in ('gunicorn', 'cyborg-conductor'))
+        deployment.services.check()
+        side.events = deployment.nova.events
+    except Exception as err:  # noqa: BLE001 - said in the output, not hidden
+        side.error = failure(err, tmp)
+    finally:
+        if deployment:
+            deployment.stop()
+        if placement:
+            placement.stop()
+    side.description += (f'; schema by cyborg-dbsync {SCHEMA[db.kind]}; '
+                         f'{cyborg_upstream.installed_versions()}')
+    return side
+
+
+# How tests/cyborg_upstream.py makes Cyborg's schema: upstream's migrations fail on
+# PostgreSQL (an unnamed ENUM), so there it is its create_schema with the ENUM named.
+SCHEMA = {'MariaDB': 'upgrade (its migrations, unchanged)',
+          'PostgreSQL': 'create_schema with the ARQ state ENUM named (upstream\'s '
+                        'upgrade and create_schema both fail on PostgreSQL)'}
+
+
+def nova_url(nova):
+    return f'http://127.0.0.1:{nova.server_address[1]}/v2.1'
+
+
+def shared_probes(db, broker, placement):
+    return {'Placement': lambda: load.tree_cpu(placement.pid),
+            db.kind: lambda: load.tree_cpu(db.pid),
+            'RabbitMQ': lambda: load.tree_cpu(broker.proc.pid)}
+
+
+def first_error(paths):
+    """The first ERROR line of the logs (its first 400 characters), or None: why
+    the failed instances failed, from the server's side."""
+    for path in paths:
+        try:
+            with open(path, errors='replace') as f:
+                for line in f:
+                    if ' ERROR ' in line or line.startswith('ERROR'):
+                        return line.strip()[:400]
+        except OSError:
+            continue
+    return None
+
+
+def failure(err, tmp):
+    """The error (its end: start-up errors carry a service's log tail), and where
+    the logs are kept."""
+    return f'{type(err).__name__}: {str(err)[-1500:]}\n  logs in {tmp}'
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--database', choices=('postgresql', 'mariadb'), default='postgresql')
+    ap.add_argument('--workers', type=int, default=2,
+                    help='API processes of each side ([api] workers; gunicorn workers)')
+    ap.add_argument('--sequential', type=int, default=200)
+    ap.add_argument('--clients', default='4,16',
+                    help='comma-separated numbers of concurrent clients')
+    ap.add_argument('--per-client', type=int, default=50)
+    ap.add_argument('--warm-up', type=int, default=50)
+    ap.add_argument('--quick', action='store_true',
+                    help='small counts (10 sequential, 3 per client, 3 warm-up): to '
+                         'check the script, not for figures')
+    ap.add_argument('--no-cyborg', action='store_true',
+                    help='leave upstream Cyborg out')
+    ap.add_argument('--no-single', action='store_true',
+                    help='leave out steward serve (the single process) under the same load')
+    ap.add_argument('--keep-logs', action='store_true',
+                    help="keep every service's log and configuration (path printed)")
+    args = ap.parse_args()
+    if args.quick:
+        args.sequential, args.per_client, args.warm_up = 10, 3, 3
+    args.client_counts = [int(x) for x in args.clients.split(',') if x.strip()]
+    if not rabbit.installed():
+        sys.exit('rabbitmq-server is not installed (tools/system-packages.sh)')
+
+    # SIGTERM (timeout, a CI runner) ends the run through the finally blocks: the
+    # broker and the database server do not die with this process on their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmp = tempfile.mkdtemp(prefix='steward-bench-production-')
+    print(f'machine: {os.cpu_count()} cores; '
+          f'{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
+          f'load average {load.load_average()}', flush=True)
+    broker = db = None
+    sides = []
+    try:
+        # Assigned before start(): a broker that fails to start is still destroyed.
+        broker = rabbit.RabbitServer(base=os.path.join(tmp, 'rabbit'))
+        try:
+            broker.start()
+            db = topology.database(args.database)
+        except RuntimeError as err:
+            sides.append(Side('shared services', 'RabbitMQ and the database server'))
+            sides[0].error = failure(err, tmp)
+            report(sides[0], args)
+        else:
+            steward = run_steward(args, db, broker, os.path.join(tmp, 'steward'))
+            sides.append(steward)
+            report(steward, args)
+            cyborg = single = None
+            if not args.no_cyborg:
+                cyborg = run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg'))
+                sides.append(cyborg)
+                report(cyborg, args)
+            if not args.no_single:
+                single = run_single(args)
+                sides.append(single)
+                report(single, args)
+            if cyborg:
+                side_by_side(steward, cyborg, single)
+    finally:
+        if db is not None:
+            db.stop()
+        if broker is not None:
+            broker.destroy()
+        kept = args.keep_logs or any(s.error for s in sides)
+        if kept:
+            print(f'logs kept in {tmp}')
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if any(s.error for s in sides):
+        sys.exit(1)
+
+
+if __name__ == '__main__':
+    main()
