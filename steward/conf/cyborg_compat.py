@@ -52,7 +52,8 @@ IGNORED_OPTIONS = {
     **{('database', name): 'oslo.db\'s option; Steward\'s [database] reads '
        'connection and max_pool_size.'
        for name in ('asyncio_connection', 'asyncio_slave_connection', 'backend',
-                    'connection_debug', 'connection_recycle_time', 'connection_trace',
+                    'connection_debug', 'connection_parameters',
+                    'connection_recycle_time', 'connection_trace',
                     'db_inc_retry_interval', 'db_max_retries', 'db_max_retry_interval',
                     'db_retry_interval', 'max_overflow', 'max_retries', 'mysql_engine',
                     'mysql_sql_mode', 'mysql_wsrep_sync_wait', 'pool_timeout',
