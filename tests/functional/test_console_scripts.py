@@ -101,6 +101,10 @@ def test_version_comes_from_the_installed_distribution():
     assert version != '0.1.0'
 
 
+def _log_says(path, text):
+    return lambda: text in path.read_text()
+
+
 @pytest.fixture
 def rabbit(tmp_path):
     if not rabbit_mod.installed():
@@ -132,8 +136,8 @@ def test_api_conductor_and_agent_scripts_run_a_control_plane(rabbit, tmp_path):
             if name == 'steward-conductor':
                 # An agent's first call to a conductor queue not declared yet
                 # would be dropped by the broker (and time out a minute later).
-                stack.wait_for(lambda: 'serving topic' in (
-                    tmp_path / f'{name}.log').read_text(), name, timeout=60)
+                stack.wait_for(_log_says(tmp_path / f'{name}.log', 'serving topic'),
+                               name, timeout=60)
 
         def devices():
             for name, proc in procs.items():
