@@ -3,6 +3,8 @@ import argparse
 import logging
 import sys
 
+from oslo_config import cfg
+
 from steward import process
 from steward.cmd import root as cmd_root
 from steward.common import rpc
@@ -285,6 +287,8 @@ def main(argv=None):
         return command(argv[1:])
     except exception.InvalidConfiguration as err:
         process.fail(str(err))
+    except cfg.Error as err:    # a file that is missing or unreadable, a bad value
+        process.fail(f'configuration: {err}', 2)
     except KeyboardInterrupt:
         return 130
 

@@ -155,3 +155,21 @@ def test_api_conductor_and_agent_scripts_run_a_control_plane(rabbit, tmp_path):
     assert status == dict.fromkeys(procs, 0)
     for name in procs:
         assert 'Traceback' not in (tmp_path / f'{name}.log').read_text(), name
+
+
+@pytest.mark.parametrize('argv', [['steward-api'], ['steward-conductor'], ['steward-agent'],
+                                  ['steward-manage', 'db', 'sync'],
+                                  ['steward-status', 'upgrade', 'check']])
+def test_a_missing_or_bad_configuration_is_one_line(argv, tmp_path):
+    out = script(*argv, '--config-file', str(tmp_path / 'missing.conf'))
+    assert out.returncode == 2
+    assert 'missing.conf' in out.stderr and 'Traceback' not in out.stderr
+    # Cyborg's name with a value of the wrong type.
+    bad = tmp_path / 'bad.conf'
+    bad.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                   'transport_url = rabbit://u:p@127.0.0.1:1/\n[api]\napi_workers = two\n')
+    if argv[0] == 'steward-api':
+        out = script(*argv, conf=bad)
+        assert out.returncode == 2
+        assert 'option workers' in out.stderr and 'bad.conf' in out.stderr
+        assert 'Traceback' not in out.stderr
