@@ -32,7 +32,14 @@ class Checks(upgradecheck.UpgradeCommands):
 
     def _check_schema(self):
         from steward.db import migration
-        current, head = migration.current_revision(self.database), migration.head_revision()
+        try:
+            current = migration.current_revision(self.database)
+        except Exception as err:   # noqa: BLE001 - a database that cannot be read
+            return upgradecheck.Result(
+                upgradecheck.Code.FAILURE,
+                f'Cannot read the database ([database] connection): '
+                f'{str(err).splitlines()[0]}')
+        head = migration.head_revision()
         if current != head:
             return upgradecheck.Result(
                 upgradecheck.Code.FAILURE,

@@ -173,3 +173,13 @@ def test_a_missing_or_bad_configuration_is_one_line(argv, tmp_path):
         assert out.returncode == 2
         assert 'option workers' in out.stderr and 'bad.conf' in out.stderr
         assert 'Traceback' not in out.stderr
+
+
+def test_steward_status_on_a_database_it_cannot_reach(tmp_path):
+    conf = tmp_path / 'steward.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n[database]\nconnection = '
+                    f'postgresql+psycopg2://u:p@127.0.0.1:{stack.free_port()}/steward\n')
+    out = script('steward-status', 'upgrade', 'check', '--json', conf=conf)
+    assert out.returncode == 2 and 'Traceback' not in out.stdout + out.stderr
+    checks = {c['check']: c for c in json.loads(out.stdout)['checks']}
+    assert checks['Database schema']['details'].startswith('Cannot read the database')
