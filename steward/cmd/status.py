@@ -89,11 +89,14 @@ class Checks(upgradecheck.UpgradeCommands):
 
 def loaded_config_files(conf):
     """The files the configuration was read from: --config-file (or the default
-    files found) and every *.conf of --config-dir, in oslo.config's order."""
+    files found) and every *.conf of --config-dir (the last one given, which is
+    all oslo.config keeps), in oslo.config's order."""
     files = list(conf.config_file or [])
-    for directory in conf.config_dir and [conf.config_dir] or []:
-        files += sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                        if f.endswith('.conf'))
+    directories = conf.config_dir or []
+    for directory in [directories] if isinstance(directories, str) else directories:
+        if os.path.isdir(directory):
+            files += sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                            if f.endswith('.conf'))
     return files
 
 

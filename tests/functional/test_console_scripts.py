@@ -71,6 +71,16 @@ def test_steward_status_upgrade_check(conf, tmp_path):
                           str(conf), 'upgrade', 'check'], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.count('Result: Success') == 4
 
+    # A Cyborg option Steward ignores, in a file of --config-dir: a warning.
+    conf_d = tmp_path / 'steward.conf.d'
+    conf_d.mkdir()
+    (conf_d / 'from-cyborg.conf').write_text('[glance]\nnum_retries = 3\n')
+    out = script('steward-status', 'upgrade', 'check', '--json', '--config-dir',
+                 str(conf_d), conf=conf)
+    assert out.returncode == 1, out.stdout + out.stderr
+    checks = {c['check']: c for c in json.loads(out.stdout)['checks']}
+    assert '[glance] num_retries' in checks['Cyborg options Steward ignores']['details']
+
     # A JSON policy file fails the policy check (oslo.upgradecheck's own).
     policy = tmp_path / 'policy.json'
     policy.write_text('{"cyborg:device:get_all": "rule:admin_api"}')
