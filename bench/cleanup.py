@@ -253,7 +253,6 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
 
 def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
     from steward.drivers import nvme_policy
-    from tests.nvme_sim import presets
 
     # auto/auto on every family; and Write Zeroes where the operator forbids Format
     # (clear_action=zero), since no family reaches it under auto/auto any more.
@@ -267,7 +266,7 @@ def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
         for label in ('small', 'big'):
             # host-zeroed paths really write the namespace: at most 2 GiB of disk
             sizes[label] = 64 * MiB if label == 'small' else \
-                (min(size_gib, 2) if rec['action'] == 'shred' else size_gib) * GiB
+                (min(size_gib, 2) if rec['action'] == 'shred' else size_gib) * GiB  # noqa: F821 - the small run's
             size = sizes[label]
             sim, ctrl, driver, dev = _sim_driver(
                 os.path.join(directory, f'{name}-{policy}-{label}'), spec=spec,
@@ -302,10 +301,10 @@ def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
             ((sizes['big'] - sizes['small']) / GiB)
         rows.append((name, policy, action, nvme_policy.ASSURANCE[action], times["small"],
                      per_gib, sizes['big'] // GiB))
-    print(f'Cleanup per controller family (tests/nvme_sim/presets.py) and clear_action; '
-          f'Steward\'s own time (a sanitize\'s or a Format NVM\'s run on the controller '
-          f'excluded), per GiB from the difference between a big namespace and a 64 MiB '
-          f'one:')
+    print('Cleanup per controller family (tests/nvme_sim/presets.py) and clear_action; '
+          'Steward\'s own time (a sanitize\'s or a Format NVM\'s run on the controller '
+          'excluded), per GiB from the difference between a big namespace and a 64 MiB '
+          'one:')
     print(f'  {"preset":<23} {"policy":<6} {"path":<16} {"assurance":<22} {"fixed":>7} '
           f'{"per GiB":>10} {"big":>7}')
     for name, policy, action, assurance, fixed, per_gib, big in rows:

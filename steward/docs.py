@@ -135,8 +135,9 @@ def configuration_markdown():
                 default = ', '.join(map(str, default))
             desc = ' '.join((opt.help or '').split()).replace('|', '\\|')
             if getattr(opt, 'deprecated_opts', None):
-                desc += ' (deprecated name: ' + ', '.join(
-                    d.name for d in opt.deprecated_opts if d.name) + ')'
+                desc += ' (also read as: ' + ', '.join(
+                    f'[{d.group or name}] {d.name or opt.name}'
+                    for d in opt.deprecated_opts) + ')'
             if opt.mutable:
                 desc += ' **Mutable**: a reload (SIGHUP) applies it.'
             out.append(f'| `{opt.name}` | {type(opt).__name__.replace("Opt", "")} | '

@@ -1,7 +1,6 @@
 """The agent: runs the drivers of one host and reports what they find."""
 import json
 import logging
-import threading
 import time
 
 import oslo_messaging as messaging

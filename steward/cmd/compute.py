@@ -197,7 +197,7 @@ def main(argv):
         process.prepare(rest)
     except SystemExit:
         raise
-    except Exception as err:      # oslo.config's own errors (unknown option, bad file)
+    except Exception as err:  # noqa: BLE001 - oslo.config's own errors (unknown option, bad file)
         _fail(f'configuration: {err}', EXIT_USAGE)
     try:
         return _run(args, CONF)

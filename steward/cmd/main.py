@@ -3,6 +3,8 @@ import argparse
 import logging
 import sys
 
+from oslo_config import cfg
+
 from steward import process
 from steward.cmd import root as cmd_root
 from steward.common import rpc
@@ -14,6 +16,7 @@ from steward.conf import CONF
 LOG = logging.getLogger(__name__)
 
 USAGE = """steward COMMAND [--config-file FILE ...]
+steward --version
 
 Services:
   serve                      API + conductor + agent in one process, with an embedded
@@ -23,9 +26,13 @@ Services:
 Administration:
   db sync                    apply schema migrations
   db online-data-migrations  backfill data (device_state, ...)
+  db version                 the schema revision of the database
   db import-cyborg           take over an upstream Cyborg's database
                              (doc/switching-from-cyborg.md)
   status upgrade check       is this deployment ready for an upgrade?
+
+The same as separate commands, as OpenStack services ship them (doc/cli.md):
+steward-api, steward-conductor, steward-agent, steward-manage db ..., steward-status.
 
 Compute side (reference flow, what Nova does; `steward compute -h`):
   compute boot|delete|list   boot / delete instances with accelerators on this host
@@ -230,7 +237,9 @@ def cmd_db(argv):
         from steward.cmd import import_cyborg
         return import_cyborg.main(argv[1:])
     parser = argparse.ArgumentParser(prog='steward db')
-    parser.add_argument('action', choices=['sync', 'online-data-migrations', 'version'])
+    # online_data_migrations: the spelling of nova-manage and every <service>-manage.
+    parser.add_argument('action', choices=['sync', 'online-data-migrations',
+                                           'online_data_migrations', 'version'])
     args, rest = parser.parse_known_args(argv)
     process.prepare(rest)
     from steward.db import data_migrations, migration
@@ -254,10 +263,8 @@ def cmd_db(argv):
 
 
 def cmd_status(argv):
-    if argv[:2] != ['upgrade', 'check']:
-        process.fail('usage: steward status upgrade check [--config-file F]', 2)
     from steward.cmd import status
-    return status.main(argv[2:])
+    return status.main(argv)
 
 
 def _delegate(module):
@@ -278,6 +285,10 @@ def main(argv=None):
     if not argv or argv[0] in ('-h', '--help', 'help'):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == '--version':
+        from steward import version
+        print(version.version_string())
+        return 0
     command = COMMANDS.get(argv[0])
     if command is None:
         print(USAGE, file=sys.stderr)
@@ -286,6 +297,8 @@ def main(argv=None):
         return command(argv[1:])
     except exception.InvalidConfiguration as err:
         process.fail(str(err))
+    except cfg.Error as err:    # a file that is missing or unreadable, a bad value
+        process.fail(f'configuration: {err}', 2)
     except KeyboardInterrupt:
         return 130
 

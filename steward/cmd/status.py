@@ -1,54 +1,142 @@
-"""steward status upgrade check (oslo.upgradecheck)."""
+"""``steward-status upgrade check`` (and ``steward status upgrade check``), on
+oslo.upgradecheck's own command line: ``--json``, and its exit codes (0 success,
+1 a warning, 2 a failure, 255 a check that raised)."""
+import os
 import sys
 
+from oslo_config import cfg
+from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
 
 from steward import process
 from steward.conf import CONF
+from steward.conf import cyborg_compat
+
+USAGE = 'usage: steward-status upgrade check [--json] [--config-file FILE ...]'
 
 
 class Checks(upgradecheck.UpgradeCommands):
-    def __init__(self, database):
-        self.database = database
+    """The checks, each on the configuration and database of this command."""
+
+    def __init__(self):
+        self.database = None
+
+    def check(self):
+        from steward.cmd import root as cmd_root
+        root = cmd_root.Root()
+        self.database = root.database
+        try:
+            return super().check()
+        finally:
+            root.close()
 
     def _check_schema(self):
         from steward.db import migration
-        current, head = migration.current_revision(self.database), migration.head_revision()
+        try:
+            current = migration.current_revision(self.database)
+        except Exception as err:   # noqa: BLE001 - a database that cannot be read
+            return upgradecheck.Result(
+                upgradecheck.Code.FAILURE,
+                f'Cannot read the database ([database] connection): '
+                f'{str(err).splitlines()[0]}')
+        head = migration.head_revision()
         if current != head:
             return upgradecheck.Result(
                 upgradecheck.Code.FAILURE,
                 f'Database schema is at {current}, code expects {head}: run '
-                f'"steward db sync".')
+                f'"steward-manage db sync".')
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
-    def _check_device_state(self):
+    def _check_data_migrations(self):
         from steward.db import data_migrations
         try:
-            left = data_migrations.pending(self.database)['backfill_device_state']
-        except Exception as err:   # schema too old to even have the column
+            left = data_migrations.pending(self.database)
+        except Exception as err:   # noqa: BLE001 - schema too old to have the columns
             return upgradecheck.Result(upgradecheck.Code.FAILURE, str(err).split('\n')[0])
-        if left:
+        if left.get('backfill_device_state'):
             return upgradecheck.Result(
                 upgradecheck.Code.FAILURE,
-                f'{left} device(s) have no device_state: run "steward db '
-                f'online-data-migrations".')
+                f'{left["backfill_device_state"]} device(s) have no device_state: run '
+                f'"steward-manage db online_data_migrations".')
+        others = {name: n for name, n in left.items() if n}
+        if others:
+            return upgradecheck.Result(
+                upgradecheck.Code.FAILURE,
+                ', '.join(f'{name}: {n} row(s)' for name, n in sorted(others.items()))
+                + ' still to migrate: run "steward-manage db online_data_migrations".')
+        return upgradecheck.Result(upgradecheck.Code.SUCCESS)
+
+    def _check_cyborg_options(self):
+        found = [f'[{group}] {name} ({why.rstrip(".")})'
+                 for group, name, why in ignored_cyborg_options(CONF)]
+        if found:
+            return upgradecheck.Result(
+                upgradecheck.Code.WARNING,
+                'Upstream Cyborg options Steward ignores are set: '
+                + '; '.join(found)
+                + '. Remove them (steward/conf/cyborg_compat.py says why each has no '
+                  'effect).')
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
     _upgrade_checks = (
         ('Database schema', _check_schema),
-        ('Device state backfill', _check_device_state),
+        ('Online data migrations', _check_data_migrations),
+        ('Policy File JSON to YAML Migration',
+         (common_checks.check_policy_json, {'conf': CONF})),
+        ('Cyborg options Steward ignores', _check_cyborg_options),
     )
 
 
-def main(argv):
-    process.prepare(argv)
-    from steward.cmd import root as cmd_root
-    root = cmd_root.Root()
+def loaded_config_files(conf):
+    """The files the configuration was read from: --config-file (or the default
+    files found) and every *.conf of --config-dir (the last one given, which is
+    all oslo.config keeps), in oslo.config's order."""
+    files = list(conf.config_file or [])
+    directories = conf.config_dir or []
+    for directory in [directories] if isinstance(directories, str) else directories:
+        if os.path.isdir(directory):
+            files += sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                            if f.endswith('.conf'))
+    return files
+
+
+def ignored_cyborg_options(conf):
+    """(group, option, why) of every option of upstream Cyborg's that Steward
+    ignores and a loaded configuration file sets."""
+    found = {}
+    for path in loaded_config_files(conf):
+        sections = {}
+        cfg.ConfigParser(path, sections).parse()
+        for group, values in sections.items():
+            for name in values:
+                why = cyborg_compat.ignored(group, name)
+                if why is not None:
+                    found[(group, name)] = why
+    return [(group, name, why) for (group, name), why in sorted(found.items())]
+
+
+def _subcommand_last(argv):
+    # argparse reads oslo.config's options (--config-file) only before the
+    # subcommand, while operators write them after it too, as for `steward db`.
+    at = argv.index('upgrade') if 'upgrade' in argv else -1
+    if at < 0 or argv[at + 1:at + 2] != ['check']:
+        process.fail(USAGE, 2)
+    rest = argv[:at] + argv[at + 2:]
+    json = ['--json'] if '--json' in rest else []
+    return [a for a in rest if a != '--json'] + ['upgrade', 'check'] + json
+
+
+def main(argv=None):
+    argv = _subcommand_last(list(sys.argv[1:] if argv is None else argv))
+    upgradecheck.register_cli_options(CONF, Checks())
+    # oslo.upgradecheck's check() reads the global it sets in its own main().
+    upgradecheck.CONF = CONF
     try:
-        return Checks(root.database).check()
-    finally:
-        root.close()
+        process.prepare(argv)
+    except cfg.Error as err:
+        process.fail(f'configuration: {err}', 2)
+    return upgradecheck.run(CONF)
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

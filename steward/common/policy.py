@@ -274,3 +274,16 @@ STEWARD_ONLY = frozenset(r.name for r in steward_base_rules + steward_rules)
 def list_rules():
     """Every default rule (the ``oslo.policy.policies`` entry point)."""
     return base_rules + steward_base_rules + upstream_rules + steward_rules
+
+
+def get_enforcer():
+    """The ``oslo.policy.enforcer`` entry point: an oslo.policy Enforcer with
+    these defaults registered, on the global configuration the oslopolicy tools
+    parsed (``--config-file``: ``[oslo_policy] policy_file``), for
+    ``oslopolicy-list-redundant``, ``oslopolicy-policy-generator`` and
+    ``oslopolicy-validator --namespace steward``. The API builds its own
+    (steward/api/policy.py)."""
+    from oslo_config import cfg
+    enforcer = policy.Enforcer(cfg.CONF)
+    enforcer.register_defaults(list_rules())
+    return enforcer

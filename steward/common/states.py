@@ -286,8 +286,8 @@ def _transitions_line(transitions):
     ids = {t[6] for t in transitions}
     shared = ids.pop() if len(ids) == 1 else None
     parts = []
-    for kind, uuid, current, target, event, reason, request_id in transitions:
-        part = f'{kind} {uuid}: {current} -> {target} ({event})'
+    for kind, uuid, current, target, event_name, reason, request_id in transitions:
+        part = f'{kind} {uuid}: {current} -> {target} ({event_name})'
         if reason:
             part += f' reason={reason}'
         if request_id and shared is None:

@@ -24,7 +24,6 @@ meanwhile, an unreachable agent or database) is one log line, never a traceback.
 """
 import datetime
 import logging
-import threading
 
 import oslo_messaging as messaging
 from oslo_utils import timeutils

@@ -7,6 +7,7 @@ opts = [
                 help='Drivers the agent loads (entry points in steward.drivers). '
                      'Upstream names such as fake_driver are accepted.'),
     cfg.IntOpt('discovery_interval', default=60, min=1, mutable=True,
+               deprecated_opts=[cfg.DeprecatedOpt('periodic_interval', group='DEFAULT')],
                help='Seconds between two discovery cycles.'),
     cfg.StrOpt('resource_provider_name',
                help='Name of the compute-node resource provider the devices of '

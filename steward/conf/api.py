@@ -38,7 +38,7 @@ opts = [
                     'Empty: no metrics endpoint. With workers > 1 the steward api '
                     'process serves it, its workers\' bind observations summed '
                     '(prometheus_client\'s multiprocess mode).'),
-    cfg.IntOpt('workers', default=1, min=1,
+    cfg.IntOpt('workers', default=1, min=1, deprecated_name='api_workers',
                help='Processes serving steward api: above 1, gunicorn worker '
                     'processes running uvicorn on the same port (one Python process '
                     'uses at most one core, so more processes serve more clients at '

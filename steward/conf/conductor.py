@@ -8,6 +8,8 @@ group = cfg.OptGroup('conductor', title='Conductor',
 
 opts = [
     cfg.FloatOpt('periodic_interval', default=60.0, min=0.01, mutable=True,
+                 deprecated_opts=[cfg.DeprecatedOpt('periodic_interval',
+                                                    group='DEFAULT')],
                  help='Seconds between two runs of the periodic tasks: stuck '
                       'cleanups, lost cleanup requests, missed releases and '
                       'accelerator requests left in Deleting, and (with [nova]) '

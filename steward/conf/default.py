@@ -31,6 +31,7 @@ opts = [
     cfg.StrOpt('rpc_topic_agent', default='steward-agent',
                help='RPC topic of the agent service; each agent listens as server=host.'),
     cfg.IntOpt('rpc_response_timeout_bind', default=60, min=1, mutable=True,
+               deprecated_name='bind_timeout',
                help='Seconds the API waits for the conductor on a bind call.'),
     cfg.FloatOpt('rpc_unavailable_timeout', default=10.0, min=0.0, mutable=True,
                  help='Seconds the API keeps trying to reach the message broker '

@@ -5,7 +5,9 @@ group = cfg.OptGroup('nvidia_gpu', title='NVIDIA GPU driver',
                           'nvidia_gpu).')
 
 opts = [
-    cfg.ListOpt('enabled_vgpu_types', default=[], deprecated_group='gpu_devices',
+    cfg.ListOpt('enabled_vgpu_types', default=[],
+                deprecated_opts=[cfg.DeprecatedOpt('enabled_vgpu_types',
+                                                   group='gpu_devices')],
                 help='vGPU types (mdev type names, e.g. nvidia-35) to report. Each '
                      'type is mapped to GPUs by the device_addresses option of its '
                      'own group [vgpu_<type>] (e.g. [vgpu_nvidia-35] device_addresses '

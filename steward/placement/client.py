@@ -590,7 +590,7 @@ class PlacementClient:
                       for rp in self.list_providers(in_tree=root)}
         except exception.PlacementError:
             listed = {}
-        for uuid, (spec, seen, wanted) in changes.items():
+        for uuid, (_spec, seen, wanted) in changes.items():
             if listed.get(uuid) == seen.generation + (2 if wanted else 1):
                 self._remember(uuid, seen, generation=listed[uuid], inventories=wanted)
             else:

@@ -11,7 +11,6 @@ address) and its cleanup succeeds, fails or blocks on demand.
 """
 import json
 import threading
-import time
 import uuid
 
 from fastapi import testclient

@@ -47,7 +47,7 @@ def _lose_the_cleanup_request(st, life, dev):
     assert st.device(dev['uuid'])['device_state'] == 'pending_cleaning'
 
 
-def test_agent_down_at_unbind_the_device_stays_allocated_until_its_agent_starts(database, 
+def test_agent_down_at_unbind_the_device_stays_allocated_until_its_agent_starts(database,
         life, conf, caplog):
     st = life.start()
     dev = st.device()
@@ -111,7 +111,7 @@ def test_the_periodic_task_sends_a_lost_cleanup_request_again(life, conf, caplog
     _no_tracebacks(caplog)
 
 
-def test_with_no_agent_a_pending_cleanup_goes_to_error_after_timeout_and_grace(database, 
+def test_with_no_agent_a_pending_cleanup_goes_to_error_after_timeout_and_grace(database,
         life, conf, caplog):
     _fast_periodics(conf, cleanup_timeout=1, cleanup_grace=0.2,
                     cleanup_resend_interval=0.2)

@@ -90,7 +90,7 @@ def test_an_error_device_that_vanishes_is_kept_and_returns_in_error(life, caplog
     assert st.wait_state(dev['uuid'], ('available',))['last_error'] is None
 
 
-def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(database, 
+def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(database,
         life, caplog):
     st = life.start()
     dev = _in_error(st, life)

@@ -12,7 +12,6 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
-from steward.drivers import nvme_cli
 from steward import privsep
 from steward.privsep import blockdev
 from tests.functional import nvme_stack

@@ -85,7 +85,7 @@ def _later(seconds):
     return timeutils.utcnow() + datetime.timedelta(seconds=seconds)
 
 
-def test_an_arq_of_an_instance_nova_deleted_is_released_after_the_grace(database, 
+def test_an_arq_of_an_instance_nova_deleted_is_released_after_the_grace(database,
         life, nova_conf, caplog):
     nova_conf.set_override('periodic_interval', 0.05, group='conductor')
     nova_conf.set_override('orphan_grace', 0.3, group='conductor')
@@ -109,7 +109,7 @@ def test_an_arq_of_an_instance_nova_deleted_is_released_after_the_grace(database
     assert not [r for r in caplog.records if r.exc_info]
 
 
-def test_the_grace_counts_from_the_first_404_and_a_server_seen_again_is_forgotten(database, 
+def test_the_grace_counts_from_the_first_404_and_a_server_seen_again_is_forgotten(database,
         life, nova_conf, caplog):
     nova_conf.set_override('orphan_grace', 600, group='conductor')
     st = life.start()

@@ -216,7 +216,7 @@ def test_bound_pci_arqs_show_managed_from_2_4(transport, database, db, conf, pla
 
 # -- managed changed in configuration between two agent runs -----------------------
 @pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
-def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(transport, database, 
+def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(transport, database,
         db, conf, placement, host, sriov_tree, caplog):
     client, server = placement
     configure(conf, sriov_tree, {'vendor_id': '10de', 'product_id': '25b6'})

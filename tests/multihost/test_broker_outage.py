@@ -58,7 +58,7 @@ def test_broker_down_503_nothing_behind_the_callers_back_and_recovery(healthy):
             # Reads are the API's own.
             for path in ('/v2/devices', '/v2/deployables', '/v2/device_profiles',
                          '/v2/accelerator_requests'):
-                r, took = _timed(lambda: api.get(path))
+                r, took = _timed(lambda path=path: api.get(path))
                 assert r.status_code == 200 and took < 5, (path, r.status_code, took)
             # Writes need the conductor.
             _unavailable(*_timed(lambda: api.post(

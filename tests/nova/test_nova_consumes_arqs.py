@@ -220,7 +220,7 @@ def test_mdev_on_a_virtual_parent_cannot_work_with_nova(cloud, patched, released
 
 def test_every_domain_xml_validates(cloud, patched, released):
     for results in (patched, released):
-        for inst, result in results.items():
+        for result in results.values():
             assert_valid(result['xml'])
 
 

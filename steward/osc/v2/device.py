@@ -272,7 +272,7 @@ class _DeviceColumnsHook(hooks.CommandHook):
                 devices = {rows[0][at]: client.get(f'/devices/{rows[0][at]}')}
             elif fields:
                 devices = {d['uuid']: d for d in client.get('/devices')['devices']}
-        except Exception as err:   # never break the built-in command
+        except Exception as err:  # noqa: BLE001 - never break the built-in command
             LOG.warning('Steward device columns left out: %s', err)
             fields = []
         if fields:

@@ -111,7 +111,7 @@ def test_list_and_get_are_scoped_by_project(client, dp):
 
 @pytest.mark.parametrize('query,code', [
     ('instance=not-a-uuid', 'cyb.request.invalid_uuid'),
-    (f'instance=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a01&bind_state=bogus', 'cyb.request.invalid_parameter'),
+    ('instance=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a01&bind_state=bogus', 'cyb.request.invalid_parameter'),
     ('bind_state=bound', 'cyb.request.invalid_parameter'),
     ('instance_uuid=x', 'cyb.request.invalid_query'),
 ])
@@ -328,12 +328,13 @@ def test_other_projects_arq_cannot_be_bound_or_deleted(database, client, seed, d
 # --- delete -----------------------------------------------------------------------
 @pytest.mark.parametrize('query,status,code', [
     ('', 400, 'cyb.request.invalid_query'),
-    (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a02&instance=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a03', 400, 'cyb.request.invalid_query'),
+    ('?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a02&instance=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a03',
+     400, 'cyb.request.invalid_query'),
     ('?arqs=', 400, 'cyb.request.invalid_query'),
     ('?arqs=not-a-uuid', 404, 'cyb.arq.not_found'),
     ('?instance=not-a-uuid', 400, 'cyb.request.invalid_uuid'),
     ('?instances=x', 400, 'cyb.request.invalid_query'),
-    (f'?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a04', 404, 'cyb.arq.not_found'),
+    ('?arqs=9b2f6c1e-3c0e-4d8e-8a51-2f0c7f1b5a04', 404, 'cyb.arq.not_found'),
 ])
 def test_delete_bad_queries(database, client, dp, query, status, code):
     create(client)
