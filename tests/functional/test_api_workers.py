@@ -50,6 +50,15 @@ def test_the_workers_binds_are_counted_once(api):
     assert _failed_binds(metrics_url) == REQUESTS
 
 
+def _answers(url):
+    """One probe of the new workers: a refused, cut or slow request (a worker
+    still importing on a loaded machine) is 'not yet', not a failure."""
+    try:
+        return httpx.get(url, timeout=10).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_a_worker_killed_is_replaced_and_its_count_stays(api):
     proc, url, metrics_url, _ = api
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -63,6 +72,5 @@ def test_a_worker_killed_is_replaced_and_its_count_stays(api):
         os.kill(pid, signal.SIGKILL)
     wait_for(lambda: len(set(children(proc.pid)) - set(before)) == 2,
              'gunicorn replacing both workers', timeout=60)
-    wait_for(lambda: httpx.get(url + '/v2', timeout=2).status_code == 200,
-             'the new workers answering', timeout=60)
+    wait_for(lambda: _answers(url + '/v2'), 'the new workers answering', timeout=60)
     assert _failed_binds(metrics_url) == 1
