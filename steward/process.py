@@ -16,14 +16,15 @@ from steward.conf import CONF
 LOG = logging.getLogger(__name__)
 
 
-def prepare(argv, default_config_files=None):
+def prepare(argv, default_config_files=None, default_config_dirs=None):
     """Parse configuration and set up logging. ``argv`` excludes the command."""
     warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
     # oslo.log's options are registered once per process: CONF itself says whether
     # they are (its CLI options cannot be registered again once CONF was parsed).
     if 'debug' not in CONF:
         logging.register_options(CONF)
-    CONF(argv, project='steward', default_config_files=default_config_files)
+    CONF(argv, project='steward', default_config_files=default_config_files,
+         default_config_dirs=default_config_dirs)
     logging.setup(CONF, 'steward')
     for noisy in ('stevedore', 'oslo.messaging', 'oslo_messaging', 'kombu', 'amqp',
                   'keystoneauth', 'urllib3', 'alembic'):
@@ -63,8 +64,10 @@ def _quiet_exit_server(config):
 HTTP_KEEP_ALIVE = 75
 
 
+# proxy_headers off: the app honours a proxy's headers from [api] trusted_proxies
+# only (steward/api/proxy.py); uvicorn's own would also trust any loopback peer.
 _HTTP_OPTIONS = dict(log_level='warning', access_log=False, lifespan='off',
-                     timeout_keep_alive=HTTP_KEEP_ALIVE)
+                     timeout_keep_alive=HTTP_KEEP_ALIVE, proxy_headers=False)
 
 
 class Lifecycle:
@@ -93,9 +96,7 @@ class Lifecycle:
         finally:
             # The handler threads (steward/api/app.py): a request still stuck on
             # an unreachable database must not hold the exit up.
-            executor = getattr(getattr(app, 'state', None), 'executor', None)
-            if executor is not None:
-                executor.shutdown(wait=False, cancel_futures=True)
+            app.close()
 
     def stop(self, status):
         """Stop this process's service from another thread (never a signal

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 
-from fastapi import testclient
+from starlette import testclient
 import pytest
 
 from steward.common import rpc as steward_rpc
