@@ -16,12 +16,12 @@ the request id (``x-openstack-request-id``), which every log line of a state
 transition names; ``current_context`` makes it the thread's oslo.context while a
 handler runs, so oslo.log prints it on every log line of the request.
 """
+import asyncio
 import contextlib
 import io
 import logging
 import re
 
-import anyio
 from oslo_context import context as oslo_context
 
 from steward.common import context as steward_context
@@ -191,7 +191,10 @@ class KeystoneMiddleware:
         if scope['type'] != 'http' or scope.get('steward.public'):
             return await self.app(scope, receive, send)
         environ = _wsgi_environ(scope)
-        reply, body = await anyio.to_thread.run_sync(self._validate, environ)
+        # keystonemiddleware is blocking (a token's first validation is an HTTP
+        # call to Keystone): off the event loop, on the loop's default threads.
+        reply, body = await asyncio.get_running_loop().run_in_executor(
+            None, self._validate, environ)
         if not environ.get('steward.authenticated'):
             status = reply.get('status', 401)
             LOG.info('auth_token refused %s %s (%s) request_id=%s', scope['method'],
