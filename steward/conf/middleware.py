@@ -17,7 +17,8 @@ MAX_REQUEST_BODY_SIZE = 1024 * 1024
 
 # What a browser client (Horizon, Skyline) sends and must read.
 CORS_ALLOW_HEADERS = ['X-Auth-Token', 'X-Openstack-Request-Id', 'OpenStack-API-Version',
-                      'X-Project-Id', 'X-User-Id', 'X-Roles', 'Content-Type']
+                      'X-Project-Id', 'X-User-Id', 'X-Roles', 'X-Service-Roles',
+                      'Content-Type']
 CORS_EXPOSE_HEADERS = ['X-Auth-Token', 'X-Openstack-Request-Id', 'OpenStack-API-Version',
                        'OpenStack-API-Minimum-Version', 'OpenStack-API-Maximum-Version']
 CORS_ALLOW_METHODS = ['GET', 'PUT', 'POST', 'DELETE', 'PATCH', 'OPTIONS']
@@ -47,3 +48,13 @@ def register_opts(conf):
 def list_opts():
     # Listed by oslo.middleware's namespaces in the generator configuration.
     return []
+
+
+def documented_opts():
+    """(group, options) of oslo.middleware's options Steward reads, for
+    doc/configuration.md (steward/docs.py), with Steward's defaults."""
+    set_lib_defaults()
+    return [('oslo_middleware', sizelimit.OPTS + http_proxy_to_wsgi.OPTS),
+            ('cors', cors.OPTS),
+            ('healthcheck', healthcheck_opts.HEALTHCHECK_OPTS
+             + healthcheck_opts.DISABLE_BY_FILE_OPTS)]
