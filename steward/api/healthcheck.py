@@ -171,8 +171,9 @@ class Healthcheck:
         return False
 
     async def __call__(self, scope, receive, send):
-        if scope['type'] != 'http' or scope['path'] != PATH or \
-                scope['method'] not in ('GET', 'HEAD') or self._excluded(scope):
+        if scope['type'] != 'http' or scope['method'] not in ('GET', 'HEAD') or \
+                scope['path'] != scope.get('root_path', '') + PATH or \
+                self._excluded(scope):
             return await self.app(scope, receive, send)
         server = scope.get('server')
         port = server[1] if server else None
