@@ -5,8 +5,11 @@
 on its own logger, ``steward.api.requestlog``, so operators can raise it to WARNING
 (``default_log_levels = steward.api.requestlog=WARN``) or send it elsewhere. The
 request id is in the log context (``%(request_id)s`` of oslo.log's context
-format). The line is written once the answer is sent, on the event loop; it
-costs one monotonic clock read on each side and one record.
+format). The line is written once the answer is sent, on the event loop: two
+monotonic clock reads and one record, whose cost is oslo.log's for any line
+(about 70 us of CPU to a log file, most of it its context formatter; measured
+in-process, that is what removing the framework's layers saved, and less than a
+tenth of a bind). Raising the logger to WARNING skips it entirely.
 """
 import logging
 import time
