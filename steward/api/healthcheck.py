@@ -73,7 +73,9 @@ class BrokerCheck:
     """Can this process reach its message broker? A TCP connection to each host
     of the transport URL, opened by the event loop (no thread, no AMQP session):
     cheap enough for a balancer's poll, and what fails when the broker is down
-    or unreachable. One reachable host is enough (a cluster's clients fail over)."""
+    or unreachable. One reachable host is enough (a cluster's clients fail over).
+    RabbitMQ logs nothing for a connection that closes before the AMQP
+    handshake (an AMQP login would write two INFO lines per poll)."""
 
     def __init__(self, hosts):
         self.hosts = hosts
