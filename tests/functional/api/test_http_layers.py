@@ -75,3 +75,24 @@ def test_body_limit_option(make_client):
     r = c.post('/v2/device_profiles', content=b'[' + b' ' * 100 + b']')
     assert r.status_code == 413
     assert r.json()['error_code'] == 'cyb.request.too_large'
+
+
+def test_noauth_refuses_a_routable_listener(make_client):
+    """What a hosting server bound to a routable address passes as the scope's
+    ``server``: every caller would be an admin, so nothing is served."""
+    c = make_client()
+    c.base_url = 'http://192.0.2.9:6666'
+    r = c.get('/v2/devices')
+    assert r.status_code == 403
+    assert r.json()['error_code'] == 'cyb.auth.noauth_not_loopback'
+    assert '192.0.2.9' in r.json()['error_message']
+    assert c.get('/v2').status_code == 403
+    assert c.get('/healthcheck').status_code == 200     # the balancer's check
+    c.base_url = 'http://127.0.0.1:6666'
+    assert c.get('/v2/devices').status_code == 200
+
+
+def test_noauth_on_a_routable_listener_when_allowed(make_client):
+    c = make_client({('api', 'allow_insecure_noauth'): True})
+    c.base_url = 'http://192.0.2.9:6666'
+    assert c.get('/v2/devices').status_code == 200
