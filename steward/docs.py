@@ -108,6 +108,7 @@ def _state_docs(values):
 
 
 def configuration_markdown():
+    from steward.conf import middleware
     from steward.conf import opts as steward_opts
     out = ['# Configuration reference', '',
            'Generated from the registered options by `python -m steward.docs`; the',
@@ -120,10 +121,14 @@ def configuration_markdown():
            '`default_log_levels` (and `log_config_append`, whose file is read again).',
            'A changed option that is not mutable keeps its value until the restart',
            '(the log warns "Ignoring change to immutable option").', '']
-    for group, group_opts in steward_opts.list_opts():
-        name = getattr(group, 'name', None) or 'DEFAULT'
+    library = {name: ("oslo.middleware's options, read by the API (Steward's "
+                      "implementation of the middleware: doc/api.md, Hosting the API).")
+               for name, _ in middleware.documented_opts()}
+    for group, group_opts in steward_opts.list_opts() + middleware.documented_opts():
+        name = group if isinstance(group, str) else getattr(group, 'name', None) or 'DEFAULT'
         out += [f'## [{name}]', '']
-        help_text = getattr(group, 'help', None)
+        help_text = library.get(group) if isinstance(group, str) else \
+            getattr(group, 'help', None)
         if help_text:
             out += [' '.join(help_text.split()), '']
         out += ['| option | type | default | description |', '|---|---|---|---|']

@@ -18,7 +18,7 @@ from steward import reload as config_reload
 LOG = logging.getLogger(__name__)
 
 
-def prepare(argv, default_config_files=None):
+def prepare(argv, default_config_files=None, default_config_dirs=None):
     """Parse configuration and set up logging. ``argv`` excludes the command."""
     warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
     # oslo.log's options are registered once per process: CONF itself says whether
@@ -26,7 +26,8 @@ def prepare(argv, default_config_files=None):
     config_reload.prepare_log_options()
     if 'debug' not in CONF:
         logging.register_options(CONF)
-    CONF(argv, project='steward', default_config_files=default_config_files)
+    CONF(argv, project='steward', default_config_files=default_config_files,
+         default_config_dirs=default_config_dirs)
     logging.setup(CONF, 'steward')
     os.makedirs(CONF.state_path, exist_ok=True)
 
@@ -70,8 +71,10 @@ def _server(config, lifecycle):
 HTTP_KEEP_ALIVE = 75
 
 
+# proxy_headers off: the app honours a proxy's headers from [api] trusted_proxies
+# only (steward/api/proxy.py); uvicorn's own would also trust any loopback peer.
 _HTTP_OPTIONS = dict(log_level='warning', access_log=False, lifespan='off',
-                     timeout_keep_alive=HTTP_KEEP_ALIVE)
+                     timeout_keep_alive=HTTP_KEEP_ALIVE, proxy_headers=False)
 
 
 class Lifecycle:
@@ -155,9 +158,7 @@ class Lifecycle:
         finally:
             # The handler threads (steward/api/app.py): a request still stuck on
             # an unreachable database must not hold the exit up.
-            executor = getattr(getattr(app, 'state', None), 'executor', None)
-            if executor is not None:
-                executor.shutdown(wait=False, cancel_futures=True)
+            app.close()
 
     def stop(self, status):
         """Stop this process's service from another thread (never a signal

@@ -22,9 +22,10 @@ from steward import lifetime
 
 class ApiWorker(UvicornWorker):
     """uvicorn in a gunicorn worker, as `steward api` runs it in one process: no
-    lifespan events, no access log (one line per request is the API's own)."""
+    lifespan events, no access log (one line per request is the API's own), no
+    proxy headers (the API's own, from [api] trusted_proxies only)."""
     CONFIG_KWARGS = {'loop': 'auto', 'http': 'auto', 'lifespan': 'off',
-                     'access_log': False}
+                     'access_log': False, 'proxy_headers': False}
 
 
 API_WORKER = f'{__name__}.ApiWorker'

@@ -61,8 +61,9 @@ def _template_db(tmp_path_factory):
 
 
 def _overridable():
+    from steward.conf import middleware
     from steward.conf import opts
-    for group, group_opts in opts.list_opts():
+    for group, group_opts in opts.list_opts() + middleware.documented_opts():
         yield (getattr(group, 'name', group)), group_opts
 
 

@@ -51,39 +51,44 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def start_server():
+    """A new throw-away server (a test that stops it owns it), or None when
+    PostgreSQL is not installed. Removed at exit."""
+    bindir = _bindir()
+    if bindir is None:
+        return None
+    # initdb refuses to run as root: use the package's postgres user.
+    run_as = 'postgres' if os.geteuid() == 0 else None
+    base = tempfile.mkdtemp(prefix='steward-pg-')
+    datadir = os.path.join(base, 'data')
+    if run_as:
+        uid = pwd.getpwnam(run_as).pw_uid
+        os.chown(base, uid, -1)
+    port = _free_port()
+    server = PostgresServer(bindir, datadir, port, run_as)
+    server._as_owner([os.path.join(bindir, 'initdb'), '-D', datadir, '-U', 'steward',
+                      '--auth=trust', '-E', 'UTF8'])
+    server._as_owner([os.path.join(bindir, 'pg_ctl'), '-D', datadir, '-w', '-l',
+                      os.path.join(base, 'log'), '-o',
+                      f'-p {port} -k {base} -c listen_addresses=127.0.0.1 '
+                      f'-c max_connections=200 -c fsync=off', 'start'])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            server.psql('SELECT 1')
+            break
+        except subprocess.CalledProcessError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    atexit.register(server.stop)
+    return server
+
+
 def get_postgres():
     """The per-process server, or None when PostgreSQL is not installed."""
     global _server
     with _lock:
-        if _server is not None:
-            return _server
-        bindir = _bindir()
-        if bindir is None:
-            return None
-        # initdb refuses to run as root: use the package's postgres user.
-        run_as = 'postgres' if os.geteuid() == 0 else None
-        base = tempfile.mkdtemp(prefix='steward-pg-')
-        datadir = os.path.join(base, 'data')
-        if run_as:
-            uid = pwd.getpwnam(run_as).pw_uid
-            os.chown(base, uid, -1)
-        port = _free_port()
-        server = PostgresServer(bindir, datadir, port, run_as)
-        server._as_owner([os.path.join(bindir, 'initdb'), '-D', datadir, '-U', 'steward',
-                          '--auth=trust', '-E', 'UTF8'])
-        server._as_owner([os.path.join(bindir, 'pg_ctl'), '-D', datadir, '-w', '-l',
-                          os.path.join(base, 'log'), '-o',
-                          f'-p {port} -k {base} -c listen_addresses=127.0.0.1 '
-                          f'-c max_connections=200 -c fsync=off', 'start'])
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                server.psql('SELECT 1')
-                break
-            except subprocess.CalledProcessError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        atexit.register(server.stop)
-        _server = server
-        return server
+        if _server is None:
+            _server = start_server()
+        return _server

@@ -1,8 +1,8 @@
 """The v2 accelerator API as an ASGI application.
 
-``create_app(conductor_api)`` returns a FastAPI app: the route table below (the
-whole API in one dict, URL -> {method: handler}; a known URL with another method
-answers 405 with ``Allow``), served by a short, fixed pipeline of three ASGI
+``create_app(conductor_api, database)`` returns an ``App``: the route table below
+(the whole API in one dict, URL -> {method: handler}; a known URL with another
+method answers 405 with ``Allow``), served by a short, fixed pipeline of ASGI
 layers (see create_app) that renders every error through ``errors.py``.
 """
 import asyncio
@@ -10,12 +10,14 @@ from concurrent import futures
 import logging
 import uuid as uuidlib
 
-import fastapi
-
 from steward.api import auth
+from steward.api import cors
 from steward.api import errors
+from steward.api import healthcheck
 from steward.api import microversion
 from steward.api import policy as api_policy
+from steward.api import proxy
+from steward.api import requestlog
 from steward.api.handlers import ApiRequest
 from steward.api.handlers import arqs
 from steward.api.handlers import attributes
@@ -24,6 +26,7 @@ from steward.api.handlers import device_profiles
 from steward.api.handlers import devices
 from steward.api.handlers import root
 from steward.common import exception
+from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
@@ -78,9 +81,6 @@ PUBLIC_PATHS = frozenset(['/', '/v2'])
 # Outside /v2: no microversion, not rewritten to /v2/...
 UNVERSIONED_PATHS = frozenset(['/'])
 BODY_METHODS = frozenset(['POST', 'PUT', 'PATCH'])
-# Bodies are a device profile or an ARQ patch: a few KiB. Refuse anything huge
-# before reading it all into memory.
-MAX_BODY_BYTES = 1024 * 1024
 
 
 # --- middleware -------------------------------------------------------------------
@@ -93,12 +93,16 @@ class ApiMiddleware:
     * parses the microversion of every /v2 request (406 when unacceptable; a URL
       below the version it appeared in answers 404, see ``SINCE``) and
       puts the version headers on every /v2 answer, errors included;
+    * reads the body of a POST/PUT/PATCH, refusing one over ``max_body``
+      bytes (``[oslo_middleware] max_request_body_size``) with 413 before it is
+      all in memory;
     * turns anything raised below into a JSON error; an unexpected exception is
       logged with its traceback and answered with a clean 500.
     """
 
-    def __init__(self, app):
+    def __init__(self, app, max_body):
         self.app = app
+        self.max_body = max_body
 
     async def __call__(self, scope, receive, send):
         if scope['type'] != 'http':
@@ -133,7 +137,7 @@ class ApiMiddleware:
         started = False
         if error is None and scope['method'] in BODY_METHODS:
             try:
-                receive = await _read_body(scope, receive)
+                receive = await _read_body(scope, receive, self.max_body)
             except exception.StewardError as exc:
                 error = exc
 
@@ -162,13 +166,13 @@ class ApiMiddleware:
         await send_with_headers({'type': 'http.response.body', 'body': body})
 
 
-async def _read_body(scope, receive):
+async def _read_body(scope, receive, limit):
     """Read the whole request body into ``scope['steward.body']``; returns a
     ``receive`` that replays it for anything below that reads it again."""
     for name, value in scope['headers']:
         if name == b'content-length' and value.isdigit() and \
-                int(value) > MAX_BODY_BYTES:
-            raise exception.RequestTooLarge(limit=MAX_BODY_BYTES)
+                int(value) > limit:
+            raise exception.RequestTooLarge(limit=limit)
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -176,8 +180,8 @@ async def _read_body(scope, receive):
             break
         chunk = message.get('body', b'')
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise exception.RequestTooLarge(limit=MAX_BODY_BYTES)
+        if size > limit:
+            raise exception.RequestTooLarge(limit=limit)
         chunks.append(chunk)
         if not message.get('more_body'):
             break
@@ -219,10 +223,10 @@ def _api_request(scope, app):
         ctx=scope.get('steward.context'), version=scope.get('steward.version'),
         method=scope['method'], params=scope.get('path_params', {}),
         query=scope.get('query_string', b''),
-        body=scope.get('steward.body', b''), conductor=app.state.conductor,
+        body=scope.get('steward.body', b''), conductor=app.conductor,
         scheme=scope.get('scheme', 'http'), host=host,
-        root_path=scope.get('root_path', ''), database=app.state.database,
-        metrics=app.state.metrics, policy=app.state.policy)
+        root_path=scope.get('root_path', ''), database=app.database,
+        metrics=app.metrics, policy=app.policy)
 
 
 # How many handlers run at once, on SQLite. Its writers are serial (one lock per
@@ -232,7 +236,7 @@ def _api_request(scope, app):
 # ~100 ms and 16 clients got no more done than one. Two threads keep a read going
 # beside a write; the event loop still parses every connection meanwhile.
 SQLITE_HANDLER_THREADS = 2
-# On a database with parallel writers: anyio's (and FastAPI's) default.
+# On a database with parallel writers: anyio's default.
 HANDLER_THREADS = 40
 
 
@@ -249,13 +253,17 @@ class Router:
     another method: 405 with ``Allow``; a path below the microversion it appeared
     in (``SINCE``): 404, before any policy check.
 
+    ``app`` is the App whose services (conductor, database, metrics, policy)
+    every handler's ApiRequest carries.
+
     Handlers run in a pool of worker threads (the database layer is synchronous),
     at most ``handler_threads(database)`` at once, with the request's context as the
     thread's current one: every log line names the request id. The pool is the
     app's, made by ``create_app`` and shut down with it."""
 
-    def __init__(self, routes, since, executor):
+    def __init__(self, routes, since, executor, app):
         self.executor = executor
+        self.app = app
         self.exact = {}
         self.templates = {}
         for path, methods in routes.items():
@@ -284,7 +292,7 @@ class Router:
         return None, None
 
     def _run(self, scope, handler):
-        req = _api_request(scope, scope['app'])
+        req = _api_request(scope, self.app)
         with auth.current_context(req.ctx):
             return handler(req)
 
@@ -324,44 +332,80 @@ class Router:
                 return
 
 
-class _App(fastapi.FastAPI):
-    """The FastAPI application with Steward's own pipeline (``state.pipeline``) in
-    place of the framework's router and exception layers: nothing of those is
-    used (no typed parameters, no pydantic, no OpenAPI), and their seven layers
-    of wrapping were a fifth of a request's time on the event loop."""
+class App:
+    """The API as one ASGI application: the services its handlers use, and the
+    pipeline built on them by create_app. Nothing of a web framework: the route
+    table, the layers and the responses are Steward's own (a framework's
+    router, exception and validation layers were a fifth of a request's time on
+    the event loop, and none of them was used)."""
 
-    def build_middleware_stack(self):
-        return self.state.pipeline
+    def __init__(self, conductor, database, metrics, policy):
+        self.conductor = conductor
+        self.database = database
+        self.metrics = metrics
+        self.policy = policy
+        self.executor = futures.ThreadPoolExecutor(
+            handler_threads(database), thread_name_prefix='steward-api')
+        self.router = Router(ROUTES, SINCE, self.executor, self)
+        self.checks = []        # /healthcheck's own checks
+        self.pipeline = None
+
+    async def __call__(self, scope, receive, send):
+        await self.pipeline(scope, receive, send)
+
+    def close(self):
+        """Stop the handler and check threads without waiting: a request still
+        stuck on an unreachable database must not hold the process's exit up."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for check in self.checks:
+            executor = getattr(check, 'executor', None)
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
 
 
-def create_app(conductor_api, database, metrics=None, policy=None):
+def create_app(conductor_api, database, metrics=None, policy=None, transport_url=None):
     """The API application; ``conductor_api`` is a ConductorAPI (the only way
     the API changes ARQs and devices), ``database`` the Database it reads (and
     writes attributes and device profiles) through, ``metrics`` the process's
     steward.metrics.Metrics (None: one of the app's own, nobody serves it),
     ``policy`` the process's steward.api.policy.Enforcer (None: one of the app's
-    own, on the policy file as it is now). The pipeline, outermost first:
+    own, on the policy file as it is now), ``transport_url`` the broker the
+    process talks to, which /healthcheck checks (None: no broker check). The
+    pipeline, outermost first:
 
-    1. ApiMiddleware: request id, path normalisation, microversion (406),
-       version headers on every answer, and every error rendered by errors.py
-       (a StewardError as itself, anything else a clean 500). Outermost so that
-       even an authentication failure or a crash leaves with the headers.
-    2. auth (NoAuthMiddleware or KeystoneMiddleware, [api] auth_strategy): the
-       RequestContext; skipped for the version documents. After 1 because it
+    1. ProxyHeaders: scheme, host and client address from a trusted proxy's
+       headers ([oslo_middleware] enable_proxy_headers_parsing, [api]
+       trusted_proxies); first, so every layer below sees the client's view.
+    2. RequestLog: one INFO line per request, whatever answered it.
+    3. Healthcheck: /healthcheck, before authentication and path rewriting.
+    4. Cors (only when [cors] allowed_origin is set): answers preflights before
+       authentication, and decorates every answer below, errors included.
+    5. ApiMiddleware: request id, path normalisation, microversion (406),
+       version headers on every answer, the body and its limit (413), and every
+       error rendered by errors.py (a StewardError as itself, anything else a
+       clean 500). Above authentication so that even an authentication failure
+       or a crash leaves with the headers.
+    6. auth (NoAuthMiddleware or KeystoneMiddleware, [api] auth_strategy): the
+       RequestContext; skipped for the version documents. After 5 because it
        needs the request id and the normalised path.
-    3. Router: the route table, the handler in a worker thread.
+    7. Router: the route table, the handler in a worker thread.
     """
-    app = _App(title='Steward accelerator API', openapi_url=None,
-               docs_url=None, redoc_url=None, redirect_slashes=False)
-    app.state.conductor = conductor_api
-    app.state.database = database
     if metrics is None:
         from steward import metrics as steward_metrics
         metrics = steward_metrics.Metrics(database)
-    app.state.metrics = metrics
-    app.state.policy = policy if policy is not None else api_policy.Enforcer()
-    app.state.executor = futures.ThreadPoolExecutor(
-        handler_threads(database), thread_name_prefix='steward-api')
-    app.state.router = Router(ROUTES, SINCE, app.state.executor)
-    app.state.pipeline = ApiMiddleware(auth.middleware_class()(app.state.router))
+    app = App(conductor_api, database, metrics,
+              policy if policy is not None else api_policy.Enforcer())
+    app.checks = [healthcheck.DatabaseCheck(database)]
+    hosts = healthcheck.broker_hosts(transport_url, CONF)
+    if hosts:
+        app.checks.append(healthcheck.BrokerCheck(hosts))
+    layer = ApiMiddleware(auth.middleware_class()(app.router),
+                          CONF.oslo_middleware.max_request_body_size)
+    if CONF.cors.allowed_origin:
+        layer = cors.Cors(layer, CONF.cors)
+    layer = healthcheck.Healthcheck(layer, CONF, app.checks)
+    layer = requestlog.RequestLog(layer)
+    if CONF.oslo_middleware.enable_proxy_headers_parsing:
+        layer = proxy.ProxyHeaders(layer, True, CONF.api.trusted_proxies)
+    app.pipeline = layer
     return app

@@ -16,12 +16,13 @@ the request id (``x-openstack-request-id``), which every log line of a state
 transition names; ``current_context`` makes it the thread's oslo.context while a
 handler runs, so oslo.log prints it on every log line of the request.
 """
+import asyncio
 import contextlib
 import io
+import ipaddress
 import logging
 import re
 
-import anyio
 from oslo_context import context as oslo_context
 
 from steward.common import context as steward_context
@@ -109,15 +110,51 @@ def noauth_context(scope):
 
 
 class NoAuthMiddleware:
-    """ASGI: the noauth context (see the module docstring)."""
+    """ASGI: the noauth context (see the module docstring).
+
+    Every caller is an admin here, so the listener must be loopback unless
+    [api] allow_insecure_noauth says otherwise. ``steward api`` and ``steward
+    serve`` refuse a routable listener at start (steward/cmd/checks.py); under a
+    hosting server (steward.wsgi.api) the listener is only known per request,
+    as the scope's ``server``: a request that reached a routable address is
+    refused with 403 ``cyb.auth.noauth_not_loopback``, logged once per address.
+    Each address is judged once."""
 
     def __init__(self, app):
         self.app = app
+        self.exposure_allowed = CONF.api.allow_insecure_noauth
+        self.loopback = set()
+        self.refused = set()
 
     async def __call__(self, scope, receive, send):
-        if scope['type'] == 'http' and not scope.get('steward.public'):
-            scope['steward.context'] = noauth_context(scope)
+        if scope['type'] == 'http':
+            if not self.exposure_allowed:
+                self._check_listener(scope)
+            if not scope.get('steward.public'):
+                scope['steward.context'] = noauth_context(scope)
         await self.app(scope, receive, send)
+
+    def _check_listener(self, scope):
+        server = scope.get('server')
+        # None: a Unix socket, local by nature.
+        if server is None or server[0] in self.loopback:
+            return
+        host = str(server[0])
+        try:
+            address = ipaddress.ip_address(host.strip('[]').split('%')[0])
+        except ValueError:
+            # Not an address (an in-process test client's "testserver"): real
+            # servers pass the socket's own address.
+            self.loopback.add(host)
+            return
+        if address.is_loopback:
+            self.loopback.add(host)
+            return
+        if host not in self.refused:
+            self.refused.add(host)
+            LOG.error('auth_strategy = noauth and a request reached the routable '
+                      'address %s: refused (set [api] auth_strategy = keystone)', host)
+        raise exception.NoauthNotLoopback(address=host)
 
 
 def _wsgi_environ(scope):
@@ -191,7 +228,10 @@ class KeystoneMiddleware:
         if scope['type'] != 'http' or scope.get('steward.public'):
             return await self.app(scope, receive, send)
         environ = _wsgi_environ(scope)
-        reply, body = await anyio.to_thread.run_sync(self._validate, environ)
+        # keystonemiddleware is blocking (a token's first validation is an HTTP
+        # call to Keystone): off the event loop, on the loop's default threads.
+        reply, body = await asyncio.get_running_loop().run_in_executor(
+            None, self._validate, environ)
         if not environ.get('steward.authenticated'):
             status = reply.get('status', 401)
             LOG.info('auth_token refused %s %s (%s) request_id=%s', scope['method'],

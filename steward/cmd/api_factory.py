@@ -1,6 +1,7 @@
-"""The API application of the standalone ``steward api`` service: one process,
-or each of its gunicorn worker processes (``[api] workers`` > 1), builds it once
-the configuration is parsed (a worker inherits it from the fork). Nothing is
+"""The API application of the standalone ``steward api`` service and of a hosting
+server (steward/wsgi/api.py): one process, or each of its gunicorn worker
+processes, builds it once the configuration is parsed (a worker of ``steward
+api`` inherits it from the fork; a hosting server's worker reads it at import). Nothing is
 shared between workers but the listening socket: each opens its own broker
 connection and database pool, and every state change is a conditional UPDATE or a
 row lock in the database, which is what keeps several workers (and several API
@@ -24,6 +25,7 @@ def build(root=None):
     app = api_app.create_app(
         rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
                             transport=root.transport),
-        root.database, metrics=root.metrics, policy=root.policy)
+        root.database, metrics=root.metrics, policy=root.policy,
+        transport_url=root.transport.url)
     process.settle_heap()
     return app

@@ -108,6 +108,17 @@ class Forbidden(StewardError):
     message = 'Access was denied to the following resource: %(action)s'
 
 
+class NoauthNotLoopback(StewardError):
+    """auth_strategy = noauth and a request that reached a listener on a routable
+    address (a hosting server's bind is only known per request)."""
+    status = 403
+    code = 'cyb.auth.noauth_not_loopback'
+    message = ('[api] auth_strategy = noauth serves loopback listeners only; this '
+               'request reached %(address)s. Set [api] auth_strategy = keystone '
+               '(or [api] allow_insecure_noauth = true to accept every caller as '
+               'an admin).')
+
+
 class ServiceTokenRequired(Forbidden):
     code = 'cyb.auth.service_token_required'
     message = ('This operation requires a service token. Use the Compute API to '

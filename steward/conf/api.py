@@ -38,6 +38,17 @@ opts = [
                     'Empty: no metrics endpoint. With workers > 1 the steward api '
                     'process serves it, its workers\' bind observations summed '
                     '(prometheus_client\'s multiprocess mode).'),
+    cfg.ListOpt('trusted_proxies', default=[],
+                help='Addresses or CIDRs (e.g. 192.0.2.10, 10.0.0.0/24, ::1) of the '
+                     'reverse proxies whose Forwarded / X-Forwarded-Proto / '
+                     'X-Forwarded-Host / X-Forwarded-For headers the API honours, '
+                     'when [oslo_middleware] enable_proxy_headers_parsing is true: a '
+                     'TLS-terminating HAProxy sends X-Forwarded-Proto: https and the '
+                     'links in responses come out https://. Headers from any other '
+                     'peer are ignored (a client could otherwise choose the links '
+                     'and the address in the request log). Empty: no peer is '
+                     'trusted. The ASGI server\'s own proxy-header handling must be '
+                     'off (doc/install.md).'),
     cfg.IntOpt('workers', default=1, min=1, deprecated_name='api_workers',
                help='Processes serving steward api: above 1, gunicorn worker '
                     'processes running uvicorn on the same port (one Python process '

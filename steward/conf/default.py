@@ -65,10 +65,12 @@ def register_opts(conf):
 def set_lib_defaults():
     """oslo.config.opts.defaults hook (pyproject.toml): oslo-config-generator and
     the generated docs show Steward's transport_url default, not oslo.messaging's
-    ``rabbit://``."""
+    ``rabbit://``, and Steward's defaults of oslo.middleware's options."""
     from oslo_config import cfg as _cfg
     from oslo_messaging import transport as _transport
     _cfg.set_defaults(_transport._transport_opts, transport_url=DEFAULT_TRANSPORT_URL)
+    from steward.conf import middleware
+    middleware.set_lib_defaults()
 
 
 def list_opts():

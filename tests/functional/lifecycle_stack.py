@@ -13,7 +13,7 @@ import json
 import threading
 import uuid
 
-from fastapi import testclient
+from starlette import testclient
 import pytest
 
 from steward.common import rpc as steward_rpc

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 
-from fastapi import testclient
+from starlette import testclient
 import pytest
 
 from steward.agent import rpcapi as agent_rpcapi

@@ -74,3 +74,13 @@ def test_a_worker_killed_is_replaced_and_its_count_stays(api):
              'gunicorn replacing both workers', timeout=60)
     wait_for(lambda: _answers(url + '/v2'), 'the new workers answering', timeout=60)
     assert _failed_binds(metrics_url) == 1
+
+
+def test_the_servers_own_proxy_headers_handling_is_off(api):
+    """uvicorn would take a loopback peer's X-Forwarded-Proto by default; steward
+    api's workers leave proxy headers to the app ([api] trusted_proxies, unset
+    here), so the links stay the request's own."""
+    _, url, _, _ = api
+    r = httpx.get(f'{url}/v2', headers={'X-Forwarded-Proto': 'https',
+                                        'X-Forwarded-For': '203.0.113.9'}, timeout=30)
+    assert r.json()['links'][0]['href'] == f'{url}/v2/'

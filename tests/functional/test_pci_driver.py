@@ -7,7 +7,7 @@ import os
 import uuid
 
 import pytest
-from fastapi import testclient
+from starlette import testclient
 
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app

@@ -66,6 +66,12 @@ ELSEWHERE = {
     ('doc/multihost.md', 'curl -s http://CONTROLLER:6666/v2/devices | python3 -m '
                          "json.tool   # every host's devices"):
         'several hosts: tests/multihost/test_guide.py',
+    ('doc/api.md', 'OS_STEWARD_CONFIG_DIR=/etc/steward \\'):
+        'gunicorn and uvicorn hosting the app as printed, in front of RabbitMQ, a '
+        'conductor and PostgreSQL: tests/functional/test_hosted_api.py',
+    ('doc/multihost.md', '# /etc/steward/steward.conf holds the api.conf above, plus:'):
+        'several hosts behind HAProxy: the same command and options in '
+        'tests/functional/test_hosted_api.py',
     ('doc/install.md', 'git clone <steward repository> steward && cd steward'):
         'the checkout under test is that clone; its ./tools/serve.sh is how the '
         'runtime fixture starts the stack',

@@ -3,6 +3,7 @@ embedded Placement, real clients (openstacksdk, the openstack CLI, osc-placement
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ import httpx
 from prometheus_client import parser
 import pytest
 
-from tests.stack import running_stack
+from tests.stack import running_stack, wait_for
 
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)
@@ -193,3 +194,18 @@ def test_nova_shaped_sequence_leaves_everything_as_before(stack, nova):
     assert tree(stack) == placement_before
     assert rp['inventories']['FPGA']['reserved'] == 0
     assert devices(api) == db_before
+
+
+def test_serve_honours_no_proxy_headers_and_logs_each_request(stack):
+    """steward serve's uvicorn leaves proxy headers to the app (none trusted
+    here): the links stay the request's own; the request is in its log, once."""
+    r = httpx.get(f'{stack.url}/v2', headers={'X-Forwarded-Proto': 'https'}, timeout=30)
+    assert r.json()['links'][0]['href'] == f'{stack.url}/v2/'
+    rid = r.headers['x-openstack-request-id']
+
+    def logged():
+        return [line for line in stack.log().splitlines()
+                if rid in line and 'steward.api.requestlog' in line]
+    [line] = wait_for(logged, 'the request log line')
+    assert re.search(r' 127\.0\.0\.1 "GET /v2" status: 200 len: %d microversion: 2\.0 '
+                     r'time: \d+\.\d{6}$' % len(r.content), line), line

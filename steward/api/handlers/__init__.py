@@ -3,8 +3,8 @@
 A handler is a plain synchronous function ``handler(req) -> Response`` taking an
 ``ApiRequest``: the caller's context, the microversion served, path and query
 parameters and the raw body, and nothing of the web framework. The route table
-in steward/api/app.py maps URLs and methods onto them; FastAPI runs them in its
-threadpool because the database layer is synchronous.
+in steward/api/app.py maps URLs and methods onto them; the router runs them in its
+thread pool because the database layer is synchronous.
 
 Each handler's docstring lists the statuses it answers.
 """
@@ -12,7 +12,6 @@ import json
 import urllib.parse
 
 from oslo_utils import uuidutils
-from starlette import responses
 
 from steward.common import exception
 from steward.conf import CONF
@@ -126,15 +125,35 @@ def project_scope(ctx):
     return ctx.project_id or ''
 
 
+class Response:
+    """A handler's answer, sent as two ASGI messages. No framework response:
+    the headers are always the same two, computed once."""
+
+    __slots__ = ('body', 'status_code', 'headers')
+
+    def __init__(self, body=b'', status_code=200, media_type=None):
+        self.body = body
+        self.status_code = status_code
+        # No body on 204/304 means no Content-Length either (RFC 9110 8.6).
+        self.headers = [] if status_code in (204, 304) else \
+            [(b'content-length', str(len(body)).encode())]
+        if media_type is not None:
+            self.headers.append((b'content-type', media_type.encode()))
+
+    async def __call__(self, scope, receive, send):
+        await send({'type': 'http.response.start', 'status': self.status_code,
+                    'headers': self.headers})
+        await send({'type': 'http.response.body', 'body': self.body})
+
+
 def json_response(data, status=200):
-    return responses.Response(json.dumps(data).encode(), status_code=status,
-                              media_type=JSON_TYPE)
+    return Response(json.dumps(data).encode(), status_code=status, media_type=JSON_TYPE)
 
 
 def encoded_response(body, status=200):
     """A JSON answer whose body is encoded already (bytes)."""
-    return responses.Response(body, status_code=status, media_type=JSON_TYPE)
+    return Response(body, status_code=status, media_type=JSON_TYPE)
 
 
 def empty(status):
-    return responses.Response(status_code=status)
+    return Response(status_code=status)

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from fastapi import testclient
+from starlette import testclient
 
 from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager

@@ -3,7 +3,7 @@ import logging
 import uuid
 
 import pytest
-from fastapi import testclient
+from starlette import testclient
 
 from steward.api import app as api_app
 from steward.common import exception

@@ -8,7 +8,7 @@ import datetime
 import uuid
 
 import pytest
-from fastapi import testclient
+from starlette import testclient
 
 from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
@@ -174,3 +174,9 @@ def test_a_different_keystone_authtoken_setting_is_named_and_ignored(caplog):
     assert len(warned) == 1
     assert '[keystone_authtoken] service_token_roles = other is ignored' in warned[0]
     assert '[api] service_token_roles = service' in warned[0]
+
+
+def test_healthcheck_needs_no_token(keystone_client):
+    assert keystone_client.get('/v2/devices').status_code == 401
+    r = keystone_client.get('/healthcheck')
+    assert (r.status_code, r.text) == (200, 'OK')

@@ -7,7 +7,7 @@ from oslo_messaging.rpc import client as rpc_client
 
 from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
-from fastapi import testclient
+from starlette import testclient
 
 
 class Failing:

@@ -80,7 +80,7 @@ def test_policy_file_overrides_and_reload(policy_file, client):
     os.utime(policy_file, (1, 1))
     # Frozen until reloaded: no per-request file checks.
     assert client.get('/v2/devices', headers=READER).status_code == 200
-    client.app.state.policy.reload()
+    client.app.policy.reload()
     assert client.get('/v2/devices', headers=READER).status_code == 403
     assert client.get('/v2/devices', headers=MANAGER_ONLY).status_code == 200
 

@@ -17,7 +17,7 @@ import datetime
 import uuid
 
 import pytest
-from fastapi import testclient
+from starlette import testclient
 
 from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
