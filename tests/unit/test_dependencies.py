@@ -24,6 +24,9 @@ USED_WITHOUT_IMPORT = {
     'pytest-xdist',
     # Imported through tests/requirements.need_import('libvirt', ...).
     'libvirt-python',
+    # Programs run by tools/lint.sh and tests/unit/test_lint.py (ruff), and
+    # tests/unit/test_releasenotes.py and `tox -e releasenotes` (reno).
+    'ruff', 'reno',
 }
 # Imported by code that runs in another interpreter: tests/side_venv.py's
 # virtualenvs (Nova, an upstream Cyborg), not this one.
