@@ -39,7 +39,7 @@ def test_create_one_arq_per_accelerator_per_group(transport, database, db, conf)
     assert {a['project_id'] for a in arqs} == {'proj'}
 
 
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_bind_unbind_delete_restores_everything(transport, database, db, conf):
     conductor, _ = cf.stack(database, transport, conf)
     cf.make_profile(database)
@@ -158,7 +158,7 @@ def test_leftover_deleting_rows_are_finished_at_start(transport, database, db, c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_32_concurrent_binds_on_16_handles(transport, database, db, conf):
     conductor, _ = cf.stack(database, transport, conf)
     cf.make_profile(database)
