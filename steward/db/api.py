@@ -14,6 +14,7 @@ import json
 import threading
 import types
 
+from oslo_db import exception as db_exc
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
 import sqlalchemy as sa
@@ -316,7 +317,7 @@ def device_profile_create(session, name, groups, description=None, uuid=None):
     session.add(dp)
     try:
         session.flush()
-    except sa.exc.IntegrityError:
+    except db_exc.DBDuplicateEntry:
         # Lost a race with a concurrent create of the same name.
         raise exception.DuplicateDeviceProfileName(name=name)
     return dp
