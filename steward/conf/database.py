@@ -6,7 +6,17 @@ import copy
 from oslo_config import cfg
 from oslo_db import options as oslo_db_options
 
-group = cfg.OptGroup('database', title='Database options')
+group = cfg.OptGroup('database', title='Database options', help=(
+    "Steward's own database: SQLite, PostgreSQL or MariaDB/MySQL (Galera "
+    "included), one schema and one set of migrations on all three. The options "
+    "are oslo.db's, as every OpenStack service reads them here, with Steward's "
+    "defaults, and two of Steward's (sqlite_busy_timeout, sync_on_startup). A "
+    "write transaction the database refuses as a deadlock (on Galera: a "
+    "certification failure) runs again from its start, up to db_max_retries "
+    "times with db_retry_interval seconds between tries (jittered, growing to "
+    "db_max_retry_interval); past that, or while the database is unreachable, "
+    "the API answers 503 cyb.service.unavailable. max_retries and retry_interval "
+    "are the connection attempts when a service starts."))
 
 # Steward's defaults for oslo.db's options: one host needs no server (SQLite in
 # state_path); a bind waits for its transaction, so deadlock retries stay within
