@@ -110,32 +110,53 @@ class MariaDBServer:
         if out.returncode:
             raise RuntimeError('mariadb-install-db failed:\n'
                                + (out.stdout + out.stderr)[-3000:])
+        self._launch()
+        self._wait(lambda: self.sql(
+            f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'"))
+        self.sql(f"GRANT ALL ON *.* TO '{USER}'@'127.0.0.1'")
+
+    def restart(self):
+        """Start again on the same data directory and port (after ``shutdown``)."""
+        self._launch()
+        self._wait(lambda: self.sql('SELECT 1'))
+
+    def shutdown(self):
+        """A clean shutdown (SIGTERM), as a server restart does; the data stays."""
+        if self.proc is not None:
+            stop_child(self.proc, timeout=60)
+            self.proc = None
+
+    def _launch(self):
         cmd = [_server_binary(), '--no-defaults', f'--datadir={self.datadir}',
                f'--socket={self.socket}', f'--port={self.port}',
                '--bind-address=127.0.0.1', f'--pid-file={self.base}/mariadb.pid',
                f'--log-error={self.log}', '--skip-name-resolve', '--skip-log-bin',
-               # A test database: durability traded for speed, small memory.
+               # A test database: durability traded for speed, small memory; the
+               # tables in the system tablespace (no file per table: a test's
+               # database is cloned in a third less time, conftest.py ``db``).
                '--innodb-flush-log-at-trx-commit=0', '--innodb-buffer-pool-size=64M',
-               '--max-connections=200']
+               '--max-connections=200', '--innodb-file-per-table=0',
+               '--innodb-doublewrite=0']
         if os.geteuid() == 0:
             cmd.append('--user=root')
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
+
+    def _wait(self, first_statement):
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f'mariadbd exited with {self.proc.returncode}:\n'
                                    + self.tail())
             try:
-                self.sql(f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'")
-                break
+                first_statement()
+                return
             except subprocess.CalledProcessError:
                 if time.monotonic() > deadline:
                     raise RuntimeError('mariadbd did not answer within 60 s:\n'
                                        + self.tail())
                 time.sleep(0.2)
-        self.sql(f"GRANT ALL ON *.* TO '{USER}'@'127.0.0.1'")
 
     def tail(self, n=3000):
         try:
@@ -145,8 +166,7 @@ class MariaDBServer:
             return str(exc)
 
     def stop(self):
-        if self.proc is not None:
-            stop_child(self.proc, timeout=60)    # mariadbd shuts down cleanly on SIGTERM
+        self.shutdown()
         shutil.rmtree(self.base, ignore_errors=True)
 
 

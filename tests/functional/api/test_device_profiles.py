@@ -7,6 +7,9 @@ import pytest
 from tests.functional.api.conftest import MEMBER, MEMBER_SERVICE, READER, make_profile, \
     mv, snapshot
 
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+
 DP_FIELDS = {'uuid', 'name', 'description', 'groups', 'created_at', 'updated_at', 'links'}
 GOOD_GROUPS = [{'resources:CUSTOM_ACCELERATOR_FPGA': '1',
                 'trait:CUSTOM_FPGA_1': 'required',
