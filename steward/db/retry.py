@@ -45,17 +45,26 @@ class opened:
 
 
 def on_deadlock(fn):
+    counted = _counted(fn)
+    # The retrying wrapper per set of option values: built once, not per call
+    # (the bind's hot path), and anew when the options change.
+    built = {}
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if depth():
             return fn(*args, **kwargs)
         conf = CONF.database
-        limit = float('inf') if conf.db_max_retries < 0 else conf.db_max_retries
-        retried = oslo_db_api.wrap_db_retry(
-            retry_interval=conf.db_retry_interval, max_retries=limit,
-            inc_retry_interval=conf.db_inc_retry_interval,
-            max_retry_interval=conf.db_max_retry_interval,
-            retry_on_deadlock=True)(_counted(fn))
+        key = (conf.db_retry_interval, conf.db_max_retries, conf.db_inc_retry_interval,
+               conf.db_max_retry_interval)
+        retried = built.get(key)
+        if retried is None:
+            interval, limit, inc, max_interval = key
+            retried = built[key] = oslo_db_api.wrap_db_retry(
+                retry_interval=interval,
+                max_retries=float('inf') if limit < 0 else limit,
+                inc_retry_interval=inc, max_retry_interval=max_interval,
+                retry_on_deadlock=True)(counted)
         return retried(*args, **kwargs)
     return wrapper
 

@@ -52,9 +52,12 @@ def _engine(url):
             connection_parameters=conf.connection_parameters)
     # Not oslo.db's SQLite engine: it swaps the pool for a NullPool (a new
     # connection, and its PRAGMAs, per transaction) and emits a deferred BEGIN of
-    # its own, where Steward's writers need BEGIN IMMEDIATE. Its filters only.
+    # its own, where Steward's writers need BEGIN IMMEDIATE. Its filters only, on
+    # errors; not register_engine's commit, rollback and checkin listeners, which
+    # keep a savepoint's rollback cause (Steward takes no savepoints) at a cost
+    # on every transaction of the hot path.
     engine = sa.create_engine(url, connect_args={'check_same_thread': False})
-    exc_filters.register_engine(engine)
+    event.listen(engine, 'handle_error', exc_filters.handler, retval=True)
     return engine
 
 
