@@ -20,20 +20,6 @@ import sqlalchemy as sa
 from steward.common import states
 from steward.db import models as m
 from tests.functional import conductor_fixtures as cf
-from tests.stack import wait_for
-
-_LOCK_WAITS = {
-    'postgresql': "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                  "current_database() AND wait_event_type = 'Lock'",
-    'mysql': "SELECT count(*) FROM information_schema.innodb_trx "
-             "WHERE trx_state = 'LOCK WAIT'",
-}
-
-
-def _lock_waits(database):
-    with database.engine.connect() as conn:
-        return conn.execute(sa.text(_LOCK_WAITS[conn.dialect.name])).scalar()
-
 
 class OppositeOrder:
     """A transaction of its own on ``database`` that locks ``handle_id``, then,
@@ -91,6 +77,30 @@ def _bind_into(results, conductor, arq, dep):
     return threading.Thread(target=bind)
 
 
+class ClaimReached:
+    """Set when the bind's attach-handle claim is sent: by then the bind holds its
+    device's row lock (it locks it first), so the other side's request for that
+    row closes the cycle whichever reaches the server first."""
+
+    def __init__(self, database):
+        self.engine = database.engine
+        self.reached = threading.Event()
+        sa.event.listen(self.engine, 'before_cursor_execute', self)
+
+    def __call__(self, _conn, _cursor, statement, *_args):
+        text = ' '.join(statement.split()).lower()
+        if 'attach_handles' in text and ('for update' in text or
+                                         text.startswith('update attach_handles')):
+            self.reached.set()
+
+    def wait(self, binding, results):
+        while not self.reached.wait(0.05):
+            assert binding.is_alive(), f'the bind ended before its claim: {results}'
+
+    def remove(self):
+        sa.event.remove(self.engine, 'before_cursor_execute', self)
+
+
 @pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
 def test_a_bind_chosen_as_deadlock_victim_is_run_again(transport, database, db, conf,
                                                        caplog):
@@ -100,13 +110,15 @@ def test_a_bind_chosen_as_deadlock_victim_is_run_again(transport, database, db, 
     results = {}
     binding = _bind_into(results, conductor, arq, dep)
     caplog.set_level(logging.DEBUG, logger='oslo_db.api')
+    claim = ClaimReached(database)
     try:
         binding.start()
-        wait_for(lambda: _lock_waits(database), "the bind to wait for the handle's lock")
+        claim.wait(binding, results)
         other.thread.start()
         other.thread.join(60)
         binding.join(60)
     finally:
+        claim.remove()
         other.close()
 
     assert other.error is None, other.error      # the other side won, and committed
@@ -132,13 +144,15 @@ def test_a_deadlock_past_the_retries_is_raised_as_such(transport, database, db, 
     other = OppositeOrder(database, handle_id, dep.device_id)
     results = {}
     binding = _bind_into(results, conductor, arq, dep)
+    claim = ClaimReached(database)
     try:
         binding.start()
-        wait_for(lambda: _lock_waits(database), "the bind to wait for the handle's lock")
+        claim.wait(binding, results)
         other.thread.start()
         other.thread.join(60)
         binding.join(60)
     finally:
+        claim.remove()
         other.close()
     assert isinstance(results.get('error'), db_exc.DBDeadlock), results
     # Rolled back as a whole: the ARQ is where it was, no handle taken.

@@ -13,7 +13,7 @@ from steward.db import migration
 from steward.db import session
 from tests import mariadb_fixture
 from tests import requirements
-from tests.functional.api.conftest import RecordingNotifier
+from tests.functional.conductor_fixtures import RecordingNotifier
 from tests.stack import free_port
 
 
