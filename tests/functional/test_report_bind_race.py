@@ -1,6 +1,7 @@
 """A discovery report and a bind racing on one device, on PostgreSQL (READ
-COMMITTED) and MariaDB (REPEATABLE READ), where they really run in parallel: the cleanup action locked in when
-the device was bound survives the report, whichever commits first."""
+COMMITTED) and MariaDB (REPEATABLE READ), where they really run in parallel: the
+cleanup action locked in when the device was bound survives the report, whichever
+commits first."""
 import json
 import threading
 import uuid
