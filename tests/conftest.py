@@ -115,12 +115,35 @@ def _pg_template():
     return server
 
 
+@pytest.fixture(scope='session')
+def _mysql_template():
+    """(MariaDB server, snapshot of a migrated database), or None without
+    MariaDB: the Alembic migrations run once, each test gets a clone."""
+    from tests import mariadb_fixture
+    server = mariadb_fixture.get_mariadb()
+    if server is None:
+        return None
+    from steward.db import migration, session
+    server.drop('steward_template')
+    template = session.Database(server.create_database('steward_template'))
+    migration.upgrade(template)
+    template.dispose()
+    return server, server.snapshot('steward_template')
+
+
 @pytest.fixture(params=['sqlite'])
 def db(request, _template_db, tmp_path, conf):
     """A migrated database of this test's own; yields its URL. SQLite by default;
-    tests that must hold on PostgreSQL too use ``@pytest.mark.parametrize('db',
-    ['sqlite', 'postgresql'], indirect=True)``; ``database`` is the Database on it."""
-    if request.param == 'postgresql':
+    tests that must hold on PostgreSQL and MariaDB too use
+    ``@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'],
+    indirect=True)``; ``database`` is the Database on it."""
+    if request.param == 'mysql':
+        found = request.getfixturevalue('_mysql_template')
+        if found is None:
+            requirements.need('mariadb', 'MariaDB server binaries not installed')
+        server, snapshot = found
+        url = server.clone(snapshot, 'steward_' + uuid.uuid4().hex[:12])
+    elif request.param == 'postgresql':
         server = request.getfixturevalue('_pg_template')
         if server is None:
             requirements.need('postgres', 'PostgreSQL server binaries not installed')

@@ -53,25 +53,47 @@ def _log(exc, request_id, method, path):
                  exc.code, _message(exc), request_id)
 
 
+# What a conductor's error is called once oslo.messaging carried it back: the
+# database gone (oslo.db's filters, or the driver's own error) or a deadlock its
+# retries (steward/db/retry.py) did not get past.
+_REMOTE_DATABASE_OUTAGES = {
+    'OperationalError': 'the conductor lost its connection',
+    'InterfaceError': 'the conductor lost its connection',
+    'DBConnectionError': 'the conductor lost its connection',
+    'DBDeadlock': 'a write kept failing on a deadlock; try again',
+}
+
+
+def _database_reason(exc):
+    inner = getattr(exc, 'inner_exception', None) or exc
+    inner = getattr(inner, 'orig', None) or inner
+    return str(inner).split('\n')[0][:200]
+
+
 def outage(exc):
     """A failure of a service behind the API (database, broker, conductor) is a 503
     the client may retry, not a 500 bug report. Returns None for anything else."""
     import oslo_messaging
+    from oslo_db import exception as db_exc
     import sqlalchemy.exc
+    if isinstance(exc, (db_exc.DBConnectionError, db_exc.DBDeadlock)):
+        # DBDeadlock here: the write's retries ran out (steward/db/retry.py).
+        return exception.ServiceUnavailable(service='The database',
+                                            reason=_database_reason(exc))
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and (
             exc.connection_invalidated or isinstance(exc, sqlalchemy.exc.OperationalError)):
         return exception.ServiceUnavailable(service='The database',
-                                            reason=str(exc.orig).split('\n')[0][:200])
+                                            reason=_database_reason(exc))
     if isinstance(exc, oslo_messaging.MessagingTimeout):
         return exception.ServiceUnavailable(service='The conductor',
                                             reason='no reply in time')
     if isinstance(exc, oslo_messaging.MessageDeliveryFailure):
         return exception.ServiceUnavailable(service='The message broker',
                                             reason='message not delivered')
-    if isinstance(exc, oslo_messaging.RemoteError) and exc.exc_type in (
-            'OperationalError', 'DBConnectionError', 'InterfaceError'):
-        return exception.ServiceUnavailable(service='The database',
-                                            reason='the conductor lost its connection')
+    if isinstance(exc, oslo_messaging.RemoteError) and \
+            exc.exc_type in _REMOTE_DATABASE_OUTAGES:
+        return exception.ServiceUnavailable(
+            service='The database', reason=_REMOTE_DATABASE_OUTAGES[exc.exc_type])
     if isinstance(exc, oslo_messaging.rpc.client.RPCVersionCapError):
         return exception.RPCVersionCapped(version=getattr(exc, 'version', '?'),
                                           cap=getattr(exc, 'version_cap', '?'))

@@ -6,6 +6,11 @@ multi-ARQ bind cannot get a handle, the whole transaction rolls back and every A
 is exactly where it was (never left in BindStarted). Work outside the database
 (Placement reservation) comes after the commit and is undone on failure, leaving
 the ARQs in BindFailed with their handles freed.
+
+Each write transaction is run again from its start when the database refuses it
+as a deadlock (on Galera: a certification failure), ``retry.on_deadlock``: the
+transaction reads everything it decides on afresh, and the work outside the
+database comes after its commit.
 """
 import logging
 
@@ -20,6 +25,7 @@ from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
+from steward.db import retry
 
 LOG = logging.getLogger(__name__)
 
@@ -29,6 +35,7 @@ def accelerator_count(group):
     return sum(int(v) for k, v in group.items() if k.startswith('resources:'))
 
 
+@retry.on_deadlock
 def create(database, ctx, device_profile_name, project_id):
     with database.writer() as s:
         dp = db.device_profile_get(s, name=device_profile_name)
@@ -61,6 +68,22 @@ def bind(clients, ctx, bindings):
     if len(set(uuids)) != len(uuids):
         raise exception.PatchInvalid(reason='an ARQ appears twice')
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
+    records, reserve = _bind_in_db(clients, ctx, bindings, uuids, project_scope)
+    try:
+        for dep in reserve:
+            device_ops.reserve(clients, dep, reserve=True)
+    except exception.StewardError as err:
+        LOG.error('Bind of %s failed after commit (%s); rolling back', uuids, err)
+        _fail_bound(clients, ctx, uuids, reason=str(err))
+        err.failed_arqs = [(r['uuid'], r['instance_uuid']) for r in records]
+        raise
+    return records
+
+
+@retry.on_deadlock
+def _bind_in_db(clients, ctx, bindings, uuids, project_scope):
+    """The bind's transaction: (records, deployables whose device must be
+    reserved in Placement once it is committed)."""
     reserve, handles = [], {}
     with clients.database.writer() as s:
         arqs = db.arq_get_many(s, uuids, project_scope)
@@ -98,20 +121,19 @@ def bind(clients, ctx, bindings):
             if device_ops.mark_allocated(s, device, ctx) and reservation.policy(
                     s, device, accelerators=locked[dep.device_id][1]).single:
                 reserve.append(dep)
-        records = [db.arq_record(a, handles.get(a.id)) for a in arqs]
-    try:
-        for dep in reserve:
-            device_ops.reserve(clients, dep, reserve=True)
-    except exception.StewardError as err:
-        LOG.error('Bind of %s failed after commit (%s); rolling back', uuids, err)
-        _fail_bound(clients, ctx, uuids, reason=str(err))
-        err.failed_arqs = [(r['uuid'], r['instance_uuid']) for r in records]
-        raise
-    return records
+        return [db.arq_record(a, handles.get(a.id)) for a in arqs], reserve
 
 
 def _fail_bound(clients, ctx, uuids, reason):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
+    released = _fail_bound_in_db(clients, ctx, uuids, reason)
+    # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
+    after_release(clients,
+                  [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
+
+
+@retry.on_deadlock
+def _fail_bound_in_db(clients, ctx, uuids, reason):
     released = []
     with clients.database.writer() as s:
         for arq in db.arq_get_many(s, uuids):
@@ -124,9 +146,7 @@ def _fail_bound(clients, ctx, uuids, reason):
             if handle_id is not None:
                 db.attach_handle_release(s, handle_id)
                 released += device_ops.release_after_unbind(s, arq.deployable_id, ctx)
-    # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
-    after_release(clients,
-                  [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
+    return released
 
 
 def _unbind_one(s, ctx, arq):
@@ -143,6 +163,11 @@ def _unbind_one(s, ctx, arq):
 
 
 def unbind(clients, ctx, arq_uuids):
+    after_release(clients, _unbind_in_db(clients, ctx, arq_uuids), ctx)
+
+
+@retry.on_deadlock
+def _unbind_in_db(clients, ctx, arq_uuids):
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
     released = []
     with clients.database.writer() as s:
@@ -150,7 +175,7 @@ def unbind(clients, ctx, arq_uuids):
             if arq.state == states.ARQ_UNBOUND:
                 continue
             released += _unbind_one(s, ctx, arq)
-    after_release(clients, released, ctx)
+    return released
 
 
 def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
@@ -159,6 +184,13 @@ def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
     out) and is removed in the same transaction, with its handle freed; a row
     found in Deleting already (a crash of an older release between its two
     transactions, or reconciliation) is finished here too."""
+    count, released = _delete_in_db(clients, ctx, arq_uuids, instance_uuid, project_id)
+    after_release(clients, released, ctx)
+    return count
+
+
+@retry.on_deadlock
+def _delete_in_db(clients, ctx, arq_uuids, instance_uuid, project_id):
     released = []
     with clients.database.writer() as s:
         if arq_uuids is not None:
@@ -179,8 +211,7 @@ def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
                            request_id=ctx.request_id)
             released += _remove(s, ctx, arq)
         released += _finish_in(s, ctx, leftovers)
-    after_release(clients, released, ctx)
-    return len(arqs)
+    return len(arqs), released
 
 
 _DELETE_ARQ = sa.delete(m.ExtARQ.__table__).where(
@@ -198,6 +229,12 @@ def _remove(s, ctx, arq):
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
+@retry.on_deadlock
+def _finish_deleting_in_db(clients, ctx, uuids):
+    with clients.database.writer() as s:
+        return _finish_in(s, ctx, uuids)
+
+
 def _finish_in(s, ctx, uuids):
     released = []
     for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
@@ -207,9 +244,7 @@ def _finish_in(s, ctx, uuids):
 
 def finish_deleting(clients, ctx, uuids):
     """Remove ARQs left in Deleting (reconciliation); returns how many were asked."""
-    with clients.database.writer() as s:
-        released = _finish_in(s, ctx, uuids)
-    after_release(clients, released, ctx)
+    after_release(clients, _finish_deleting_in_db(clients, ctx, uuids), ctx)
     return len(uuids)
 
 

@@ -21,6 +21,7 @@ from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
+from steward.db import retry
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
@@ -247,6 +248,7 @@ def plan(database, ctx, device_uuid):
 
 
 # --- from the agent, while it cleans ----------------------------------------------
+@retry.on_deadlock
 def start(database, ctx, device_uuid, host, trigger):
     """pending_cleaning -> cleaning and a running erase record. Raises
     InvalidStateTransition when the device is not pending_cleaning (a duplicate or
@@ -266,6 +268,7 @@ def start(database, ctx, device_uuid, host, trigger):
         return {'device': payload(s, device), 'erase_record': rec.uuid}
 
 
+@retry.on_deadlock
 def progress(database, ctx, record_uuid, phase, percent, detail):
     with database.writer() as s:
         rec = db.erase_record_get(s, record_uuid)
@@ -283,6 +286,7 @@ def _result_values(record):
     return values
 
 
+@retry.on_deadlock
 def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
            error_message=None):
     """cleaning -> available (reserved 0) or error (reserved total). Returns

@@ -22,6 +22,7 @@ from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
+from steward.db import retry
 
 LOG = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def recovery_info(database, ctx, host, placement=None):
             'mismatches': mismatches}
 
 
+@retry.on_deadlock
 def fail_interrupted(clients, ctx, device_uuid, reason):
     """A cleanup the agent did not see finish (it was restarted): -> error, with
     what the hardware says recorded in the erase record."""
@@ -115,6 +117,7 @@ def fail_interrupted(clients, ctx, device_uuid, reason):
     return {'device_state': states.DEV_ERROR, 'applied': True}
 
 
+@retry.on_deadlock
 def recover_missed(database, ctx, device_uuid):
     """allocated with no active ARQ -> pending_cleaning; the agent then cleans it."""
     with database.writer() as s:
@@ -153,6 +156,7 @@ def _step(rec):
                                 else f'{rec.progress:g} %') if p)
 
 
+@retry.on_deadlock
 def fail_stuck(clients, ctx, device_uuid, limit, now=None):
     """pending_cleaning or cleaning with no progress for ``limit`` seconds -> error,
     its running erase record failed with cyb.cleanup.stuck, reserved = total.

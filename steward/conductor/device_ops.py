@@ -11,6 +11,7 @@ from steward.common import states
 from steward.conductor import reservation
 from steward.db import api as db
 from steward.db import models as m
+from steward.db import retry
 
 LOG = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ def reserve(clients, deployable, reserve):
                           'total' if reserve else 0))
 
 
+@retry.on_deadlock
 def set_status(clients, ctx, device_uuid, status):
     """Enable/disable (maintaining): persist, then reserve or free in Placement."""
     with clients.database.writer() as s:

@@ -25,6 +25,7 @@ meanwhile, an unreachable agent or database) is one log line, never a traceback.
 import datetime
 import logging
 
+from oslo_db import exception as db_exc
 import oslo_messaging as messaging
 from oslo_utils import timeutils
 import sqlalchemy as sa
@@ -42,7 +43,8 @@ from steward.conf import CONF
 from steward.db import api as db
 
 LOG = logging.getLogger(__name__)
-EXPECTED = (exception.StewardError, messaging.MessagingException, sa.exc.DBAPIError)
+EXPECTED = (exception.StewardError, messaging.MessagingException, sa.exc.DBAPIError,
+            db_exc.DBError)
 # Instances asked to Nova per run of the orphan check.
 ORPHAN_BATCH = 100
 

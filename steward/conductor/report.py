@@ -34,6 +34,7 @@ from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import api as db
 from steward.db import models as m
+from steward.db import retry
 from steward.drivers import objects
 
 LOG = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ class Reporter:
                 self._digests.pop(host, None)
 
     # -- database diff -------------------------------------------------------------
+    @retry.on_deadlock
     def _persist(self, ctx, host, reported):
         removed_rps = []
         with self.database.writer() as s:

@@ -14,6 +14,7 @@ import json
 import threading
 import types
 
+from oslo_db import exception as db_exc
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
 import sqlalchemy as sa
@@ -316,7 +317,7 @@ def device_profile_create(session, name, groups, description=None, uuid=None):
     session.add(dp)
     try:
         session.flush()
-    except sa.exc.IntegrityError:
+    except db_exc.DBDuplicateEntry:
         # Lost a race with a concurrent create of the same name.
         raise exception.DuplicateDeviceProfileName(name=name)
     return dp
@@ -357,22 +358,52 @@ _TAKE_FREE_HANDLE = (sa.update(_HANDLES)
 _ANY_FREE_HANDLE = (sa.select(_HANDLES.c.id)
                     .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
                            _HANDLES.c.in_use.is_(False)).limit(1))
+# MariaDB and MySQL have no UPDATE ... RETURNING, and refuse a subquery on the
+# table an UPDATE changes (1093): the free handle is locked first (FOR UPDATE, a
+# read of the latest committed row, not the transaction's snapshot), then taken
+# by id. Not SKIP LOCKED: the bind holds its device's row lock already
+# (device_ops.lock_devices_counted), so a handle locked by someone else is one a
+# report or a release is changing, and it may be free once that commits.
+_LOCK_FREE_HANDLE = (sa.select(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
+                               _HANDLES.c.attach_info)
+                     .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
+                            _HANDLES.c.in_use.is_(False))
+                     .order_by(_HANDLES.c.id).limit(1).with_for_update())
+_TAKE_HANDLE = (sa.update(_HANDLES)
+                .where(_HANDLES.c.id == sa.bindparam('handle_id'),
+                       _HANDLES.c.in_use.is_(False))
+                .values(in_use=True))
 
 
 def attach_handle_allocate(session, deployable):
     """Take one free handle of ``deployable`` with one compare-and-swap
     ``UPDATE ... WHERE in_use = false RETURNING``, so two binds in different
     processes (or on PostgreSQL, different transactions) can never get the same
-    handle: the loser updates nothing and retries with the next free one."""
+    handle: the loser updates nothing and retries with the next free one. On
+    MariaDB/MySQL the same swap follows a locking read (above)."""
     params = {'dep_id': deployable.id}
+    conn = session.connection()
+    take = _take_locked if conn.dialect.name == 'mysql' else _take_returning
     for _ in range(16):
-        handle = session.connection().execute(_TAKE_FREE_HANDLE, params).first()
+        handle = take(conn, params)
         if handle is not None:
             return handle
         # Nothing taken: none free, or another transaction took the one we saw.
         if session.execute(_ANY_FREE_HANDLE, params).first() is None:
             break
     raise exception.NoFreeAttachHandle(deployable=deployable.name)
+
+
+def _take_returning(conn, params):
+    return conn.execute(_TAKE_FREE_HANDLE, params).first()
+
+
+def _take_locked(conn, params):
+    handle = conn.execute(_LOCK_FREE_HANDLE, params).first()
+    if handle is None:
+        return None
+    taken = conn.execute(_TAKE_HANDLE, {'handle_id': handle.id}).rowcount
+    return handle if taken == 1 else None
 
 
 # A handle imported from Cyborg in use takes the attach info Steward's driver

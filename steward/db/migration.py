@@ -14,6 +14,9 @@ _DIR = os.path.join(os.path.dirname(__file__), 'migrations')
 # The PostgreSQL advisory lock key migrations hold (b'stewardm' as a big-endian
 # int64): any value works, as long as every Steward process uses the same.
 MIGRATION_LOCK_KEY = 0x737465776172646d
+# MariaDB/MySQL's named lock of the same (per server; a database name in it keeps
+# two Steward databases on one server apart).
+MYSQL_LOCK_NAME = 'steward-migrate-{database}'
 
 
 def _config(connection=None):
@@ -31,15 +34,34 @@ def _ensure_sqlite_dir(url):
 
 def upgrade(database, revision='head'):
     """Migrate to ``revision``. On PostgreSQL the migration holds an advisory lock
-    for its transaction: two conductors starting together do not both migrate, the
-    second waits and then finds nothing left to do. SQLite admits one writer at a
-    time already."""
+    for its transaction, on MariaDB/MySQL a named lock for its session: two
+    conductors starting together do not both migrate, the second waits and then
+    finds nothing left to do. SQLite admits one writer at a time already.
+    (MariaDB commits each DDL statement on its own: a migration that fails there
+    half way leaves what it did; each migration checks its data before its first
+    DDL statement.)"""
     _ensure_sqlite_dir(database.url)
-    with database.engine.begin() as conn:
-        if conn.dialect.name == 'postgresql':
-            conn.execute(sa.text('SELECT pg_advisory_xact_lock(:key)'),
-                         {'key': MIGRATION_LOCK_KEY})
-        command.upgrade(_config(conn), revision)
+    with database.engine.connect() as conn:
+        if conn.dialect.name == 'mysql':
+            name = MYSQL_LOCK_NAME.format(database=conn.engine.url.database)[:64]
+            # Waits as long as a migration may take; 0 would be "not at all".
+            got = conn.execute(sa.text('SELECT GET_LOCK(:name, 3600)'),
+                               {'name': name}).scalar()
+            conn.commit()     # the lock is the session's, not the transaction's
+            if got != 1:
+                raise RuntimeError(f'could not take the migration lock {name!r}')
+            try:
+                with conn.begin():
+                    command.upgrade(_config(conn), revision)
+            finally:
+                conn.execute(sa.text('SELECT RELEASE_LOCK(:name)'), {'name': name})
+                conn.commit()
+            return
+        with conn.begin():
+            if conn.dialect.name == 'postgresql':
+                conn.execute(sa.text('SELECT pg_advisory_xact_lock(:key)'),
+                             {'key': MIGRATION_LOCK_KEY})
+            command.upgrade(_config(conn), revision)
 
 
 def current_revision(database):

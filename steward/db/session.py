@@ -8,13 +8,21 @@ On SQLite a writer starts with ``BEGIN IMMEDIATE``: with the driver's deferred
 BEGIN, two threads that both read then write deadlock on the lock upgrade and one
 gets "database is locked" at once (the trap placement.md measured). Readers keep a
 deferred BEGIN, and WAL mode lets them run beside a writer.
+
+PostgreSQL and MariaDB/MySQL engines are oslo.db's (``[database]`` pool, recycle,
+``mysql_sql_mode``, connection retries at start). Every engine, SQLite's too,
+carries oslo.db's exception filters: a driver's error leaves as ``DBDeadlock``,
+``DBDuplicateEntry``, ``DBConnectionError``... whatever the database.
 """
 import contextlib
 
+from oslo_db.sqlalchemy import engines
+from oslo_db.sqlalchemy import exc_filters
 import sqlalchemy as sa
 from sqlalchemy import event, orm
 
 from steward.conf import CONF
+from steward.db import retry
 from steward.db import sqlite
 
 
@@ -30,19 +38,37 @@ def _sqlite_setup(engine, busy_ms):
         conn.exec_driver_sql(f'BEGIN {mode}'.strip())
 
 
+def _engine(url):
+    if sqlite.sqlite_file(url) is None:
+        conf = CONF.database
+        return engines.create_engine(
+            url, mysql_sql_mode=conf.mysql_sql_mode,
+            mysql_wsrep_sync_wait=conf.mysql_wsrep_sync_wait,
+            connection_recycle_time=conf.connection_recycle_time,
+            connection_debug=conf.connection_debug,
+            max_pool_size=conf.max_pool_size, max_overflow=conf.max_overflow,
+            pool_timeout=conf.pool_timeout, connection_trace=conf.connection_trace,
+            max_retries=conf.max_retries, retry_interval=conf.retry_interval,
+            connection_parameters=conf.connection_parameters)
+    # Not oslo.db's SQLite engine: it swaps the pool for a NullPool (a new
+    # connection, and its PRAGMAs, per transaction) and emits a deferred BEGIN of
+    # its own, where Steward's writers need BEGIN IMMEDIATE. Its filters only, on
+    # errors; not register_engine's commit, rollback and checkin listeners, which
+    # keep a savepoint's rollback cause (Steward takes no savepoints) at a cost
+    # on every transaction of the hot path.
+    engine = sa.create_engine(url, connect_args={'check_same_thread': False})
+    event.listen(engine, 'handle_error', exc_filters.handler, retval=True)
+    return engine
+
+
 class Database:
     """One engine (``url``, by default ``[database] connection``) and its
     reader/writer sessions."""
 
     def __init__(self, url=None):
         url = CONF.database.connection if url is None else url
-        kwargs = {}
-        if url.startswith('sqlite'):
-            kwargs['connect_args'] = {'check_same_thread': False}
-        else:
-            kwargs.update(pool_size=CONF.database.max_pool_size, pool_pre_ping=True)
         self.url = url
-        self.engine = sa.create_engine(url, **kwargs)
+        self.engine = _engine(url)
         # SQLite: where this process's writers queue (steward/db/sqlite.py); a
         # null context on other databases.
         self._writers = contextlib.nullcontext()
@@ -76,7 +102,10 @@ class Database:
         # SQLite admits one writer at a time and makes the others poll with growing
         # sleeps, which turned a burst of 16 concurrent binds into 250 ms tails:
         # writers queue first, at most busy_timeout (steward/db/sqlite.py).
-        with self._writers, self._writer_factory() as session:
+        # Counted open (steward/db/retry.py): a retried function called in here
+        # leaves the re-run to the caller's, whose transaction the database
+        # rolled back as a whole.
+        with retry.opened(), self._writers, self._writer_factory() as session:
             with session.begin():
                 yield session
 

@@ -1,4 +1,5 @@
-"""ARQ create/bind/unbind/delete through the real conductor on real SQLite."""
+"""ARQ create/bind/unbind/delete through the real conductor on real SQLite,
+PostgreSQL and MariaDB."""
 import concurrent.futures
 import uuid
 
@@ -10,6 +11,9 @@ from steward.db import api as db_api
 from steward.db import models as m
 from steward.drivers.fake import FakeDriver
 from tests.functional import conductor_fixtures as cf
+
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 
 
 def _snapshot(database):
@@ -39,7 +43,6 @@ def test_create_one_arq_per_accelerator_per_group(transport, database, db, conf)
     assert {a['project_id'] for a in arqs} == {'proj'}
 
 
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
 def test_bind_unbind_delete_restores_everything(transport, database, db, conf):
     conductor, _ = cf.stack(database, transport, conf)
     cf.make_profile(database)
@@ -158,7 +161,6 @@ def test_leftover_deleting_rows_are_finished_at_start(transport, database, db, c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
 def test_32_concurrent_binds_on_16_handles(transport, database, db, conf):
     conductor, _ = cf.stack(database, transport, conf)
     cf.make_profile(database)

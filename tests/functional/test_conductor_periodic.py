@@ -8,6 +8,7 @@ import threading
 import uuid
 
 from oslo_utils import timeutils
+import pytest
 
 from steward.common import context
 from steward.common import states
@@ -17,6 +18,9 @@ from steward.db import models as m
 from tests.functional import agent_doubles
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
+
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 
 
 def _steps(history):

@@ -1,10 +1,14 @@
 """At most one device of a host holds a control-path id (migration 0005's unique
 index), also while drives change slots: the report releases an id before another
 device takes it."""
+import pytest
 import sqlalchemy as sa
 
 from steward.db import models as m
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
+
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 
 SLOT_A, SLOT_B = '0000:0a:00.0', '0000:0b:00.0'
 DRIVE_1 = ('SN-1', 'nqn.2014-08.org.example:ctrl-1')

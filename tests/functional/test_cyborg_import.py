@@ -1,6 +1,7 @@
 """Switching a live cloud from upstream Cyborg to Steward (doc/switching-from-cyborg.md),
-end to end, once per database backend of Cyborg (SQLite, PostgreSQL, and MariaDB as
-Cyborg is deployed: its schema made by its own migrations, PyMySQL on both sides).
+end to end, once per database backend of Cyborg and Steward (SQLite, PostgreSQL,
+and MariaDB as Cyborg is deployed: its schema made by its own migrations, PyMySQL
+on both sides, Steward's database on the same server).
 
 A real upstream Cyborg 17.0.0 (its conductor, API and agent with the fake driver,
 tests/cyborg_upstream.py) runs against a real RabbitMQ and the real Placement; it
@@ -65,9 +66,11 @@ def _databases(backend, tmp):
             requirements.need('mariadb', 'MariaDB server binaries not installed')
         requirements.need_import('pymysql', 'mariadb',
                                  "PyMySQL (Steward's mysql extra) not installed")
-        # Steward's own database stays SQLite: what is tested is reading Cyborg's.
-        return (server.create_database(f'cyborg_{uuid.uuid4().hex[:10]}'),
-                f'sqlite:///{tmp}/steward.db')
+        # Steward's own database on the same server, as a deployment that moves
+        # from Cyborg on MariaDB puts it.
+        suffix = uuid.uuid4().hex[:10]
+        return (server.create_database(f'cyborg_{suffix}'),
+                server.create_database(f'steward_{suffix}'))
     from tests import pg_fixture
     server = pg_fixture.get_postgres()
     if server is None:

@@ -170,7 +170,7 @@ def test_non_empty_steward_database_needs_a_merge_policy(database, cyborg, db):
         .already_imported
 
 
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_transitional_arqs_follow_the_documented_rule(transport, database, cyborg, db, conf):
     dev, dep, handles = cyborg.device(
         'FPGA', '0xABCD', '0000:0c:00.0', f'{HOST}_FakeDevice', 'fake', 'TEST_PCI',

@@ -13,6 +13,9 @@ from steward.db import models as m
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import V26, life  # noqa: F401 (fixture)
 
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+
 OPERATOR = {'X-Roles': 'admin,member,reader', 'X-Project-Id': 'ops',
             'X-User-Id': 'alice', 'OpenStack-API-Version': 'accelerator 2.6'}
 

@@ -1,9 +1,10 @@
-"""Schema migrations on a database that holds data, on SQLite and PostgreSQL (batch
-mode): 0004 adds devices.last_error/missing_since/identity and device_history
+"""Schema migrations on a database that holds data, on SQLite, PostgreSQL and
+MariaDB (batch mode): 0004 adds devices.last_error/missing_since/identity and device_history
 without touching the rows already there."""
 import threading
 import uuid
 
+from oslo_db import exception as db_exc
 import pytest
 import sqlalchemy as sa
 
@@ -12,10 +13,16 @@ from steward.db import session
 from tests import requirements
 
 
-@pytest.fixture(params=['sqlite', 'postgresql'])
+@pytest.fixture(params=['sqlite', 'postgresql', 'mysql'])
 def empty_db(request, tmp_path, conf):
     """An empty database (no schema) of this test's own; yields its Database."""
-    if request.param == 'postgresql':
+    if request.param == 'mysql':
+        from tests import mariadb_fixture
+        server = mariadb_fixture.get_mariadb()
+        if server is None:
+            requirements.need('mariadb', 'MariaDB server binaries not installed')
+        url = server.create_database('steward_mig_' + uuid.uuid4().hex[:12])
+    elif request.param == 'postgresql':
         from tests import pg_fixture
         server = pg_fixture.get_postgres()
         if server is None:
@@ -96,18 +103,19 @@ def test_0005_makes_names_and_control_paths_unique(empty_db):
     migration.upgrade(empty_db)
     assert migration.current_revision(empty_db) == migration.head_revision()
     with empty_db.engine.begin() as conn:
-        rows = dict(conn.execute(sa.text(
-            'SELECT d.uuid, c.hostname || \' \' || c.cpid_info FROM controlpath_ids c '
-            'JOIN devices d ON d.id = c.device_id')).all())
+        # Not ||: MariaDB reads it as OR.
+        rows = {uuid_: f'{host} {info}' for uuid_, host, info in conn.execute(sa.text(
+            'SELECT d.uuid, c.hostname, c.cpid_info FROM controlpath_ids c '
+            'JOIN devices d ON d.id = c.device_id')).all()}
     # The present drive keeps the address; the missing one gave it up.
     assert rows == {'d-present': f'h1 {slot}', 'd-other-host': f'h2 {slot}',
                     'd-missing': 'h1 released:d-missing'}
-    with pytest.raises(sa.exc.IntegrityError):
+    with pytest.raises(db_exc.DBDuplicateEntry):
         with empty_db.engine.begin() as conn:
             conn.execute(sa.text(
                 "UPDATE controlpath_ids SET cpid_info = :info WHERE device_id = 1"),
                 {'info': slot})
-    with pytest.raises(sa.exc.IntegrityError):
+    with pytest.raises(db_exc.DBDuplicateEntry):
         with empty_db.engine.begin() as conn:
             conn.execute(sa.text(
                 "INSERT INTO deployables (uuid, name, num_accelerators, device_id, "
@@ -130,8 +138,9 @@ def test_0005_refuses_deployables_sharing_a_name(empty_db):
     assert migration.current_revision(empty_db) == '0004'
 
 
-# SQLite serialises writers itself: the advisory lock is PostgreSQL's.
-@pytest.mark.parametrize('empty_db', ['postgresql'], indirect=True)
+# SQLite serialises writers itself: the lock is PostgreSQL's advisory lock and
+# MariaDB's named lock.
+@pytest.mark.parametrize('empty_db', ['postgresql', 'mysql'], indirect=True)
 def test_two_conductors_starting_together_migrate_once(empty_db):
     barrier = threading.Barrier(2)
     errors = []

@@ -152,7 +152,7 @@ def sriov_tree(tmp_path):
     return root
 
 
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_bound_pci_arqs_show_managed_from_2_4(transport, database, db, conf, placement, host, sriov_tree):
     client, server = placement
     configure(conf, sriov_tree,
@@ -215,7 +215,7 @@ def test_bound_pci_arqs_show_managed_from_2_4(transport, database, db, conf, pla
 
 
 # -- managed changed in configuration between two agent runs -----------------------
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(transport, database,
         db, conf, placement, host, sriov_tree, caplog):
     client, server = placement

@@ -32,6 +32,7 @@ import httpx
 
 from steward.placement import handle as embedded
 from tests import requirements
+from tests.multihost import mariadb
 from tests.multihost import pg
 from tests.multihost import rabbit
 from tests.sysfs_tree import make_pci
@@ -189,7 +190,7 @@ class Netns:
 
 class Cluster:
     def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
-                 use_netns=None):
+                 use_netns=None, database='postgresql'):
         self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
         self.hosts = list(hosts)
         self.n_conductors = conductors
@@ -200,7 +201,10 @@ class Cluster:
                                            '`ip netns`): every process shares loopback')
         self.netns = {}
         self.rabbit = None
+        # 'postgresql' (tests/multihost/pg.py) or 'mysql' (.../mariadb.py).
+        self.database = database
         self.pg = None
+        self.mariadb = None
         self.db_url = None
         self.placement = None
         self.placement_url = None
@@ -212,6 +216,20 @@ class Cluster:
         self.agents = {}
         self.extra_agents = {}
         self.compute_rps = {}
+
+    # -- the database server ------------------------------------------------------------
+    def stop_database(self):
+        """A restart's first half: the server shut down, its sessions cut."""
+        if self.mariadb is not None:
+            mariadb.stop(self.mariadb)
+        else:
+            pg.stop(self.pg)
+
+    def start_database(self):
+        if self.mariadb is not None:
+            mariadb.start(self.mariadb)
+        else:
+            pg.start(self.pg)
 
     # -- configuration ----------------------------------------------------------------
     def common_conf(self, name, host, broker_host=None):
@@ -287,10 +305,16 @@ class Cluster:
             base=str(self.base / 'rabbit'),
             extra_listeners=[ns.outer for ns in self.netns.values()])
         self.rabbit.start()
-        self.pg = pg.server()
-        if self.pg is None:
-            raise RuntimeError('PostgreSQL is not installed')
-        _name, self.db_url = pg.create_database(self.pg)
+        if self.database == 'mysql':
+            self.mariadb = mariadb.server()
+            if self.mariadb is None:
+                raise RuntimeError('MariaDB is not installed')
+            _name, self.db_url = mariadb.create_database(self.mariadb)
+        else:
+            self.pg = pg.server()
+            if self.pg is None:
+                raise RuntimeError('PostgreSQL is not installed')
+            _name, self.db_url = pg.create_database(self.pg)
         port = rabbit.free_port()
         self.placement = embedded.start_subprocess(
             f'sqlite:///{self.base}/placement.sqlite', '127.0.0.1', port,
@@ -419,6 +443,8 @@ class Cluster:
                              f'WITH (FORCE)')
             except Exception:  # noqa: BLE001
                 pass
+        if self.mariadb is not None:
+            self.mariadb.stop()
         if os.environ.get('STEWARD_MULTIHOST_KEEP'):
             print(f'multihost logs kept in {self.base}')
         else:

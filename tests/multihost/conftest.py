@@ -27,6 +27,30 @@ def healthy(cluster):
     cluster.wait_ready()
 
 
+@pytest.fixture(scope='session')
+def mariadb_cluster():
+    """The same deployment on MariaDB, for the tests that must hold on both
+    databases (``healthy_on``); started on first use."""
+    if not rabbit.installed():
+        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
+                                      '(tools/system-packages.sh installs it)')
+    from tests import mariadb_fixture
+    if not mariadb_fixture.installed():
+        requirements.need('mariadb', 'MariaDB server binaries are not installed')
+    c = cluster_mod.Cluster(database='mysql').start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(params=['postgresql', 'mysql'])
+def healthy_on(request):
+    """``healthy``, once on the PostgreSQL deployment and once on the MariaDB one."""
+    name = 'cluster' if request.param == 'postgresql' else 'mariadb_cluster'
+    c = request.getfixturevalue(name)
+    yield c
+    c.wait_ready()
+
+
 def pytest_collection_modifyitems(items):
     # One xdist worker runs them all (tools/test.sh uses --dist loadgroup), so the
     # ~40 s deployment is started once per run, not once per worker.

@@ -1,5 +1,6 @@
 """The multi-host deployment working normally: API, conductors and one agent per
-host as separate processes over RabbitMQ and PostgreSQL (see cluster.py)."""
+host as separate processes over RabbitMQ and PostgreSQL, some tests on MariaDB too
+(see cluster.py)."""
 import concurrent.futures
 import threading
 import uuid
@@ -11,7 +12,8 @@ from tests.multihost import flows
 pytestmark = pytest.mark.slow
 
 
-def test_every_host_registered_under_its_own_compute_node(cluster):
+def test_every_host_registered_under_its_own_compute_node(healthy_on):
+    cluster = healthy_on
     for host in cluster.hosts:
         tree = cluster.placement_tree(host)
         assert set(tree) == {host, f'{host}_FakeDevice'} | {
@@ -26,7 +28,9 @@ def test_boot_delete_cycle_on_each_host(cluster, index):
     flows.boot_delete_cycle(cluster, cluster.hosts[index])
 
 
-def test_32_concurrent_binds_on_16_handles_across_conductors_and_api_workers(cluster):
+def test_32_concurrent_binds_on_16_handles_across_conductors_and_api_workers(healthy_on):
+    """On PostgreSQL and on MariaDB: no handle twice."""
+    cluster = healthy_on
     host = cluster.hosts[0]
     rp = cluster.fake_rp(host)
     offsets = {c.name: c.log_size() for c in cluster.conductors}

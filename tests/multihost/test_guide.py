@@ -3,7 +3,8 @@ the placeholders filled in, parse and start the services as its section 5 starts
 them; the blocks that need a Keystone parse with every value valid for its type.
 
 The guide's services join the test deployment's broker, database and Placement (a
-fourth compute node, a third conductor, a second API)."""
+fourth compute node, a third conductor, a second API), on the PostgreSQL deployment
+and on the MariaDB one."""
 import os
 import re
 import subprocess
@@ -119,8 +120,8 @@ def _fill(text, cluster, api_port):
 
 
 @pytest.fixture
-def guide_services(healthy, tmp_path):
-    cluster = healthy
+def guide_services(healthy_on, tmp_path):
+    cluster = healthy_on
     api_port, metrics_port = rabbit.free_port(), rabbit.free_port()
     sysfs = tmp_path / 'sys'
     make_pci(sysfs, '0000:83:00.0', '0x10de', '0x1eb8', cls='0x030200')
@@ -192,5 +193,10 @@ def test_install_step_installs_the_database_driver_of_the_urls():
         pyproject = f.read()
     extra = re.search(r'(?m)^postgres = \[(.*)\]$', pyproject)
     assert extra and 'psycopg2' in extra.group(1)
+    # MariaDB/MySQL: the mysql extra carries the driver of mysql+pymysql:// URLs.
+    assert 'tools/bootstrap.sh mysql' in guide
+    assert 'mysql+pymysql://' in guide and '?charset=utf8mb4' in guide
+    extra = re.search(r'(?m)^mysql = \[(.*)\]$', pyproject)
+    assert extra and 'PyMySQL' in extra.group(1)
     with open(os.path.join(ROOT, 'tools', 'bootstrap.sh')) as f:
         assert 'pip install' in f.read()        # installs the extra it is given

@@ -11,7 +11,6 @@ import sqlalchemy as sa
 
 from tests.multihost import cluster as cluster_mod
 from tests.multihost import flows
-from tests.multihost import pg
 from tests.sysfs_tree import make_pci
 
 pytestmark = pytest.mark.slow
@@ -145,11 +144,12 @@ def _clean_error(r):
     return body
 
 
-def test_postgresql_restart_api_and_conductors_recover(healthy):
-    cluster = healthy
+def test_database_restart_api_and_conductors_recover(healthy_on):
+    """PostgreSQL, and MariaDB, restarted under the deployment."""
+    cluster = healthy_on
     with cluster.api_client(timeout=60) as api:
         assert api.get('/v2/devices').status_code == 200
-        pg.stop(cluster.pg)
+        cluster.stop_database()
         try:
             for call in (lambda: api.get('/v2/devices'),       # the API's own read
                          lambda: api.post('/v2/accelerator_requests', json={
@@ -160,7 +160,7 @@ def test_postgresql_restart_api_and_conductors_recover(healthy):
                 assert r.status_code >= 500
                 _clean_error(r)
         finally:
-            pg.start(cluster.pg)
+            cluster.start_database()
         first = api.get('/v2/devices')
         if first.status_code != 200:
             assert first.status_code == 503, first.text
@@ -170,10 +170,10 @@ def test_postgresql_restart_api_and_conductors_recover(healthy):
     assert flows.transient(cluster) == ([], [])
 
 
-def test_database_outage_answers_503(healthy):
-    cluster = healthy
+def test_database_outage_answers_503(healthy_on):
+    cluster = healthy_on
     with cluster.api_client(timeout=60) as api:
-        pg.stop(cluster.pg)
+        cluster.stop_database()
         try:
             r = api.get('/v2/devices')
             assert r.status_code == 503 and _clean_error(r)['error_code'] == \
@@ -183,6 +183,6 @@ def test_database_outage_answers_503(healthy):
             assert r.status_code == 503 and _clean_error(r)['error_code'] == \
                 'cyb.service.unavailable'
         finally:
-            pg.start(cluster.pg)
+            cluster.start_database()
         assert api.get('/v2/devices').status_code in (200, 503)
         assert api.get('/v2/devices').status_code == 200

@@ -7,6 +7,9 @@ from steward.common import states
 from tests.functional.api.conftest import MEMBER, MEMBER_PROJECT, MEMBER_SERVICE, \
     OTHER_MEMBER_SERVICE, READER, identity, make_profile, mv, snapshot
 
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+
 ARQ_FIELDS = {'uuid', 'state', 'device_profile_name', 'device_profile_group_id',
               'hostname', 'device_rp_uuid', 'instance_uuid', 'project_id',
               'attach_handle_type', 'attach_handle_uuid', 'attach_handle_info',

@@ -7,6 +7,9 @@ import pytest
 from tests.functional.api.conftest import MEMBER, MEMBER_SERVICE, READER, make_profile, \
     mv, snapshot
 
+# On every database Steward runs on (tests/conftest.py ``db``).
+pytestmark = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+
 DP_FIELDS = {'uuid', 'name', 'description', 'groups', 'created_at', 'updated_at', 'links'}
 GOOD_GROUPS = [{'resources:CUSTOM_ACCELERATOR_FPGA': '1',
                 'trait:CUSTOM_FPGA_1': 'required',
@@ -230,3 +233,12 @@ def test_stored_profile_json(database, client):
     with database.reader() as s:
         row = s.query(m.DeviceProfile).filter_by(name='stored').one()
         assert json.loads(row.profile_json) == {'groups': [{'resources:FPGA': '1'}]}
+
+
+def test_names_differing_in_case_are_two_profiles(client):
+    """Byte-for-byte names on every database (MariaDB's default collation ignores
+    case: migration 0008)."""
+    make_profile(client, 'case-dp')
+    make_profile(client, 'CASE-DP')        # 201, not 409
+    r = client.get('/v2/device_profiles', params={'name': 'CASE-DP'})
+    assert [p['name'] for p in r.json()['device_profiles']] == ['CASE-DP']

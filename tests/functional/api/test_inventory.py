@@ -82,7 +82,7 @@ def test_device_disable_enable(database, client, seed, placement):
     assert snapshot(database)['devices'] == before['devices']
 
 
-@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_listings_and_shows_agree_on_timestamps(client, seed, placement):
     """Listings read rows untyped (SQLite's stored text), shows read datetimes: both
     print the same ISO 8601 instants, on both databases."""
