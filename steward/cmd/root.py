@@ -60,8 +60,11 @@ class Root:
         return nova.NovaNotifier()
 
     def sync_database(self):
-        """Migrate the schema at start when [database] sync_on_startup says so."""
+        """At a service's start: wait for the database ([database] max_retries,
+        retry_interval), then migrate the schema when [database] sync_on_startup
+        says so."""
         from steward.db import migration
+        self.database.wait_reachable()
         if CONF.database.sync_on_startup:
             migration.upgrade(self.database)
 

@@ -21,7 +21,6 @@ IGNORED_GROUPS = {
     'ssl': 'steward api serves plain HTTP; terminate TLS in front of it.',
     'nic_devices': 'Steward has no NIC driver (see doc/drivers/).',
     # NOTE(steward): oslo.middleware's CORS filter is not in Steward's pipeline.
-    'cors': 'Steward\'s API has no CORS filter.',
 }
 
 # (group, option): why it has no effect.
@@ -48,16 +47,12 @@ IGNORED_OPTIONS = {
         'every discovery cycle until its compute-node provider exists.',
     ('gpu_devices', 'filter_sriov_vfs'): 'Steward never reports a GPU\'s SR-IOV '
         'VFs unless [nvidia_gpu] include_vfs is set.',
-    # oslo.db's options Steward's database layer does not take (yet).
-    **{('database', name): 'oslo.db\'s option; Steward\'s [database] reads '
-       'connection and max_pool_size.'
+    # oslo.db's options Steward's database layer does not take: no replica or
+    # asyncio engines, one backend, and its own reconnect and SQLite handling.
+    **{('database', name): 'oslo.db\'s option; Steward\'s [database] does not '
+       'read it (doc/configuration.md lists the ones it reads).'
        for name in ('asyncio_connection', 'asyncio_slave_connection', 'backend',
-                    'connection_debug', 'connection_parameters',
-                    'connection_recycle_time', 'connection_trace',
-                    'db_inc_retry_interval', 'db_max_retries', 'db_max_retry_interval',
-                    'db_retry_interval', 'max_overflow', 'max_retries', 'mysql_engine',
-                    'mysql_sql_mode', 'mysql_wsrep_sync_wait', 'pool_timeout',
-                    'retry_interval', 'slave_connection', 'sqlite_synchronous',
+                    'mysql_engine', 'slave_connection', 'sqlite_synchronous',
                     'synchronous_reader', 'use_db_reconnect')},
 }
 

@@ -10,11 +10,14 @@ gets "database is locked" at once (the trap placement.md measured). Readers keep
 deferred BEGIN, and WAL mode lets them run beside a writer.
 
 PostgreSQL and MariaDB/MySQL engines are oslo.db's (``[database]`` pool, recycle,
-``mysql_sql_mode``, connection retries at start). Every engine, SQLite's too,
+``mysql_sql_mode``); a service that needs its database at start waits for it
+(``wait_reachable``: ``max_retries`` and ``retry_interval``). Every engine, SQLite's too,
 carries oslo.db's exception filters: a driver's error leaves as ``DBDeadlock``,
 ``DBDuplicateEntry``, ``DBConnectionError``... whatever the database.
 """
 import contextlib
+import logging
+import time
 
 from oslo_db.sqlalchemy import engines
 from oslo_db.sqlalchemy import exc_filters
@@ -24,6 +27,8 @@ from sqlalchemy import event, orm
 from steward.conf import CONF
 from steward.db import retry
 from steward.db import sqlite
+
+LOG = logging.getLogger(__name__)
 
 
 def _sqlite_setup(engine, busy_ms):
@@ -48,7 +53,11 @@ def _engine(url):
             connection_debug=conf.connection_debug,
             max_pool_size=conf.max_pool_size, max_overflow=conf.max_overflow,
             pool_timeout=conf.pool_timeout, connection_trace=conf.connection_trace,
-            max_retries=conf.max_retries, retry_interval=conf.retry_interval,
+            # No connection at construction: an API (or a hosted app's worker)
+            # starts while its database is down and answers 503 until it is
+            # back; the services that need it at start wait in
+            # Database.wait_reachable() on max_retries/retry_interval.
+            max_retries=0,
             connection_parameters=conf.connection_parameters)
     # Not oslo.db's SQLite engine: it swaps the pool for a NullPool (a new
     # connection, and its PRAGMAs, per transaction) and emits a deferred BEGIN of
@@ -108,6 +117,27 @@ class Database:
         with retry.opened(), self._writers, self._writer_factory() as session:
             with session.begin():
                 yield session
+
+    def wait_reachable(self):
+        """Before a service's start-up work (migrations, the conductor's first
+        sweep): try to connect ``[database] max_retries`` times (-1: forever),
+        ``retry_interval`` seconds apart, as oslo.db's engines do at start; the
+        last failure is raised."""
+        from oslo_db import exception as db_exc
+        attempts = CONF.database.max_retries
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.engine.connect():
+                    return
+            except (db_exc.DBConnectionError, sa.exc.OperationalError) as err:
+                if 0 <= attempts <= attempt:
+                    raise
+                LOG.warning('Database unreachable (attempt %d%s): %s; retrying in %d s',
+                            attempt, f' of {attempts}' if attempts >= 0 else '',
+                            str(err).splitlines()[0], CONF.database.retry_interval)
+                time.sleep(CONF.database.retry_interval)
 
     def dispose(self):
         """Close the pooled connections (the engine opens new ones if used again)."""

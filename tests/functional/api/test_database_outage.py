@@ -4,7 +4,7 @@ and for the conductor's work. A MariaDB server of this test's own, stopped for
 real."""
 import tempfile
 
-from fastapi import testclient
+from starlette import testclient
 
 from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
