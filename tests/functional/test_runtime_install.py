@@ -59,6 +59,9 @@ ELSEWHERE = {
                          '/opt/steward'): 'several hosts: tests/multihost',
     ('doc/multihost.md', 'apt-get install rabbitmq-server'): 'tests/multihost/rabbit.py',
     ('doc/multihost.md', 'apt-get install postgresql'): 'tests/multihost/pg.py',
+    ('doc/multihost.md', 'apt-get install mariadb-server'):
+        'tests/multihost/mariadb.py on tests/mariadb_fixture.py (a server of its own, '
+        'the database created utf8mb4, a password user granted on it)',
     ('doc/multihost.md', 'sudo -u postgres createdb -O steward placement'):
         'tests/multihost (Placement on PostgreSQL)',
     ('doc/multihost.md', '# once, on one controller'):

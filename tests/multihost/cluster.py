@@ -138,7 +138,7 @@ class Netns:
     range set aside for network tests (RFC 2544). Several test processes may run
     clusters at once: each pair takes a /30 no interface uses yet."""
 
-    def __init__(self, name, index):
+    def __init__(self, name, index, tag='v'):
         self.name = name
         net = ipaddress.ip_network('198.18.0.0/15')
         used = self._used()
@@ -149,7 +149,9 @@ class Netns:
             if not {base + 1, base + 2} & used:
                 break
         self.outer, self.inner = str(base + 1), str(base + 2)
-        self.veth = f'stw{os.getpid() % 100000}v{index}'
+        # ``tag``: one letter per cluster of the process (a PostgreSQL and a
+        # MariaDB deployment live side by side), within IFNAMSIZ's 15 characters.
+        self.veth = f'stw{os.getpid() % 100000}{tag}{index}'
 
     @staticmethod
     def _used():
@@ -300,7 +302,8 @@ class Cluster:
     def _start(self):
         if self.use_netns:
             for i, host in enumerate(self.hosts, 1):
-                self.netns[host] = Netns(f'stw{os.getpid()}-{host}', i).create()
+                tag = 'm' if self.database == 'mysql' else 'v'
+                self.netns[host] = Netns(f'stw{os.getpid()}{tag}-{host}', i, tag).create()
         self.rabbit = rabbit.RabbitServer(
             base=str(self.base / 'rabbit'),
             extra_listeners=[ns.outer for ns in self.netns.values()])
