@@ -16,6 +16,8 @@ import time
 import urllib.parse
 import uuid
 
+from tests.stack import children
+
 PROFILE = 'bench-fpga'
 URL = '/v2/accelerator_requests'
 NOVA_HEADERS = {'X-Auth-Token': 'user-token', 'X-Service-Token': 'nova-service-token'}
@@ -287,21 +289,6 @@ def clean_up(c, bound):
 def cpu_self():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def children(pid):
-    found = []
-    try:
-        tasks = os.listdir(f'/proc/{pid}/task')
-    except FileNotFoundError:
-        return found
-    for task in tasks:
-        try:
-            with open(f'/proc/{pid}/task/{task}/children') as f:
-                found += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
-            pass
-    return found
 
 
 def tree_cpu(pid):

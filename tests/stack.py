@@ -73,9 +73,14 @@ def cpu_seconds(pids):
 
 
 def children(pid):
-    """Pids of the children of ``pid``, whichever of its threads started them."""
+    """Pids of the children of ``pid``, whichever of its threads started them
+    (none when ``pid`` is gone)."""
     found = []
-    for task in os.listdir(f'/proc/{pid}/task'):
+    try:
+        tasks = os.listdir(f'/proc/{pid}/task')
+    except FileNotFoundError:
+        return found
+    for task in tasks:
         try:
             with open(f'/proc/{pid}/task/{task}/children') as f:
                 found += [int(c) for c in f.read().split()]

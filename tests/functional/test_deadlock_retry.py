@@ -101,15 +101,13 @@ class ClaimReached:
         sa.event.remove(self.engine, 'before_cursor_execute', self)
 
 
-@pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
-def test_a_bind_chosen_as_deadlock_victim_is_run_again(transport, database, db, conf,
-                                                       caplog):
-    conf.set_override('db_retry_interval', 0, group='database')
-    conductor, dep, arq, handle_id = _setup(database, transport, conf)
+def _race(conductor, database, dep, arq, handle_id):
+    """The bind reaches its claim holding the device's lock; then the other
+    transaction takes the handle and waits for the device: the opposite order,
+    a deadlock. Returns (the other side, the bind's results)."""
     other = OppositeOrder(database, handle_id, dep.device_id)
     results = {}
     binding = _bind_into(results, conductor, arq, dep)
-    caplog.set_level(logging.DEBUG, logger='oslo_db.api')
     claim = ClaimReached(database)
     try:
         binding.start()
@@ -120,6 +118,16 @@ def test_a_bind_chosen_as_deadlock_victim_is_run_again(transport, database, db, 
     finally:
         claim.remove()
         other.close()
+    return other, results
+
+
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
+def test_a_bind_chosen_as_deadlock_victim_is_run_again(transport, database, db, conf,
+                                                       caplog):
+    conf.set_override('db_retry_interval', 0, group='database')
+    conductor, dep, arq, handle_id = _setup(database, transport, conf)
+    caplog.set_level(logging.DEBUG, logger='oslo_db.api')
+    other, results = _race(conductor, database, dep, arq, handle_id)
 
     assert other.error is None, other.error      # the other side won, and committed
     assert 'error' not in results, results
@@ -141,19 +149,7 @@ def test_a_bind_chosen_as_deadlock_victim_is_run_again(transport, database, db, 
 def test_a_deadlock_past_the_retries_is_raised_as_such(transport, database, db, conf):
     conf.set_override('db_max_retries', 0, group='database')
     conductor, dep, arq, handle_id = _setup(database, transport, conf)
-    other = OppositeOrder(database, handle_id, dep.device_id)
-    results = {}
-    binding = _bind_into(results, conductor, arq, dep)
-    claim = ClaimReached(database)
-    try:
-        binding.start()
-        claim.wait(binding, results)
-        other.thread.start()
-        other.thread.join(60)
-        binding.join(60)
-    finally:
-        claim.remove()
-        other.close()
+    other, results = _race(conductor, database, dep, arq, handle_id)
     assert isinstance(results.get('error'), db_exc.DBDeadlock), results
     # Rolled back as a whole: the ARQ is where it was, no handle taken.
     with database.reader() as s:
