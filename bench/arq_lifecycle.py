@@ -104,10 +104,14 @@ def main():
                     help='instances on the single-accelerator device (0: skip)')
     ap.add_argument('--nova', type=int, default=50,
                     help="Nova-shaped boot+delete sequences (0: skip)")
+    ap.add_argument('--conf', default='',
+                    help='extra lines for the server\'s configuration file, e.g. '
+                         '"[DEFAULT]\\ndefault_log_levels = steward.api.requestlog=WARN"'
+                         ' (the cost of the request log)')
     args = ap.parse_args()
     tally = Tally()
     runs = []
-    with running_stack() as stack:
+    with running_stack(extra_conf=args.conf.replace('\\n', '\n')) as stack:
         url = stack.url
         with client(url, tally, timeout=30) as c:
             c.post('/v2/device_profiles', json=[{
