@@ -16,7 +16,6 @@ from starlette import testclient
 
 from steward.agent.manager import AgentManager
 from steward.api import app as api_app
-from steward.common import rpc as steward_rpc
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import models as m
@@ -24,7 +23,8 @@ from steward.drivers import mdev
 from steward.placement import client as placement_client
 from tests import placement_fixture
 from tests.functional import conductor_fixtures as cf
-from tests.functional.lifecycle_stack import RC, CleanableDriver
+from tests.functional import lifecycle_stack
+from tests.functional.lifecycle_stack import RC
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
 from tests.mdev_tree import MTTY_TYPES, MdevTree
 
@@ -32,31 +32,11 @@ URL = '/v2/accelerator_requests'
 ALL_DBS = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 
 
-class Host:
-    """A second compute host on a LifeStack's conductor and transport."""
-
-    def __init__(self, st, conf, driver):
-        self.name, self.driver = driver.host, driver
-        self.agent = AgentManager(conf, ConductorAPI(st.conductor), host=self.name,
-                                  drivers=[driver])
-        self.server = st.transport.start_server(CONF.rpc_topic_agent, self.name,
-                                                [self.agent])
-        self.agent.init_host()
-        st.conductor.reporter.forget(self.name)
-        self.agent.run_cycle()
-
-    def stop(self):
-        self.agent.stop()
-        steward_rpc.stop_server(self.server)
-
-
 @pytest.fixture
 def two(life, conf):
     """(LifeStack on host A, Host B), each with one NVMe stand-in device."""
     st = life.start()
-    driver = CleanableDriver(conf, placement_fixture.unique_name('life-host-b'))
-    driver.slots = {'0000:0b:00.0': ('SN-B', 'nqn.2014-08.org.example:ctrl-b')}
-    b = Host(st, conf, driver)
+    b = lifecycle_stack.second_host(st, conf)
     yield st, b
     b.stop()
 
@@ -131,7 +111,7 @@ def _by_instance(api, inst):
             for a in r.json()['arqs']}
 
 
-def _move(st, b):
+def move(st, b):
     """Boot on A, then what Nova does for a move to B: the source's allocation to
     the migration's consumer, the instance's to the destination, and the
     destination's ARQ bound while the source's is Bound."""
@@ -157,7 +137,7 @@ def _move(st, b):
 @ALL_DBS
 def test_confirm_deletes_the_source_set_only(database, db, two):
     st, b = two
-    mv = _move(st, b)
+    mv = move(st, b)
     with _placement(st) as s:
         s.delete(f"/allocations/{mv['migration']}")
     r = st.api.delete(URL, params={'arqs': mv['src']})
@@ -182,7 +162,7 @@ def test_confirm_deletes_the_source_set_only(database, db, two):
 @ALL_DBS
 def test_revert_deletes_the_destination_set_only(database, db, two):
     st, b = two
-    mv = _move(st, b)
+    mv = move(st, b)
     # Nova's revert: the source's allocation back to the instance, replacing
     # the destination's, in one POST.
     _move_allocations(st, mv['migration'], mv['inst'], ('MIGRATION', 'INSTANCE'))
