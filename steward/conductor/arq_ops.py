@@ -133,7 +133,8 @@ def _check_second_set(s, arqs, bindings, deployables, locked):
             continue
         host = locked[deployables[b['device_rp_uuid']].device_id][0].hostname
         if host in hosts or None in hosts:
-            raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'])
+            raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'],
+                                                      host=host)
 
 
 def _fail_bound(clients, ctx, uuids, reason):

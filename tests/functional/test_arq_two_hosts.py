@@ -199,6 +199,7 @@ def test_a_second_set_on_the_same_host_is_still_refused(database, db, two):
     rp = st.deployable(devs[1])['rp_uuid']
     r = _bind(st.api, other, st.host, rp, inst)
     assert r.status_code == 400 and r.json()['error_code'] == 'cyb.arq.instance_already_bound'
+    assert f'on host {st.host};' in r.json()['error_message']
     after = st.api.get(URL).json()
     assert [a for a in after['arqs'] if a['uuid'] != other] == before['arqs']
     assert st.device(devs[1]['uuid'])['device_state'] == 'available'
