@@ -324,8 +324,10 @@ class Metrics:
         self.orphan_arqs = prometheus_client.Counter(
             'steward_orphan_arqs_released',
             'Bound accelerator requests the conductor deleted because Nova kept '
-            'answering 404 for their instance for longer than [conductor] '
-            'orphan_grace (Nova\'s own delete of them had failed).', registry=families)
+            'answering 404 for their instance, or saying the instance is on another '
+            'host and not moving (a finished move\'s set), for longer than '
+            '[conductor] orphan_grace (Nova\'s own delete of them had failed).',
+            registry=families)
         # Observations straight on the children: labels() costs a lock and a
         # dict lookup per call.
         self._bind = {outcome: self.bind_seconds.labels(outcome)

@@ -67,8 +67,9 @@ class PatchInvalid(Invalid):
 
 class ARQAlreadyBoundToInstance(Invalid):
     code = 'cyb.arq.instance_already_bound'
-    message = ('Instance %(instance_uuid)s already has bound accelerator requests; '
-               'accelerators cannot be added to an existing instance.')
+    message = ('Instance %(instance_uuid)s already has bound accelerator requests on '
+               'host %(host)s; accelerators cannot be added to an existing instance '
+               '(a second set binds only on another host, while the instance moves).')
 
 
 class ARQBadState(Invalid):

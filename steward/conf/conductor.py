@@ -39,8 +39,12 @@ opts = [
                  help='Seconds Nova must keep answering 404 for an instance that '
                       'holds bound accelerator requests before the conductor '
                       'deletes them as Nova\'s DELETE ?instance= would (releasing '
-                      'and cleaning their devices). Only with [nova] configured; at '
-                      'most 100 instances are asked per periodic run.'),
+                      'and cleaning their devices); and seconds Nova must keep '
+                      'saying that such an instance is on another host than some '
+                      'of its accelerator requests\' devices, and not moving, '
+                      'before those (the set a finished move left behind) are '
+                      'deleted. Only with [nova] configured; at most 100 instances '
+                      'are asked per periodic run.'),
 ]
 
 
