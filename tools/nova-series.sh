@@ -14,7 +14,8 @@
 # .venv-nova/patched/ is a copy of that nova/ with the series applied (rebuilt on
 # every run, ~1 s, so an edited series is what runs): PYTHONPATH=.venv-nova/patched
 # selects the patched Nova, nothing selects the released one. The series must apply
-# cleanly (`git apply --check` first, then `git apply`, in the series' order).
+# cleanly (`git apply --check` first, then `git apply`, patch by patch in the
+# series' order).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -60,13 +61,18 @@ apply_series() {
     patches+=("$series/$name")
   done < "$series/series"
   # A repository of its own: inside Steward's work tree, git apply would take the
-  # paths as relative to Steward's top level and silently skip them all.
-  local log
-  log=$(cd "$patched" && git init -q . && git apply --check "${patches[@]}" \
-        && git apply -v "${patches[@]}" 2>&1)
-  if grep -q '^Skipped' <<<"$log"; then
-    echo "$log" >&2; echo "part of the series was skipped" >&2; return 1
-  fi
+  # paths as relative to Steward's top level and silently skip them all. One patch
+  # at a time, in order: given several, git apply checks each against the tree as
+  # it was, so a patch over a file an earlier one changed would not apply.
+  local log p
+  (cd "$patched" && git init -q .)
+  for p in "${patches[@]}"; do
+    log=$(cd "$patched" && git apply --check "$p" && git apply -v "$p" 2>&1) \
+      || { echo "$log" >&2; echo "$(basename "$p") does not apply" >&2; return 1; }
+    if grep -q '^Skipped' <<<"$log"; then
+      echo "$log" >&2; echo "part of $(basename "$p") was skipped" >&2; return 1
+    fi
+  done
   echo "applied ${#patches[@]} patch(es) from contrib/nova/series to $patched" >&2
 }
 
