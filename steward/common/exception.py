@@ -254,6 +254,14 @@ class PlacementError(StewardError):
     message = 'Placement call %(call)s failed: %(reason)s'
 
 
+class PlacementUnavailable(PlacementError):
+    """Placement did not answer (refused, timed out, no endpoint) or answered that
+    it cannot serve now (502, 503, 504): an outage the client may retry, not a
+    bug. A PlacementError still, for the callers that handle those."""
+    status = 503
+    code = 'cyb.service.unavailable'
+
+
 class PlacementProviderNotFound(PlacementError):
     code = 'cyb.placement.compute_node_missing'
     message = ('No compute-node resource provider named %(name)s in Placement; the '
