@@ -40,6 +40,11 @@ class MalformedJSON(Invalid):
     message = 'Request is not in valid JSON format.'
 
 
+class BodyTooDeep(Invalid):
+    code = 'cyb.request.too_deep'
+    message = 'The request body nests deeper than %(limit)d levels.'
+
+
 class SchemaViolation(Invalid):
     code = 'cyb.request.schema'
     message = 'Invalid request body: %(reason)s'
