@@ -239,6 +239,11 @@ class PlacementClient:
         found = self.list_providers(name=name)
         return found[0] if found else None
 
+    def get_provider(self, rp_uuid):
+        """The provider's document (uuid, name, generation, parent and root
+        uuids); PlacementError with http_status 404 when it does not exist."""
+        return self._call('GET', '/resource_providers/%s' % rp_uuid).json()
+
     def get_inventory(self, rp_uuid):
         body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
         self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
