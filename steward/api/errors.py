@@ -85,6 +85,11 @@ def outage(exc):
             exc.connection_invalidated or isinstance(exc, sqlalchemy.exc.OperationalError)):
         return exception.ServiceUnavailable(service='The database',
                                             reason=_database_reason(exc))
+    if isinstance(exc, (sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError)):
+        # Every pooled connection busy for [database] pool_timeout (overload), or
+        # one found dead when checked out: try again.
+        return exception.ServiceUnavailable(service='The database',
+                                            reason=_database_reason(exc))
     if isinstance(exc, oslo_messaging.MessagingTimeout):
         return exception.ServiceUnavailable(service='The conductor',
                                             reason='no reply in time')

@@ -1,13 +1,15 @@
-"""A real RabbitMQ stopped under an API that reaches its conductor over it: every
-call that needs the conductor answers 503 cyb.service.unavailable with a clean
-body, whichever layer of oslo.messaging notices (the reply queue, the connection
-pool opening a new connection, a pooled connection found dead), and the log has
-no traceback.
+"""Outages under the API answer 503 cyb.service.unavailable with a clean body,
+never 500, and log no traceback.
 
-The cheapest real setup for it: one throw-away broker (tests/multihost/rabbit.py),
-the in-process app on its Transport, the real conductor serving on that broker
-while it is up. The multi-host deployment's own test (tests/multihost/
-test_broker_outage.py) checks the same promise with every service apart."""
+* A real RabbitMQ stopped under an API that reaches its conductor over it:
+  whichever layer of oslo.messaging notices (the reply queue, the connection pool
+  opening a new connection, a pooled connection found dead). The cheapest real
+  setup: one throw-away broker (tests/multihost/rabbit.py), the in-process app on
+  its Transport, the real conductor serving on that broker while it is up. The
+  multi-host deployment's own test (tests/multihost/test_broker_outage.py) checks
+  the same promise with every service apart.
+* A real PostgreSQL whose connection pool is exhausted.
+"""
 import concurrent.futures
 import logging
 
@@ -113,3 +115,30 @@ def test_arq_create_and_delete_answer_503_while_the_broker_is_down(
     stack.wait_for(lambda: _delete(client, kept).status_code == 204,
                    'a delete going through again', timeout=120)
     assert client.get('/v2/accelerator_requests').json()['arqs'] == []
+
+
+@pytest.mark.parametrize('db', ['postgresql'], indirect=True)
+def test_an_exhausted_database_pool_answers_503(db, conf, transport, caplog):
+    """Every pooled connection busy for [database] pool_timeout (a real
+    PostgreSQL, a pool of one held by someone else): 503, not 500."""
+    from steward.db import session
+    conf.set_override('max_pool_size', 1, group='database')
+    conf.set_override('max_overflow', 0, group='database')
+    conf.set_override('pool_timeout', 1, group='database')
+    database = session.Database(db)
+    manager = ConductorManager(database, None, notifier=RecordingNotifier(),
+                               transport=transport)
+    app = api_app.create_app(ConductorAPI(manager), database)
+    try:
+        with testclient.TestClient(app, raise_server_exceptions=False) as client:
+            assert client.get('/v2/device_profiles').status_code == 200
+            with database.engine.connect():         # the pool's only connection
+                with caplog.at_level(logging.INFO):
+                    _unavailable(client.get('/v2/device_profiles'))
+                    _unavailable(client.post('/v2/accelerator_requests',
+                                             json={'device_profile_name': 'x'}))
+            assert not [r for r in caplog.records if r.exc_info]
+            assert client.get('/v2/device_profiles').status_code == 200
+    finally:
+        manager.stop()
+        database.dispose()
