@@ -167,21 +167,27 @@ def _repair_one(clients, client, want, reporter):
         return 'inventory'
     if want.reserved is None:
         return None
-    target = min(want.reserved, want.total)
-    if have.get('reserved') == target:
+    if have.get('reserved') == min(want.reserved, want.total):
         return None
-    # Re-read when written (the device may move meanwhile): the value written is
-    # what its state asks for then, and nothing is written if Placement agrees.
+    # A bind or release may have moved the device between the two reads: read
+    # both again, and only a difference that is still there is drift.
     client.forget(want.rp_uuid)
+    was = (client.get_inventory(want.rp_uuid).get(want.resource_class) or {}).get(
+        'reserved')
+    wanted = device_ops.current_reserved(clients.database, want.deployable_id)
+    if wanted is None or was == min(wanted, want.total):
+        return None
+    # Evaluated again when written: the value written is what the device's state
+    # asks for then.
     written = client.set_reserved(
         want.rp_uuid, want.resource_class,
         functools.partial(device_ops.current_reserved, clients.database,
-                          want.deployable_id, have.get('reserved')))
-    if written == have.get('reserved'):
+                          want.deployable_id, was))
+    if written == was:
         return None
     LOG.warning('Placement drift: provider %s (%s) %s reserved was %s, Steward\'s '
                 'device asks for %s; repaired', want.name, want.rp_uuid,
-                want.resource_class, have.get('reserved'), written)
+                want.resource_class, was, written)
     clients.metrics.healed('placement_reserved')
     return 'reserved'
 
