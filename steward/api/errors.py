@@ -103,7 +103,7 @@ def outage(exc):
         if exc.exc_type in _REMOTE_BROKER_OUTAGES:
             return exception.ServiceUnavailable(
                 service='The message broker',
-                reason='the conductor lost its connection')
+                reason='the conductor could not reach an agent or its broker')
         return None         # the conductor's own failure: a bug, logged as one
     if isinstance(exc, oslo_messaging.rpc.client.RPCVersionCapError):
         return exception.RPCVersionCapped(version=getattr(exc, 'version', '?'),
