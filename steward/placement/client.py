@@ -228,8 +228,9 @@ class PlacementClient:
                 del self._cache[rp_uuid]
 
     # -- reads ----------------------------------------------------------------------
-    def list_providers(self, in_tree=None, name=None):
-        query = {k: v for k, v in (('in_tree', in_tree), ('name', name)) if v}
+    def list_providers(self, in_tree=None, name=None, required=None):
+        query = {k: v for k, v in (('in_tree', in_tree), ('name', name),
+                                   ('required', required)) if v}
         path = '/resource_providers'
         if query:
             path += '?' + urllib.parse.urlencode(query)
@@ -238,6 +239,15 @@ class PlacementClient:
     def find_provider_by_name(self, name):
         found = self.list_providers(name=name)
         return found[0] if found else None
+
+    def remembered_inventory(self, rp_uuid, generation):
+        """The inventories this client last read or wrote for ``rp_uuid`` if
+        Placement's ``generation`` is still the one they were seen at (Placement
+        moves it on every change of the provider), else None."""
+        seen = self._cache.get(rp_uuid)
+        if seen is None or seen.generation != generation:
+            return None
+        return seen.inventories
 
     def get_provider(self, rp_uuid):
         """The provider's document (uuid, name, generation, parent and root
