@@ -19,6 +19,7 @@ import pytest
 from steward.common import context
 from steward.placement import handle
 from tests import placement_fixture
+from tests.functional.lifecycle_stack import V26
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
 from tests.stack import free_port
 from tests.stack import wait_for
@@ -71,6 +72,15 @@ def test_a_release_during_a_placement_outage_heals_when_placement_returns(
         assert st.wait_state(dev['uuid'], ('available', 'error'))['device_state'] == \
             'available'
     assert _healed(st, 'placement_reserved') == 0
+    # What needs Placement meanwhile answers 503, never 500: a disable or an
+    # enable (their reservation; the status itself is committed, and the drift
+    # repair writes its reservation once Placement is back).
+    with caplog.at_level(logging.INFO):
+        for r in (st.api.post(f'/v2/devices/{dev["uuid"]}/disable', headers=V26),
+                  st.api.post(f'/v2/devices/{dev["uuid"]}/enable', headers=V26)):
+            assert r.status_code == 503, r.text
+            assert r.json()['error_code'] == 'cyb.service.unavailable', r.text
+    assert not [r for r in caplog.records if r.exc_info]
 
     own_placement.start()
     # Placement still says what it said before the outage: nobody can be
