@@ -22,6 +22,8 @@ import datetime
 import functools
 import logging
 
+from oslo_db import exception as db_exc
+import oslo_messaging as messaging
 import os_traits
 from oslo_utils import timeutils
 import sqlalchemy as sa
@@ -40,7 +42,27 @@ LOG = logging.getLogger(__name__)
 _ARQ_T = m.ExtARQ.__table__
 
 
+def _contained(task):
+    """An unforeseen error of ``task`` is logged with its traceback and the run
+    goes on: raised into the periodic worker it would end the worker's thread,
+    and every periodic task with it. Expected failures (an outage) go up to the
+    worker, which logs them in one line."""
+    @functools.wraps(task)
+    def run(*args, **kwargs):
+        try:
+            return task(*args, **kwargs)
+        except (exception.StewardError, db_exc.DBError, sa.exc.DBAPIError,
+                messaging.MessagingException):
+            raise
+        except Exception:  # noqa: BLE001 - a bug here must not stop the other tasks
+            LOG.exception('Periodic task %s failed; the other tasks go on',
+                          task.__name__)
+            return []
+    return run
+
+
 # -- stale Initial ARQs -----------------------------------------------------------------
+@_contained
 def remove_stale_initial_arqs(clients, ctx, now=None):
     """Delete the ARQs Initial with no instance for longer than [conductor]
     initial_arq_max_age; returns their uuids."""
@@ -123,6 +145,7 @@ def _wanted_providers(database):
     return out
 
 
+@_contained
 def repair_placement_drift(clients, ctx, reporter=None, now=None):
     """Compare every device provider's inventory and reserved in Placement with
     Steward's rows and repair what differs. Returns [(rp_uuid, what)] repaired.
