@@ -58,7 +58,7 @@ CLEANUP_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400
 BIND_OUTCOMES = ('bound', 'failed')
 CLEANUP_OUTCOMES = ('succeeded', 'failed', 'late', 'interrupted', 'not_dispatched')
 HEALED = ('placement_restarted', 'initial_arq_removed', 'placement_reserved',
-          'placement_inventory')
+          'placement_inventory', 'placement_traits')
 
 
 # --- read when scraped --------------------------------------------------------------
@@ -333,8 +333,9 @@ class Metrics:
             'Repairs Steward made by itself, by what: placement_restarted (steward '
             'serve started its embedded Placement again), initial_arq_removed (an '
             'accelerator request left Initial past [conductor] initial_arq_max_age), '
-            'placement_reserved and placement_inventory (a provider\'s reserved or '
-            'inventory in Placement put back in line with Steward\'s devices).',
+            'placement_reserved, placement_inventory and placement_traits (a '
+            'provider\'s reserved, inventory or traits in Placement put back in line '
+            'with Steward\'s devices).',
             ['what'], registry=families)
         # Observations straight on the children: labels() costs a lock and a
         # dict lookup per call.

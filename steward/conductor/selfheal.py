@@ -6,7 +6,7 @@ conductor's other periodic tasks, steward/conductor/periodic.py):
   A create whose answer was lost (the API or its worker died after the commit,
   the client gave up) leaves one that no client knows; Nova binds what it
   creates within seconds, so only a leak gets that old.
-* Placement drift: each device provider's inventory and ``reserved`` in
+* Placement drift: each device provider's inventory, traits and ``reserved`` in
   Placement is compared with what Steward's rows ask for
   (steward/conductor/reservation.py) and put back in line. A write that failed
   while Placement was unreachable (the reservation lifted by a release, set by
@@ -178,8 +178,9 @@ def repair_placement_drift(clients, ctx, reporter=None, now=None):
 def _repair_one(clients, client, want, reporter, generation):
     inventories = None if generation is None else \
         client.remembered_inventory(want.rp_uuid, generation)
+    moved = inventories is None     # changed since this client last saw it
     try:
-        if inventories is None:
+        if moved:
             inventories = client.get_inventory(want.rp_uuid)
     except exception.PlacementError as err:
         if getattr(err, 'http_status', None) != 404:
@@ -197,6 +198,16 @@ def _repair_one(clients, client, want, reporter, generation):
         _repair_inventory(clients, client, want, have)
         clients.metrics.healed('placement_inventory')
         return 'inventory'
+    if moved:
+        # Placement moves the generation on a change of traits too: only a
+        # provider that moved can have lost one.
+        lost = want.traits - client.get_traits(want.rp_uuid)
+        if lost:
+            client.add_traits(want.rp_uuid, lost)
+            LOG.warning('Placement drift: provider %s (%s) had lost its trait(s) %s; '
+                        'repaired', want.name, want.rp_uuid, ', '.join(sorted(lost)))
+            clients.metrics.healed('placement_traits')
+            return 'traits'
     if want.reserved is None:
         return None
     if have.get('reserved') == min(want.reserved, want.total):

@@ -4,7 +4,8 @@ the real database and the real Placement:
 * a single-accelerator device released while Placement is unreachable comes back
   into service by itself once Placement is back (issue 30's case, against the
   embedded Placement child stopped and started again on its port and database);
-* a provider's reserved or inventory changed behind Steward's back is repaired;
+* a provider's reserved, inventory or traits changed behind Steward's back are
+  repaired;
 * an ARQ left Initial with no instance past [conductor] initial_arq_max_age is
   deleted, and only such an ARQ.
 Each repair: one log line and one count of steward_healed_total{what}.
@@ -100,7 +101,7 @@ def test_a_release_during_a_placement_outage_heals_when_placement_returns(
     st.bind(dev)
 
 
-def test_reserved_and_inventory_changed_behind_stewards_back_are_repaired(
+def test_reserved_inventory_and_traits_changed_behind_stewards_back_are_repaired(
         life, own_placement):  # noqa: F811
     st = life.start(placement_url=own_placement.child.url)
     dev = st.device()
@@ -129,6 +130,22 @@ def test_reserved_and_inventory_changed_behind_stewards_back_are_repaired(
     assert tasks.repair_placement_drift(ctx) == [(rp, 'inventory')]
     assert st.inventory(rp)['total'] == 1 and st.inventory(rp)['reserved'] == 0
     assert _healed(st, 'placement_inventory') == 1
+    assert tasks.repair_placement_drift(ctx) == []
+
+    # A trait of Steward's removed (an operator's own trait is kept).
+    with placement_fixture.admin_session(st.placement_url) as s:
+        body = s.get(f'/resource_providers/{rp}/traits').json()
+        assert 'OWNER_CYBORG' in body['traits']
+        assert s.put('/traits/CUSTOM_OPERATOR_MARK').status_code in (201, 204)
+        r = s.put(f'/resource_providers/{rp}/traits', json={
+            'resource_provider_generation': body['resource_provider_generation'],
+            'traits': ['CUSTOM_OPERATOR_MARK']})
+        assert r.status_code == 200, r.text
+    assert tasks.repair_placement_drift(ctx) == [(rp, 'traits')]
+    with placement_fixture.admin_session(st.placement_url) as s:
+        traits = set(s.get(f'/resource_providers/{rp}/traits').json()['traits'])
+    assert traits == set(body['traits']) | {'CUSTOM_OPERATOR_MARK'}
+    assert _healed(st, 'placement_traits') == 1
     assert tasks.repair_placement_drift(ctx) == []
 
 
