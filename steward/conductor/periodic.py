@@ -12,6 +12,10 @@ reload changes it), in one thread per conductor (``steward conductor`` and
   request for that long -> its agent is pinged and asked to clean it;
 * accelerator requests left in Deleting for ``[conductor] stale_delete_grace``
   -> their delete is finished;
+* accelerator requests Initial with no instance for ``[conductor]
+  initial_arq_max_age`` -> deleted, and each device provider's inventory and
+  reserved in Placement compared with the devices and repaired
+  (steward/conductor/selfheal.py);
 * orphaned accelerator requests (only with ``[nova]`` configured): Bound to an
   instance Nova has answered 404 for (``GET /servers/{uuid}``) for longer than
   ``[conductor] orphan_grace`` -> deleted as Nova's ``DELETE ?instance=`` would
@@ -43,6 +47,7 @@ from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
 from steward.conductor import device_ops
 from steward.conductor import nova
+from steward.conductor import selfheal
 from steward.conf import CONF
 from steward.db import api as db
 
@@ -101,8 +106,9 @@ class PeriodicTasks:
     """The tasks that remember something between runs (when a device was last
     asked, or first seen released) and the worker that runs them all."""
 
-    def __init__(self, clients):
+    def __init__(self, clients, reporter=None):
         self.clients = clients
+        self.reporter = reporter    # the conductor's report.Reporter (drift repair)
         self._resent = {}       # device uuid -> when cleanup_device was last re-sent
         self._released = {}     # device uuid -> when first seen allocated without ARQ
         # The orphan check's memory, in this conductor's memory only (a restart, or
@@ -309,6 +315,15 @@ class PeriodicTasks:
         self.clients.metrics.orphan_arqs_released(len(arqs))
         return True
 
+    # Self-healing (steward/conductor/selfheal.py).
+    def remove_stale_initial_arqs(self, ctx, now=None):
+        """Returns the uuids of the Initial ARQs deleted."""
+        return selfheal.remove_stale_initial_arqs(self.clients, ctx, now)
+
+    def repair_placement_drift(self, ctx, now=None):
+        """Returns [(provider uuid, what)] repaired."""
+        return selfheal.repair_placement_drift(self.clients, ctx, self.reporter, now)
+
     def run_once(self, now=None):
         """Every task once, in order (the worker's runs, and tests)."""
         ctx = context.get_admin_context()
@@ -319,7 +334,8 @@ class PeriodicTasks:
     def _tasks(self):
         return (self.fail_stuck_cleanups, self.resend_lost_cleanups,
                 self.clean_missed_releases, self.finish_stale_deletes,
-                self.release_orphan_arqs)
+                self.release_orphan_arqs, self.remove_stale_initial_arqs,
+                self.repair_placement_drift)
 
     @staticmethod
     def _guarded(task, ctx, now=None):

@@ -86,11 +86,13 @@ class CleanableDriver(base.Driver):
 
 
 class LifeStack:
-    def __init__(self, conf, host, driver, database, transport):
+    def __init__(self, conf, host, driver, database, transport, placement_url=None):
         self.conf, self.host, self.driver = conf, host, driver
-        server = placement_fixture.get_placement()
-        self.placement_url = server.url
-        self.placement = placement_client.PlacementClient.from_conf(endpoint=server.url)
+        # Default: the process's shared Placement; a test that stops and starts
+        # Placement gives the URL of one of its own.
+        self.placement_url = placement_url or placement_fixture.get_placement().url
+        self.placement = placement_client.PlacementClient.from_conf(
+            endpoint=self.placement_url)
         self.transport = transport
         self.conductor = ConductorManager(database, self.placement,
                                           notifier=cf.RecordingNotifier(),
@@ -258,8 +260,9 @@ class LifeEnv:
         conf.set_override('agent_ping_timeout', 0.5, group='conductor')
         self.stacks = []
 
-    def start(self, agent=True):
-        st = LifeStack(self.conf, self.host, self.driver, self.database, self.transport)
+    def start(self, agent=True, placement_url=None):
+        st = LifeStack(self.conf, self.host, self.driver, self.database, self.transport,
+                       placement_url)
         self.stacks.append(st)
         if agent:
             st.start_agent()
