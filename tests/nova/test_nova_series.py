@@ -106,10 +106,11 @@ SERIES_TESTS = {
     'nova.tests.unit.compute.test_api.ComputeAPIUnitTestCase.test_live_':
         ['migrate_with_accelerators',
          'migrate_with_accelerators_mid_upgrade'],
+    'nova.tests.unit.compute.test_compute_mgr.ComputeManagerUnitTestCase.test_':
+        ['check_can_live_migrate_source_with_accelerators'],
     'nova.tests.unit.compute.test_compute_mgr.ComputeManagerMigrationTestCase.'
     'test_':
-        ['check_can_live_migrate_source_with_accelerators',
-         'post_live_migration_deletes_the_source_arqs',
+        ['post_live_migration_deletes_the_source_arqs',
          'post_live_migration_without_accelerators',
          'rollback_live_migration_deletes_the_destination_arqs',
          # 0006
