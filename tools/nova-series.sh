@@ -79,15 +79,16 @@ apply_series() {
 # The parts of Nova's unit tests the series is checked with: name, test directory
 # (stestr discovers only that one: discovering all of nova/tests/unit imports
 # modules whose optional dependencies are not installed), filter. The whole of
-# the libvirt driver's and the accelerator client's tests; of the modules the
-# resize/cold migration change touches, the tests of those operations
-# (test_compute_mgr.py alone is about 3 000 tests).
+# the libvirt driver's, the libvirt live migration helpers' and the accelerator
+# client's tests; of the modules the resize/cold migration, live migration and
+# suspend/resume changes touch, the tests of those operations (test_compute_mgr.py
+# alone is about 3 000 tests).
 PARTS=(
   "accel|nova/tests/unit/accelerator|"
-  "libvirt|nova/tests/unit/virt/libvirt|^nova\.tests\.unit\.virt\.libvirt\.test_driver\."
-  "conductor|nova/tests/unit/conductor/tasks|^nova\.tests\.unit\.conductor\.tasks\.test_migrate\."
-  "compute|nova/tests/unit/compute|^nova\.tests\.unit\.compute\.(test_compute_mgr|test_api)\..*(resize|migrat|accel)"
-  "objects|nova/tests/unit/objects|^nova\.tests\.unit\.objects\.(test_objects\.TestObjectVersions|test_request_spec|test_migration_context)\."
+  "libvirt|nova/tests/unit/virt/libvirt|^nova\.tests\.unit\.virt\.libvirt\.(test_driver|test_migration)\."
+  "conductor|nova/tests/unit/conductor/tasks|^nova\.tests\.unit\.conductor\.tasks\.(test_migrate|test_live_migrate)\."
+  "compute|nova/tests/unit/compute|^nova\.tests\.unit\.compute\.(test_compute_mgr|test_api)\..*(resize|migrat|accel|suspend|resume)"
+  "objects|nova/tests/unit/objects|^nova\.tests\.unit\.objects\.(test_objects\.TestObjectVersions|test_request_spec|test_migration_context|test_migrate_data)\."
   "apictl|nova/tests/unit/api/openstack/compute|^nova\.tests\.unit\.api\.openstack\.compute\.(test_migrate_server|test_server_actions)\..*(migrate|resize|accelerator)"
 )
 

@@ -57,14 +57,18 @@ def prepare():
     _prepared.append(True)
 
 
-def consume(endpoint, instances, tmp_path, patched):
+def consume(endpoint, instances, tmp_path, patched, moves=()):
     """Nova's client + LibvirtDriver over Steward's ARQs (tests/nova/nova_consumer.py
     inside .venv-nova): {instance: {arqs, arq_microversion, mdevs, mdev_parents,
-    xml | error}}."""
+    xml | error}}; with ``moves`` ((source instance, destination instance) pairs,
+    the series only), also {'source>destination': {src_arqs, dst_arqs, movable,
+    src_xml, dst_xml, dst_mdev_parents, migrating_xml | error}}."""
     prepare()
     name = 'patched' if patched else 'released'
     request, result = tmp_path / f'{name}-in.json', tmp_path / f'{name}-out.json'
-    request.write_text(json.dumps({'endpoint': endpoint, 'instances': instances}))
+    request.write_text(json.dumps({
+        'endpoint': endpoint, 'instances': instances,
+        'moves': [{'source': src, 'destination': dst} for src, dst in moves]}))
     env = dict(os.environ, STEWARD_NOVA_IN=str(request), STEWARD_NOVA_OUT=str(result),
                PYTHONPATH=os.pathsep.join(([PATCHED] if patched else []) + [CONSUMER_DIR]))
     env.pop('OS_CLOUD', None)

@@ -8,6 +8,17 @@ mtty sample). Inside .venv-nova, Nova's own Cyborg client reads them and Nova's 
 LibvirtDriver (over its fakelibvirt fixture) builds the guest
 (tests/nova/nova_consumer.py): with Steward's series (contrib/nova) and without.
 Every domain XML must pass libvirt's RelaxNG schema.
+
+A live migration (contrib/nova 0005) with the same real ARQs: a second set of VFs
+(another PF, the managed modes the other way round) and a GVT mdev on a second PCI
+parent, bound as the destination's set of the PCI instance, stand in for the
+destination host's ARQs; the patched LibvirtDriver builds the source's guest, runs
+the destination's pre_live_migration (which creates its mdev) and builds its guest,
+and rewrites the source's domain into the migrating XML, which must carry the
+destination's addresses, managed modes and mdev uuid, and validate. (One
+``steward serve`` has one host, and Steward binds a second set for an instance only
+on another host, so the destination's set is bound to a second instance here: the
+ARQs are the same; the two-host flow is tests/multihost's.)
 """
 import os
 import time
@@ -31,6 +42,15 @@ HOST = 'bench-host'
 PF = '0000:25:00.0'
 UNMANAGED, MANAGED, UNSET = '0000:25:00.4', '0000:25:00.5', '0000:25:00.6'
 GVT = '0000:00:02.0'
+# The live migration's destination set: another PF, managed the other way round,
+# and another mdev parent.
+PF2 = '0000:26:00.0'
+DST_MANAGED, DST_UNMANAGED, DST_UNSET = '0000:26:00.4', '0000:26:00.5', '0000:26:00.6'
+GVT2 = '0000:00:03.0'
+# Steward's API 2.7 says how a device may move; the devices of the live migration
+# are tagged live_migratable then (a Steward without 2.7 does not know the tag).
+OFFERS_MOVE = microversion.MAX_VERSION >= microversion.Version(2, 7)
+LIVE = ', "live_migratable": true' if OFFERS_MOVE else ''
 PCI_RC = 'CUSTOM_PCI_10DE_25B6'
 MTTY_RC, GVT_RC = 'CUSTOM_MDEV_MTTY_2', 'CUSTOM_MDEV_I915_GVTG_V5_4'
 DOMAIN_RNG = '/usr/share/libvirt/schemas/domain.rng'
@@ -99,18 +119,26 @@ def cloud(tmp_path_factory):
     sysfs = tmp_path_factory.mktemp('nova-arqs') / 'sys'
     make_sriov(sysfs, PF, '0x10de', '0x2236', [UNMANAGED, MANAGED, UNSET],
                vf_product='0x25b6', vf_driver='vfio-pci')
+    make_sriov(sysfs, PF2, '0x10de', '0x2236', [DST_MANAGED, DST_UNMANAGED, DST_UNSET],
+               vf_product='0x25b6', vf_driver='vfio-pci')
     tree = MdevTree(sysfs)
     tree.add_pci_parent(GVT, I915_TYPES)
+    tree.add_pci_parent(GVT2, I915_TYPES)
     tree.add_virtual_parent('mtty', MTTY_TYPES)
     extra = (f'[DEFAULT]\nsysfs_root = {sysfs}\n'
              f'[agent]\nenabled_drivers = pci,mdev\n'
-             f'[pci]\ndevice_spec = {{"address": "{UNMANAGED}", "managed": false}}\n'
-             f'device_spec = {{"address": "{MANAGED}", "managed": true}}\n'
-             f'device_spec = {{"address": "{UNSET}"}}\n'
+             f'[pci]\ndevice_spec = {{"address": "{UNMANAGED}", "managed": false{LIVE}}}\n'
+             f'device_spec = {{"address": "{MANAGED}", "managed": true{LIVE}}}\n'
+             f'device_spec = {{"address": "{UNSET}"{LIVE}}}\n'
+             f'device_spec = {{"address": "{DST_MANAGED}", "managed": true{LIVE}}}\n'
+             f'device_spec = {{"address": "{DST_UNMANAGED}", "managed": false{LIVE}}}\n'
+             f'device_spec = {{"address": "{DST_UNSET}"{LIVE}}}\n'
              f'[mdev]\ndevice_spec = {{"address": "mtty", "mdev_type": "mtty-2", '
              f'"max_instances": 2}}\n'
              f'device_spec = {{"address": "{GVT}", "mdev_type": "i915-GVTg_V5_4", '
-             f'"max_instances": 2}}\n')
+             f'"max_instances": 2{LIVE}}}\n'
+             f'device_spec = {{"address": "{GVT2}", "mdev_type": "i915-GVTg_V5_4", '
+             f'"max_instances": 2{LIVE}}}\n')
     with running_stack(extra_conf=extra) as st:
         c = Cloud(st)
         wanted = {PCI_RC, MTTY_RC, GVT_RC}
@@ -120,13 +148,19 @@ def cloud(tmp_path_factory):
             for rp in c.providers().values():
                 have |= set(c.placement.get(
                     f'/resource_providers/{rp}/inventories').json()['inventories'])
-            if wanted <= have and len([n for n in c.providers() if '0000:25:00.' in n]) == 3:
+            names = list(c.providers())
+            if (wanted <= have and len([n for n in names if '0000:25:00.' in n]) == 3
+                    and len([n for n in names if '0000:26:00.' in n]) == 3
+                    and any(n.endswith(f'{GVT2}_i915-GVTg_V5_4') for n in names)):
                 break
             assert time.monotonic() < end, (have, st.log()[-3000:])
             time.sleep(0.2)
         c.pci_inst = c.boot([(PCI_RC, UNMANAGED), (PCI_RC, MANAGED), (PCI_RC, UNSET),
                              (GVT_RC, f'{GVT}_i915-GVTg_V5_4')])
         c.mtty_inst = c.boot([(MTTY_RC, 'mtty_mtty-2')])
+        # the live migration's destination set (see the module's docstring)
+        c.dst_inst = c.boot([(PCI_RC, DST_MANAGED), (PCI_RC, DST_UNMANAGED),
+                             (PCI_RC, DST_UNSET), (GVT_RC, f'{GVT2}_i915-GVTg_V5_4')])
         c.endpoint = f'{st.url}/v2'
         c.log = st.log
         yield c
@@ -135,7 +169,8 @@ def cloud(tmp_path_factory):
 @pytest.fixture(scope='module')
 def patched(cloud, tmp_path_factory):
     return series.consume(cloud.endpoint, [cloud.pci_inst, cloud.mtty_inst],
-                          tmp_path_factory.mktemp('patched'), patched=True)
+                          tmp_path_factory.mktemp('patched'), patched=True,
+                          moves=[(cloud.pci_inst, cloud.dst_inst)])
 
 
 @pytest.fixture(scope='module')
@@ -212,7 +247,10 @@ def test_mdev_on_a_virtual_parent_cannot_work_with_nova(cloud, patched, released
     driver says so at discovery (doc/nova.md)."""
     for result in (patched[cloud.mtty_inst], released[cloud.mtty_inst]):
         (arq,) = result['arqs']
-        assert arq['attach_handle_info'] == {
+        # (from 2.7 the handle also says how the device may move)
+        address = {k: arq['attach_handle_info'][k]
+                   for k in ('asked_type', 'domain', 'bus', 'device', 'function')}
+        assert address == {
             'asked_type': 'mtty-2', 'domain': '', 'bus': '', 'device': 'mtty',
             'function': ''}
         assert result['mdev_parents'] == ['pci___mtty_']
@@ -224,8 +262,8 @@ def test_mdev_on_a_virtual_parent_cannot_work_with_nova(cloud, patched, released
 
 def test_every_domain_xml_validates(cloud, patched, released):
     for results in (patched, released):
-        for result in results.values():
-            assert_valid(result['xml'])
+        for inst in (cloud.pci_inst, cloud.mtty_inst):
+            assert_valid(results[inst]['xml'])
 
 
 # -- without it: today's behaviour, documented --------------------------------------
@@ -278,3 +316,74 @@ def test_steward_compute_writes_the_same_hostdevs_as_patched_nova(cloud, patched
     # Not vacuous: the managed modes and the mdev uuid are in what is compared.
     text = ' '.join(canonical(steward, 'steward'))
     assert text.count('managed="no"') == 2 and text.count('managed="yes"') == 2
+
+
+# -- live migration (contrib/nova 0005) ---------------------------------------------
+def move(cloud, patched):
+    result = patched[f'{cloud.pci_inst}>{cloud.dst_inst}']
+    assert 'error' not in result, result.get('error')
+    return result
+
+
+def pci_hostdevs(xml):
+    """{(domain, bus, slot, function): managed} of the domain's PCI hostdevs."""
+    found = {}
+    for h in parse(xml).findall('./devices/hostdev[@type="pci"]'):
+        a = h.find('source/address')
+        found[tuple(a.get(k) for k in ('domain', 'bus', 'slot', 'function'))] = \
+            h.get('managed')
+    return found
+
+
+def test_live_migration_domains_validate(cloud, patched):
+    result = move(cloud, patched)
+    for name in ('src_xml', 'dst_xml', 'migrating_xml'):
+        assert_valid(result[name])
+
+
+def test_migrating_xml_carries_the_destinations_devices(cloud, patched):
+    """Every hostdev of the source's ARQs is rewritten to the destination's set:
+    the other PF's functions with their own managed modes (the source's are the
+    other way round), the mdev uuid of the destination's ARQ; nothing of the
+    source's is left, and the hostdevs are those the destination itself builds
+    from its ARQs."""
+    result = move(cloud, patched)
+    src = {'managed': pci_hostdevs(result['src_xml']),
+           'mdevs': mdev_uuids(result['src_xml'])}
+    assert src['managed'] == {('0x0000', '0x25', '0x00', '0x4'): 'no',
+                              ('0x0000', '0x25', '0x00', '0x5'): 'yes',
+                              ('0x0000', '0x25', '0x00', '0x6'): 'yes'}
+    migrating = result['migrating_xml']
+    # as each destination ARQ says: .4 managed, .5 not, .6 unset (managed)
+    assert pci_hostdevs(migrating) == {('0x0000', '0x26', '0x00', '0x4'): 'yes',
+                                       ('0x0000', '0x26', '0x00', '0x5'): 'no',
+                                       ('0x0000', '0x26', '0x00', '0x6'): 'yes'}
+    managed = {a['attach_handle_info']['function']: a['attach_handle_info']['managed']
+               for a in result['dst_arqs'] if a['attach_handle_type'] == 'PCI'}
+    assert managed == {'4': True, '5': False, '6': True}
+    (dst_mdev,) = [a['attach_handle_uuid'] for a in result['dst_arqs']
+                   if a['attach_handle_type'] == 'MDEV']
+    assert mdev_uuids(migrating) == [dst_mdev] != src['mdevs']
+    assert canonical(parse(migrating).findall('./devices/hostdev'), 'migrating') == \
+        canonical(parse(result['dst_xml']).findall('./devices/hostdev'), 'dst')
+    # only the hostdevs changed place: the guest keeps its devices in order
+    assert [d.tag for d in parse(migrating).find('devices')] == \
+        [d.tag for d in parse(result['src_xml']).find('devices')]
+
+
+def test_destination_creates_its_mdev_before_the_guest_arrives(cloud, patched):
+    assert move(cloud, patched)['dst_mdev_parents'] == ['pci_0000_00_03_0']
+
+
+def test_live_migration_movability(cloud, patched):
+    """Nova's check of both sets: with Steward's API 2.7, devices tagged
+    live_migratable may go and the untagged mtty mdev may not (Steward's reason);
+    without it, every ARQ is refused: the service does not say."""
+    result = move(cloud, patched)
+    mtty = patched[cloud.mtty_inst]['live_refusal']
+    if OFFERS_MOVE:
+        assert result['movable'] == {'source': None, 'destination': None}
+        assert 'mdev device not tagged live_migratable' in mtty, mtty
+    else:
+        for refusal in (*result['movable'].values(), mtty):
+            assert 'Cyborg API 2.7' in refusal, refusal

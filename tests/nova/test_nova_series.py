@@ -1,9 +1,10 @@
 """contrib/nova/: Steward's Nova patch series, applied to the real nova 34.0.0 and
 tested by Nova's own unit tests (tools/nova-series.sh test): the whole of
-nova/tests/unit/virt/libvirt/test_driver.py and nova/tests/unit/accelerator/, and the
-resize/cold migration tests of the conductor's migration task, the compute manager,
-the compute API, the objects and the API controllers, the series' own tests among
-them, all passing."""
+nova/tests/unit/virt/libvirt/test_driver.py, test_migration.py and
+nova/tests/unit/accelerator/, and the resize/cold migration, live migration and
+suspend/resume tests of the conductor's migration tasks, the compute manager, the
+compute API, the objects and the API controllers, the series' own tests among them,
+all passing."""
 import json
 import os
 import re
@@ -79,6 +80,55 @@ SERIES_TESTS = {
     'nova.tests.unit.api.openstack.compute.test_server_actions.'
     'ServerActionsControllerTestV21.':
         ['test_resize_raises_badrequest_for_not_movable_accelerator'],
+    # 0005
+    'nova.tests.unit.conductor.tasks.test_live_migrate.'
+    'LiveMigrationTaskAcceleratorsTestCase.':
+        ['test_execute_refuses_arqs_not_live_migratable',
+         'test_execute_refuses_arqs_of_cyborg_older_than_2_7',
+         'test_request_spec_asks_for_the_device_profile',
+         'test_bind_arqs_on_destination',
+         'test_bind_arqs_on_destination_not_live_migratable',
+         'test_bind_arqs_on_destination_bind_fails',
+         'test_bind_arqs_on_forced_destination_refused',
+         'test_bind_arqs_needs_a_driver_that_carries_them',
+         'test_call_livem_checks_deletes_arqs_when_port_binding_fails'],
+    'nova.tests.unit.virt.libvirt.test_migration.UpdateAccelXMLTestCase.':
+        ['test_update_accel_xml',
+         'test_update_accel_xml_other_bus_and_string_managed',
+         'test_update_accel_xml_ignores_handles_not_in_the_domain',
+         'test_update_accel_xml_fails_on_notfound_hostdev',
+         'test_update_accel_xml_fails_on_unpaired_arqs',
+         'test_update_accel_xml_refuses_invalid_managed',
+         'test_get_updated_guest_xml_with_accelerators',
+         'test_get_updated_guest_xml_without_accelerators'],
+    'nova.tests.unit.objects.test_migrate_data.TestLibvirtLiveMigrateData.':
+        ['test_accel_info', 'test_accel_info_obj_make_compatible'],
+    'nova.tests.unit.compute.test_api.ComputeAPIUnitTestCase.test_live_':
+        ['migrate_with_accelerators',
+         'migrate_with_accelerators_mid_upgrade'],
+    'nova.tests.unit.compute.test_compute_mgr.ComputeManagerUnitTestCase.test_':
+        ['check_can_live_migrate_source_with_accelerators'],
+    'nova.tests.unit.compute.test_compute_mgr.ComputeManagerMigrationTestCase.'
+    'test_':
+        ['post_live_migration_deletes_the_source_arqs',
+         'post_live_migration_without_accelerators',
+         'rollback_live_migration_deletes_the_destination_arqs',
+         # 0006
+         'suspend_instance_passes_the_accelerators',
+         'suspend_instance_refused_keeps_the_instance_active',
+         'resume_instance_passes_the_accelerators'],
+    'nova.tests.unit.virt.libvirt.test_driver.LibvirtConnTestCase.test_':
+        ['check_can_live_migrate_source_cyborg_mdevs',
+         'pre_live_migration_creates_cyborg_mdevs',
+         'pre_live_migration_without_cyborg_arqs',
+         # 0006
+         'suspend_with_accelerators',
+         'suspend_with_accelerators_detach_fails',
+         'suspend_refuses_an_accelerator_holding_data',
+         'suspend_refuses_accelerators_of_cyborg_older_than_2_7',
+         'resume_with_accelerators'],
+    'nova.tests.unit.compute.test_api.ComputeAPIUnitTestCase.test_suspend_':
+        ['with_accelerators', 'with_accelerators_mid_upgrade'],
 }
 PARTS = ('accel', 'libvirt', 'conductor', 'compute', 'objects', 'apictl')
 
@@ -142,6 +192,9 @@ def test_nova_unit_tests_pass_with_the_series():
     assert len([t for t in statuses if '.unit.accelerator.' in t]) > 30
     # The filtered parts ran their tests (a filter that matches nothing would not).
     for marker, least in (('.conductor.tasks.test_migrate.', 20),
+                          ('.conductor.tasks.test_live_migrate.', 40),
+                          ('.virt.libvirt.test_migration.', 50),
+                          ('.objects.test_migrate_data.', 20),
                           ('.compute.test_compute_mgr.', 100),
                           ('.compute.test_api.', 50),
                           ('.objects.test_request_spec.', 50),
