@@ -65,6 +65,23 @@ def admin_session(url):
                                  'OpenStack-API-Version': 'placement ' + MICROVERSION})
 
 
+def allocate(url, consumer, rp_uuid, rc):
+    """One ``rc`` on ``rp_uuid`` for the instance ``consumer``, written as Nova's
+    scheduler claims it (a new consumer), bypassing Steward."""
+    with admin_session(url) as s:
+        r = s.put(f'/allocations/{consumer}', json={
+            'allocations': {rp_uuid: {'resources': {rc: 1}}}, 'project_id': 'p',
+            'user_id': 'u', 'consumer_generation': None, 'consumer_type': 'INSTANCE'})
+        assert r.status_code == 204, r.text
+
+
+def client_and_server():
+    """Steward's PlacementClient on the shared Placement, and that Placement."""
+    from steward.placement.client import PlacementClient
+    server = get_placement()
+    return PlacementClient.from_conf(endpoint=server.url), server
+
+
 def unique_name(prefix='rp'):
     return '%s-%s' % (prefix, uuid.uuid4().hex[:12])
 

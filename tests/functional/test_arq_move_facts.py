@@ -26,7 +26,6 @@ from steward.db import models as m
 from steward.drivers import mdev
 from steward.drivers import pci
 from steward.drivers.pci import PciDriver
-from steward.placement import client as placement_client
 from tests import placement_fixture
 from tests import requirements
 from tests.functional import conductor_fixtures as cf
@@ -52,21 +51,13 @@ def _parsed_conf():
 
 @pytest.fixture
 def placement():
-    server = placement_fixture.get_placement()
-    return placement_client.PlacementClient.from_conf(endpoint=server.url), server
+    return placement_fixture.client_and_server()
 
 
 @pytest.fixture
 def host():
     return placement_fixture.unique_name('mv')
 
-
-def _allocate(server, consumer, rp_uuid, rc):
-    with placement_fixture.admin_session(server.url) as s:
-        r = s.put(f'/allocations/{consumer}', json={
-            'allocations': {rp_uuid: {'resources': {rc: 1}}}, 'project_id': 'p',
-            'user_id': 'u', 'consumer_generation': None, 'consumer_type': 'INSTANCE'})
-        assert r.status_code == 204, r.text
 
 
 def _api(conductor, database):
@@ -83,7 +74,7 @@ def _boot(api, server, host, rp, rc, profile):
         assert r.status_code == 201, r.text
     arq = api.post(URL, json={'device_profile_name': profile}).json()['arqs'][0]['uuid']
     inst = str(uuid.uuid4())
-    _allocate(server, inst, rp, rc)
+    placement_fixture.allocate(server.url, inst, rp, rc)
     r = api.patch(URL, json={arq: [
         {'op': 'add', 'path': '/hostname', 'value': host},
         {'op': 'add', 'path': '/device_rp_uuid', 'value': rp},

@@ -9,7 +9,6 @@ from steward.common import states
 from steward.db import api as db_api
 from steward.drivers import base
 from steward.drivers import objects
-from steward.placement import client as placement_client
 from tests import placement_fixture
 from tests.functional import conductor_fixtures as cf
 
@@ -34,21 +33,13 @@ class OneFunctionDriver(base.Driver):
 
 @pytest.fixture
 def placement():
-    server = placement_fixture.get_placement()
-    return placement_client.PlacementClient.from_conf(endpoint=server.url), server
+    return placement_fixture.client_and_server()
 
 
 def _inventory(server, rp_uuid):
     with placement_fixture.admin_session(server.url) as s:
         return s.get(f'/resource_providers/{rp_uuid}/inventories').json()['inventories']
 
-
-def _allocate(server, consumer, rp_uuid, rc):
-    with placement_fixture.admin_session(server.url) as s:
-        r = s.put(f'/allocations/{consumer}', json={
-            'allocations': {rp_uuid: {'resources': {rc: 1}}}, 'project_id': 'p',
-            'user_id': 'u', 'consumer_generation': None, 'consumer_type': 'INSTANCE'})
-        assert r.status_code == 204, r.text
 
 
 def test_single_accelerator_device_is_reserved_while_bound(transport, database, db, conf, placement):
@@ -60,7 +51,7 @@ def test_single_accelerator_device_is_reserved_while_bound(transport, database, 
     rc = 'CUSTOM_PCI_8086_0001'
     assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 0
     inst = str(uuid.uuid4())
-    _allocate(server, inst, dep.rp_uuid, rc)            # Nova's claim comes first
+    placement_fixture.allocate(server.url, inst, dep.rp_uuid, rc)            # Nova's claim comes first
     arq = conductor.arq_create(cf.admin(), 'one', 'p')[0]
     conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
                                      'device_rp_uuid': dep.rp_uuid, 'instance_uuid': inst}])

@@ -17,7 +17,6 @@ from steward.conf import CONF
 from steward.db import api as db_api
 from steward.db import models as m
 from steward.drivers.pci import PciDriver
-from steward.placement import client as placement_client
 from tests import placement_fixture
 from tests import requirements
 from tests.functional import conductor_fixtures as cf
@@ -38,8 +37,7 @@ def _parsed_conf():
 
 @pytest.fixture
 def placement():
-    server = placement_fixture.get_placement()
-    return placement_client.PlacementClient.from_conf(endpoint=server.url), server
+    return placement_fixture.client_and_server()
 
 
 @pytest.fixture
