@@ -126,7 +126,7 @@ def action(cloud, sid, body):
 
 def act(cloud, sid, body, status, task_state=None):
     r = action(cloud, sid, body)
-    assert r.status_code in (200, 202), r.text
+    assert r.status_code in (200, 202, 204), r.text
     return wait_server(cloud, sid, status, task_state)
 
 
