@@ -105,8 +105,11 @@ class NovaProcess:
                                f'{self.log()[-6000:]}')
         return self.ready
 
-    def stop(self):
+    def request_stop(self):
         self.stop_path.touch()
+
+    def stop(self):
+        self.request_stop()
         try:
             return self.proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -187,9 +190,12 @@ class NovaCloud(cluster_mod.Cluster):
         super().wait_ready(timeout=timeout, settle=settle)
 
     def stop(self):
+        # Nova winds down (a few seconds) while Steward's services stop.
+        if self.nova is not None:
+            self.nova.request_stop()
+        super().stop()
         if self.nova is not None:
             self.nova.stop()
-        super().stop()
 
     def logs_tail(self, n=2500):
         nova = self.nova.log()[-n:] if self.nova is not None else ''

@@ -27,16 +27,18 @@ The test writes ``ready`` (a JSON file: the computes' provider uuids) once both
 computes are up and the API is served, then serves until the file ``stop`` appears
 (or its parent process is gone).
 """
+# Nova's tests monkey-patch with eventlet when nova.tests is imported: first, before
+# urllib3 and oslo.context are (Nova warns about those imported earlier).
+import nova.tests  # noqa: F401,I001
 from importlib import metadata
 import json
 import logging
 import os
-import socketserver
-import threading
 import time
 import warnings
-from wsgiref import simple_server
 
+import eventlet
+from eventlet import wsgi as eventlet_wsgi
 import fixtures
 from keystoneauth1 import adapter as ka
 from keystoneauth1 import session as ks
@@ -44,12 +46,9 @@ from sqlalchemy import exc as sqla_exc
 
 from nova.api import auth
 from nova.tests import fixtures as nova_fixtures
-from nova import utils
 from nova.tests.functional import fixtures as func_fixtures
 from nova.tests.functional import integrated_helpers
 
-
-LOG = logging.getLogger(__name__)
 
 
 class RealPlacement(func_fixtures.PlacementFixture):
@@ -75,22 +74,6 @@ def _api_paste():
     (path,) = [f.locate() for f in metadata.distribution('nova').files
                if f.name == 'api-paste.ini']
     return os.path.realpath(path)
-
-
-class _Server(socketserver.ThreadingMixIn, simple_server.WSGIServer):
-    daemon_threads = True
-
-    def server_bind(self):
-        # HTTPServer.server_bind asks the resolver for the address's name
-        # (socket.getfqdn), a minute's wait with no DNS; the address will do.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
-        self.setup_environ()
-
-
-class _QuietHandler(simple_server.WSGIRequestHandler):
-    def log_message(self, format, *args):      # noqa: A002 - the base's signature
-        pass
 
 
 def _with_identity(app, project_id):
@@ -158,32 +141,20 @@ class NovaCloudTestCase(integrated_helpers.ProviderUsageBaseTestCase):
         self.flags(shelved_offload_time=0)
 
     def _serve_api(self):
+        # Nova's functional tests run under eventlet (nova/tests/functional/
+        # __init__.py patches; native threading fails at import here): eventlet's
+        # own WSGI server, in a green thread.
         app = _with_identity(self.api_fixture.app(), self.api_fixture.project_id)
-        address = ('127.0.0.1', self.request['api_port'])
-        if utils.concurrency_mode_threading():
-            server = simple_server.make_server(
-                *address, app, server_class=_Server, handler_class=_QuietHandler)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            self.addCleanup(server.server_close)
-            self.addCleanup(server.shutdown)
-        else:
-            # eventlet's own server: a thread blocked in socketserver's select
-            # would hold up the hub.
-            import eventlet
-            from eventlet import wsgi as eventlet_wsgi
-            sock = eventlet.listen(address)
-            thread = eventlet.spawn(eventlet_wsgi.server, sock, app,
-                                    log_output=False)
-            self.addCleanup(sock.close)
-            self.addCleanup(thread.kill)
+        sock = eventlet.listen(('127.0.0.1', self.request['api_port']))
+        thread = eventlet.spawn(eventlet_wsgi.server, sock, app, log_output=False)
+        self.addCleanup(sock.close)
+        self.addCleanup(thread.kill)
 
     def test_serve(self):
         parent = os.getppid()
         for host in self.request['hosts']:
             self._start_compute(host)
-        LOG.info('computes up')
         self._serve_api()
-        LOG.info('API served')
         computes = {host: self._get_provider_uuid_by_host(host)
                     for host in self.request['hosts']}
         ready = self.request['ready']
@@ -191,7 +162,10 @@ class NovaCloudTestCase(integrated_helpers.ProviderUsageBaseTestCase):
             json.dump({'computes': computes,
                        'project_id': self.api_fixture.project_id}, f)
         os.rename(ready + '.tmp', ready)
-        # Served until the pytest module says stop (or is gone).
-        while not os.path.exists(self.request['stop']) and os.getppid() == parent:
+        # Served until the pytest module says stop (or is gone, or has removed
+        # its directory).
+        stop = self.request['stop']
+        while (not os.path.exists(stop) and os.path.isdir(os.path.dirname(stop))
+               and os.getppid() == parent):
             time.sleep(0.1)
 
