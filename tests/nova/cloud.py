@@ -106,10 +106,13 @@ class NovaProcess:
         return self.ready
 
     def request_stop(self):
-        self.stop_path.touch()
+        if self.proc.poll() is None and not self.stop_path.exists():
+            self.stop_path.touch()
 
     def stop(self):
-        self.request_stop()
+        """Stopped (the stop file, or the removal of its directory, ends it)."""
+        if self.stop_path.parent.exists():
+            self.request_stop()
         try:
             return self.proc.wait(60)
         except subprocess.TimeoutExpired:
