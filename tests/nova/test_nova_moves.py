@@ -125,10 +125,17 @@ def action(cloud, sid, body):
         return nova.post(f'/servers/{sid}/action', json=body)
 
 
-def act(cloud, sid, body, status, task_state=None):
+def act(cloud, sid, body, status):
+    """The server action ``body``, then the server in ``status`` and every event of
+    Nova's record of the action finished (a compute's part may go on after the
+    status changes: the source's cleanup of a confirm, for one)."""
     r = action(cloud, sid, body)
     assert r.status_code in (200, 202, 204), r.text
-    return wait_server(cloud, sid, status, task_state)
+    wait_server(cloud, sid, status)
+    name = list(body)[0]
+    events = cloud_mod.wait_until(lambda: action_finished(cloud, sid, name), bool,
+                                  f'{name} finished')
+    assert {e['result'] for e in events} == {'Success'}, events
 
 
 def delete(cloud, sid):
@@ -270,6 +277,33 @@ def migration(cloud, sid):
     return sorted(r.json()['migrations'], key=lambda m: m['created_at'])[-1]
 
 
+def failed_events(cloud, sid, name):
+    """The details of the failed events of the server's instance action ``name``
+    (compute API 2.84 and later show them)."""
+    return [e.get('details') for e in action_events(cloud, sid, name)
+            if e['result'] == 'Error']
+
+
+def action_finished(cloud, sid, name):
+    """The events of the server's action ``name`` once every one has finished (Nova
+    records the compute's part of a move as an event that ends with it)."""
+    events = action_events(cloud, sid, name)
+    return events if events and all(e['finish_time'] for e in events) else None
+
+
+def action_events(cloud, sid, name):
+    with cloud.nova_client() as nova:
+        actions = nova.get(f'/servers/{sid}/os-instance-actions').json()
+        found = sorted((a['start_time'], a['request_id'])
+                       for a in actions['instanceActions'] if a['action'] == name)
+        if not found:
+            return []
+        request_id = found[-1][1]           # the newest
+        r = nova.get(f'/servers/{sid}/os-instance-actions/{request_id}')
+    assert r.status_code == 200, r.text
+    return r.json()['instanceAction']['events']
+
+
 def assert_mid_resize(cloud, sid, source, dest, old, new):
     """VERIFY_RESIZE: the destination holds the instance (new flavor, new ARQ
     bound there), the source still holds the migration's allocations and its ARQ
@@ -394,10 +428,11 @@ def test_live_migrate_live_migratable(cloud, lm_server):
         return
     r = live_migrate(cloud, sid, dest)
     assert r.status_code == 202, r.text
-    cloud_mod.wait_until(lambda: server(cloud, sid),
-                         lambda s: s['OS-EXT-SRV-ATTR:host'] == dest
-                         and s['OS-EXT-STS:task_state'] is None,
-                         'live migration done')
+    # The instance reaches the destination before the source's part ends (which
+    # releases the source's ARQs): done when Nova's action says so.
+    events = cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
+                                  bool, 'the live migration finished')
+    assert {e['result'] for e in events} == {'Success'}, events
     wait_server(cloud, sid, 'ACTIVE')
     assert_placed(cloud, sid, dest, flavor)
     lm_server.update(host=dest)
@@ -435,11 +470,15 @@ def test_live_migrate_refused_for_a_device_that_cannot_move(cloud, lm_server):
         assert r.status_code == 400 and refused in r.json()['badRequest']['message'], \
             r.text
     elif r.status_code == 202:
-        # Refused by the conductor's checks: the migration fails, the server stays.
-        cloud_mod.wait_until(lambda: migration(cloud, sid)['status'],
-                             lambda st: st in ('error', 'failed'),
-                             'the live migration refused')
+        # Refused by the conductor's pre-checks (the API answers before they run):
+        # the migration fails, the server stays, the action's event says why.
+        details = cloud_mod.wait_until(
+            lambda: failed_events(cloud, sid, 'live-migration'), bool,
+            'the live migration refused')
         wait_server(cloud, sid, 'ACTIVE')
+        assert len(details) == 1, details
+        assert 'may not move with the instance' in details[0], details
+        assert 'live_migratable' in details[0], details
     else:
         # Steward's reason (its move_refusal) in patch 0003's message.
         assert r.status_code == 400, r.text
