@@ -57,6 +57,8 @@ CLEANUP_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400
 
 BIND_OUTCOMES = ('bound', 'failed')
 CLEANUP_OUTCOMES = ('succeeded', 'failed', 'late', 'interrupted', 'not_dispatched')
+HEALED = ('placement_restarted', 'initial_arq_removed', 'placement_reserved',
+          'placement_inventory', 'placement_traits')
 
 
 # --- read when scraped --------------------------------------------------------------
@@ -324,8 +326,19 @@ class Metrics:
         self.orphan_arqs = prometheus_client.Counter(
             'steward_orphan_arqs_released',
             'Bound accelerator requests the conductor deleted because Nova kept '
-            'answering 404 for their instance for longer than [conductor] '
-            'orphan_grace (Nova\'s own delete of them had failed).', registry=families)
+            'answering 404 for their instance, or saying the instance is on another '
+            'host and not moving (a finished move\'s set), for longer than '
+            '[conductor] orphan_grace (Nova\'s own delete of them had failed).',
+            registry=families)
+        self.heals = prometheus_client.Counter(
+            'steward_healed',
+            'Repairs Steward made by itself, by what: placement_restarted (steward '
+            'serve started its embedded Placement again), initial_arq_removed (an '
+            'accelerator request left Initial past [conductor] initial_arq_max_age), '
+            'placement_reserved, placement_inventory and placement_traits (a '
+            'provider\'s reserved, inventory or traits in Placement put back in line '
+            'with Steward\'s devices).',
+            ['what'], registry=families)
         # Observations straight on the children: labels() costs a lock and a
         # dict lookup per call.
         self._bind = {outcome: self.bind_seconds.labels(outcome)
@@ -376,6 +389,12 @@ class Metrics:
     def orphan_arqs_released(self, count):
         """Count ARQs the conductor's orphan check deleted."""
         self.orphan_arqs.inc(count)
+
+    def healed(self, what, count=1):
+        """Count repairs of kind ``what`` (see HEALED)."""
+        if what not in HEALED:
+            raise ValueError(f'unknown repair {what!r}')
+        self.heals.labels(what).inc(count)
 
     # -- read when scraped ------------------------------------------------------------
     def register_placement_stats(self, provider):

@@ -17,3 +17,12 @@ class JsonHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def nova_server(server_uuid, host=None, status='ACTIVE', task_state=None, name='vm'):
+    """The part of Nova's ``GET /servers/{uuid}`` body (admin) that Steward reads:
+    where the server is and whether it is moving."""
+    return {'id': server_uuid, 'name': name, 'status': status,
+            'OS-EXT-SRV-ATTR:host': host, 'OS-EXT-SRV-ATTR:hypervisor_hostname': host,
+            'OS-EXT-STS:task_state': task_state,
+            'OS-EXT-STS:vm_state': 'resized' if status == 'VERIFY_RESIZE' else 'active'}

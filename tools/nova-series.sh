@@ -3,15 +3,19 @@
 #
 #   tools/nova-series.sh venv    build .venv-nova (first run only) and the patched tree
 #   tools/nova-series.sh test    the above, then Nova's own unit tests on the patched
-#                                tree: nova/tests/unit/virt/libvirt/test_driver.py and
-#                                nova/tests/unit/accelerator/ (stestr)
+#                                tree: nova/tests/unit/virt/libvirt/test_driver.py,
+#                                nova/tests/unit/accelerator/ and the resize/cold
+#                                migration tests of the conductor, the compute
+#                                manager, the compute API, the objects and the API
+#                                controllers (stestr; PARTS below)
 #
 # .venv-nova/ (git-ignored) holds nova==34.0.0 from the package index with the
 # packages its unit tests import; its site-packages copy of Nova stays unpatched.
 # .venv-nova/patched/ is a copy of that nova/ with the series applied (rebuilt on
 # every run, ~1 s, so an edited series is what runs): PYTHONPATH=.venv-nova/patched
 # selects the patched Nova, nothing selects the released one. The series must apply
-# cleanly (`git apply --check` first, then `git apply`, in the series' order).
+# cleanly (`git apply --check` first, then `git apply`, patch by patch in the
+# series' order).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -57,31 +61,50 @@ apply_series() {
     patches+=("$series/$name")
   done < "$series/series"
   # A repository of its own: inside Steward's work tree, git apply would take the
-  # paths as relative to Steward's top level and silently skip them all.
-  local log
-  log=$(cd "$patched" && git init -q . && git apply --check "${patches[@]}" \
-        && git apply -v "${patches[@]}" 2>&1)
-  if grep -q '^Skipped' <<<"$log"; then
-    echo "$log" >&2; echo "part of the series was skipped" >&2; return 1
-  fi
+  # paths as relative to Steward's top level and silently skip them all. One patch
+  # at a time, in order: given several, git apply checks each against the tree as
+  # it was, so a patch over a file an earlier one changed would not apply.
+  local log p
+  (cd "$patched" && git init -q .)
+  for p in "${patches[@]}"; do
+    log=$(cd "$patched" && git apply --check "$p" && git apply -v "$p" 2>&1) \
+      || { echo "$log" >&2; echo "$(basename "$p") does not apply" >&2; return 1; }
+    if grep -q '^Skipped' <<<"$log"; then
+      echo "$log" >&2; echo "part of $(basename "$p") was skipped" >&2; return 1
+    fi
+  done
   echo "applied ${#patches[@]} patch(es) from contrib/nova/series to $patched" >&2
 }
+
+# The parts of Nova's unit tests the series is checked with: name, test directory
+# (stestr discovers only that one: discovering all of nova/tests/unit imports
+# modules whose optional dependencies are not installed), filter. The whole of
+# the libvirt driver's and the accelerator client's tests; of the modules the
+# resize/cold migration change touches, the tests of those operations
+# (test_compute_mgr.py alone is about 3 000 tests).
+PARTS=(
+  "accel|nova/tests/unit/accelerator|"
+  "libvirt|nova/tests/unit/virt/libvirt|^nova\.tests\.unit\.virt\.libvirt\.test_driver\."
+  "conductor|nova/tests/unit/conductor/tasks|^nova\.tests\.unit\.conductor\.tasks\.test_migrate\."
+  "compute|nova/tests/unit/compute|^nova\.tests\.unit\.compute\.(test_compute_mgr|test_api)\..*(resize|migrat|accel)"
+  "objects|nova/tests/unit/objects|^nova\.tests\.unit\.objects\.(test_objects\.TestObjectVersions|test_request_spec|test_migration_context)\."
+  "apictl|nova/tests/unit/api/openstack/compute|^nova\.tests\.unit\.api\.openstack\.compute\.(test_migrate_server|test_server_actions)\..*(migrate|resize|accelerator)"
+)
 
 run_tests() {
   local conc=${NOVA_TEST_CONCURRENCY:-2}
   cd "$patched"
   rm -rf .stestr
-  # Two stestr runs, each discovering only its own directory (discovering all of
-  # nova/tests/unit imports modules whose optional dependencies are not installed).
-  printf '[DEFAULT]\ntest_path=./nova/tests/unit/virt/libvirt\ntop_dir=./\n' > .stestr-libvirt.conf
-  printf '[DEFAULT]\ntest_path=./nova/tests/unit/accelerator\ntop_dir=./\n' > .stestr-accel.conf
-  PYTHONPATH=$patched "$venv/bin/python" -m stestr -c .stestr-accel.conf run \
-    --concurrency "$conc" --subunit >"$venv/accel.subunit" || true
-  PYTHONPATH=$patched "$venv/bin/python" -m stestr -c .stestr-libvirt.conf run \
-    --concurrency "$conc" --subunit '^nova\.tests\.unit\.virt\.libvirt\.test_driver\.' \
-    >"$venv/libvirt.subunit" || true
+  local entry part path filter
+  for entry in "${PARTS[@]}"; do
+    IFS='|' read -r part path filter <<<"$entry"
+    printf '[DEFAULT]\ntest_path=./%s\ntop_dir=./\n' "$path" > ".stestr-$part.conf"
+    PYTHONPATH=$patched "$venv/bin/python" -m stestr -c ".stestr-$part.conf" run \
+      --concurrency "$conc" --subunit ${filter:+"$filter"} >"$venv/$part.subunit" || true
+  done
   local rc=0
-  for part in accel libvirt; do
+  for entry in "${PARTS[@]}"; do
+    IFS='|' read -r part path filter <<<"$entry"
     echo "== $part" >&2
     "$venv/bin/subunit2pyunit" --no-passthrough < "$venv/$part.subunit" 2>&1 \
       | grep -E '^(FAIL|ERROR):' >&2 || true

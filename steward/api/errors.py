@@ -72,7 +72,8 @@ def _database_reason(exc):
 
 def outage(exc):
     """A failure of a service behind the API (database, broker, conductor) is a 503
-    the client may retry, not a 500 bug report. Returns None for anything else."""
+    the client may retry, not a 500 bug report. Returns None for anything else.
+    (Placement's outages are already exception.PlacementUnavailable, a 503.)"""
     import oslo_messaging
     from oslo_db import exception as db_exc
     import sqlalchemy.exc
@@ -84,19 +85,53 @@ def outage(exc):
             exc.connection_invalidated or isinstance(exc, sqlalchemy.exc.OperationalError)):
         return exception.ServiceUnavailable(service='The database',
                                             reason=_database_reason(exc))
+    if isinstance(exc, (sqlalchemy.exc.TimeoutError, sqlalchemy.exc.DisconnectionError)):
+        # Every pooled connection busy for [database] pool_timeout (overload), or
+        # one found dead when checked out: try again.
+        return exception.ServiceUnavailable(service='The database',
+                                            reason=_database_reason(exc))
     if isinstance(exc, oslo_messaging.MessagingTimeout):
         return exception.ServiceUnavailable(service='The conductor',
                                             reason='no reply in time')
     if isinstance(exc, oslo_messaging.MessageDeliveryFailure):
         return exception.ServiceUnavailable(service='The message broker',
                                             reason='message not delivered')
-    if isinstance(exc, oslo_messaging.RemoteError) and \
-            exc.exc_type in _REMOTE_DATABASE_OUTAGES:
-        return exception.ServiceUnavailable(
-            service='The database', reason=_REMOTE_DATABASE_OUTAGES[exc.exc_type])
+    if isinstance(exc, oslo_messaging.RemoteError):
+        if exc.exc_type in _REMOTE_DATABASE_OUTAGES:
+            return exception.ServiceUnavailable(
+                service='The database', reason=_REMOTE_DATABASE_OUTAGES[exc.exc_type])
+        if exc.exc_type in _REMOTE_BROKER_OUTAGES:
+            return exception.ServiceUnavailable(
+                service='The message broker',
+                reason='the conductor could not reach an agent or its broker')
+        return None         # the conductor's own failure: a bug, logged as one
     if isinstance(exc, oslo_messaging.rpc.client.RPCVersionCapError):
         return exception.RPCVersionCapped(version=getattr(exc, 'version', '?'),
                                           cap=getattr(exc, 'version_cap', '?'))
+    return _broker_outage(exc)
+
+
+# What the conductor's broker errors are called once carried back.
+_REMOTE_BROKER_OUTAGES = frozenset({'MessageDeliveryFailure',
+                                    'MessagingTimeout', 'MessageUndeliverable'})
+
+
+def _broker_outage(exc):
+    """The broker unreachable, whichever layer noticed: oslo.messaging's own
+    errors (a delivery given up, a send that failed), or kombu's
+    OperationalError, which oslo.messaging's connection pool lets through when a
+    new connection cannot be opened within the call's ``retry``; a socket
+    refused or reset on the way."""
+    import kombu.exceptions
+    import oslo_messaging
+    if isinstance(exc, (oslo_messaging.MessagingException,
+                        kombu.exceptions.OperationalError)):
+        reason = str(exc).split('\n')[0][:200] or type(exc).__name__
+        return exception.ServiceUnavailable(service='The message broker',
+                                            reason=reason)
+    if isinstance(exc, ConnectionError):
+        return exception.ServiceUnavailable(service='A service behind the API',
+                                            reason=str(exc)[:200] or type(exc).__name__)
     return None
 
 

@@ -53,6 +53,9 @@ DEVICE_STATE = _add('2.5', 'Devices show device_state; POST /v2/devices/{uuid}/c
                            'GET .../clean_plan and .../erase_records (spec 1).')
 DEVICE_HISTORY = _add('2.6', 'Devices show last_error, missing and missing_since; '
                              'GET /v2/devices/{uuid}/history.')
+ARQ_MOVE = _add('2.7', 'Bound ARQs say how their device may move: '
+                       'attach_handle_info.live_migratable, .cold_migratable and '
+                       '.move_refusal.')
 # --- add new microversions above this line ----------------------------------------
 
 MIN_VERSION = VERSIONS[0][0]

@@ -8,6 +8,7 @@ hard-wired an ``/accelerator`` prefix).
 import json
 
 from steward.api import microversion
+from steward.common import moves
 from steward.db import api as db
 
 
@@ -170,12 +171,20 @@ def arq(req, record):
 
 
 def _attach_handle_info(req, record):
-    info = dict(record.get('attach_handle_info') or {})
+    stored = record.get('attach_handle_info') or {}
+    info = dict(stored)
     managed = info.pop('managed', None)
-    if record.get('attach_handle_type') == 'PCI' and req.version >= microversion.PCI_MANAGED:
+    # Stored by the pci/mdev drivers only when tagged; the wire's form is 2.7's.
+    info.pop(moves.LIVE_KEY, None)
+    handle_type = record.get('attach_handle_type')
+    if handle_type == 'PCI' and req.version >= microversion.PCI_MANAGED:
         # Stored by the pci driver from device_spec's ``managed`` tag; handles
         # discovered before it existed have none and mean libvirt-managed.
         info['managed'] = True if managed is None else managed is True
+    if handle_type and req.version >= microversion.ARQ_MOVE:
+        # Every Bound ARQ, whatever its handle type: Nova refuses a move of an
+        # instance whose ARQs lack these keys (an older Steward or Cyborg).
+        info.update(moves.facts(handle_type, stored, record.get('device_type')))
     return info
 
 

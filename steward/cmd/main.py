@@ -72,6 +72,7 @@ def cmd_serve(argv):
         root.sync_database()
         if placement_proc is not None:
             placement_proc.wait_ready()
+            placement_proc = _supervised(placement_proc, root)
         conductor = conductor_manager.ConductorManager(
             root.database, root.placement_client(), notifier=root.nova_notifier(),
             metrics=root.metrics, transport=root.transport)
@@ -106,6 +107,20 @@ def cmd_serve(argv):
             exporter.stop()
         root.close()
     return root.lifecycle.status
+
+
+def _supervised(child, root):
+    """The embedded Placement, restarted when it dies; serve exits with status 1
+    when it cannot be (steward/placement/supervise.py)."""
+    from steward.placement import supervise
+
+    def restarted():
+        root.metrics.healed('placement_restarted')
+
+    return supervise.PlacementSupervisor(
+        child, lambda: placement_handle.start_embedded(wait=True),
+        CONF.placement.embedded_restart_attempts, on_restart=restarted,
+        on_fatal=lambda: root.lifecycle.stop(1)).start()
 
 
 def _serve_listeners():

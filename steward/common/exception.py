@@ -40,6 +40,11 @@ class MalformedJSON(Invalid):
     message = 'Request is not in valid JSON format.'
 
 
+class BodyTooDeep(Invalid):
+    code = 'cyb.request.too_deep'
+    message = 'The request body nests deeper than %(limit)d levels.'
+
+
 class SchemaViolation(Invalid):
     code = 'cyb.request.schema'
     message = 'Invalid request body: %(reason)s'
@@ -67,8 +72,9 @@ class PatchInvalid(Invalid):
 
 class ARQAlreadyBoundToInstance(Invalid):
     code = 'cyb.arq.instance_already_bound'
-    message = ('Instance %(instance_uuid)s already has bound accelerator requests; '
-               'accelerators cannot be added to an existing instance.')
+    message = ('Instance %(instance_uuid)s already has bound accelerator requests on '
+               'host %(host)s; accelerators cannot be added to an existing instance '
+               '(a second set binds only on another host, while the instance moves).')
 
 
 class ARQBadState(Invalid):
@@ -252,6 +258,14 @@ class PlacementError(StewardError):
     status = 502
     code = 'cyb.placement.error'
     message = 'Placement call %(call)s failed: %(reason)s'
+
+
+class PlacementUnavailable(PlacementError):
+    """Placement did not answer (refused, timed out, no endpoint) or answered that
+    it cannot serve now (502, 503, 504): an outage the client may retry, not a
+    bug. A PlacementError still, for the callers that handle those."""
+    status = 503
+    code = 'cyb.service.unavailable'
 
 
 class PlacementProviderNotFound(PlacementError):

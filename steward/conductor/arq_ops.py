@@ -92,11 +92,6 @@ def _bind_in_db(clients, ctx, bindings, uuids, project_scope):
                 raise exception.ARQBadState(uuid=arq.uuid, state=arq.state,
                                             action='bind',
                                             expected=list(states.ARQ_BINDABLE))
-        taken = db.arq_instances_with_binding(
-            s, {b['instance_uuid'] for b in bindings}, exclude_ids=[a.id for a in arqs])
-        for b in bindings:
-            if b['instance_uuid'] in taken:
-                raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'])
         deployables = db.deployables_by_rp_uuids(
             s, list(dict.fromkeys(b['device_rp_uuid'] for b in bindings)))
         # Every device of the bind locked up front, in id order (see lock_devices),
@@ -104,6 +99,7 @@ def _bind_in_db(clients, ctx, bindings, uuids, project_scope):
         locked = {device.id: (device, count) for device, count in
                   device_ops.lock_devices_counted(
                       s, [d.device_id for d in deployables.values()])}
+        _check_second_set(s, arqs, bindings, deployables, locked)
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]
             values = {'hostname': b['hostname'], 'device_rp_uuid': b['device_rp_uuid'],
@@ -117,11 +113,28 @@ def _bind_in_db(clients, ctx, bindings, uuids, project_scope):
             states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
                            values={'attach_handle_id': handle.id},
                            request_id=ctx.request_id)
-            handles[arq.id] = handle
+            handles[arq.id] = (handle, device.type)
             if device_ops.mark_allocated(s, device, ctx) and reservation.policy(
                     s, device, accelerators=locked[dep.device_id][1]).single:
                 reserve.append(dep)
-        return [db.arq_record(a, handles.get(a.id)) for a in arqs], reserve
+        return [db.arq_record(a, *handles[a.id]) for a in arqs], reserve
+
+
+def _check_second_set(s, arqs, bindings, deployables, locked):
+    """Accelerators cannot be added to an instance on its host; but while it
+    moves (resize, cold or live migration) it holds a second set of ARQs on the
+    destination: a bind on another host than every other ARQ of the instance
+    (by its device's agent host) is that set, and is allowed."""
+    held = db.arq_instances_with_binding(
+        s, {b['instance_uuid'] for b in bindings}, exclude_ids=[a.id for a in arqs])
+    for b in bindings:
+        hosts = held.get(b['instance_uuid'])
+        if not hosts:
+            continue
+        host = locked[deployables[b['device_rp_uuid']].device_id][0].hostname
+        if host in hosts or None in hosts:
+            raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'],
+                                                      host=host)
 
 
 def _fail_bound(clients, ctx, uuids, reason):

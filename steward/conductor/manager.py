@@ -72,7 +72,7 @@ class ConductorManager:
         self.reporter = report.Reporter(database, placement_client,
                                         CONF.placement.create_compute_node)
         self.notifier = notifier or nova.NovaNotifier()
-        self.periodic = periodic.PeriodicTasks(self.clients)
+        self.periodic = periodic.PeriodicTasks(self.clients, self.reporter)
 
     @property
     def placement(self):

@@ -12,10 +12,18 @@ reload changes it), in one thread per conductor (``steward conductor`` and
   request for that long -> its agent is pinged and asked to clean it;
 * accelerator requests left in Deleting for ``[conductor] stale_delete_grace``
   -> their delete is finished;
+* accelerator requests Initial with no instance for ``[conductor]
+  initial_arq_max_age`` -> deleted, and each device provider's inventory and
+  reserved in Placement compared with the devices and repaired
+  (steward/conductor/selfheal.py);
 * orphaned accelerator requests (only with ``[nova]`` configured): Bound to an
   instance Nova has answered 404 for (``GET /servers/{uuid}``) for longer than
   ``[conductor] orphan_grace`` -> deleted as Nova's ``DELETE ?instance=`` would
-  (Nova deletes the server even when that DELETE failed).
+  (Nova deletes the server even when that DELETE failed); Bound on devices of
+  another host than the one Nova says the instance is on, while it is not moving
+  (status not RESIZE, VERIFY_RESIZE, REVERT_RESIZE or MIGRATING, no task_state),
+  for that long -> that set alone is deleted (a finished move's delete of the
+  source's set, or a revert's of the destination's, was lost).
 
 Several conductors may run them at once: every state change is a compare-and-swap
 through ``states.advance`` and the agent's start of a cleanup is one too, so the
@@ -39,6 +47,7 @@ from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
 from steward.conductor import device_ops
 from steward.conductor import nova
+from steward.conductor import selfheal
 from steward.conf import CONF
 from steward.db import api as db
 
@@ -97,14 +106,19 @@ class PeriodicTasks:
     """The tasks that remember something between runs (when a device was last
     asked, or first seen released) and the worker that runs them all."""
 
-    def __init__(self, clients):
+    def __init__(self, clients, reporter=None):
         self.clients = clients
+        self.reporter = reporter    # the conductor's report.Reporter (drift repair)
         self._resent = {}       # device uuid -> when cleanup_device was last re-sent
         self._released = {}     # device uuid -> when first seen allocated without ARQ
         # The orphan check's memory, in this conductor's memory only (a restart, or
         # another conductor, starts the grace over: later, never earlier):
         self._gone = {}         # instance uuid -> when Nova first answered 404
         self._asked = {}        # instance uuid -> when Nova was last asked
+        # instance uuid -> {ARQ uuid: when first seen Bound on another host than
+        # the one Nova said the instance is on, while not moving}
+        self._left = {}
+        self._unknown_hosts = set()     # (instance, host) said once
         self._servers = None    # nova.ServerLookup, built on first use
         self._thread = None     # the Ticker running every task in turn
 
@@ -177,9 +191,15 @@ class PeriodicTasks:
     def release_orphan_arqs(self, ctx, now=None):
         """Without [nova]: nothing. Otherwise asks Nova about up to ORPHAN_BATCH
         instances holding Bound ARQs (never asked, then least recently asked; the
-        oldest updated first) and deletes the ARQs of those Nova has answered 404
-        for since more than ``[conductor] orphan_grace``. Returns the instances
-        whose ARQs were deleted."""
+        oldest updated first) and deletes, once ``[conductor] orphan_grace`` has
+        passed since it was first seen so:
+
+        * the ARQs of an instance Nova answers 404 for;
+        * the ARQs an instance holds on devices of another host than the one Nova
+          says it is on, while it is not moving: the set a finished move (resize
+          confirmed or reverted, cold or live migration) left behind.
+
+        Returns the instances some of whose ARQs were deleted."""
         if not nova.configured():
             return []
         now = now or timeutils.utcnow()
@@ -189,23 +209,29 @@ class PeriodicTasks:
         held = {inst for inst, _ in bound}
         self._gone = {i: t for i, t in self._gone.items() if i in held}
         self._asked = {i: t for i, t in self._asked.items() if i in held}
+        self._left = {i: t for i, t in self._left.items() if i in held}
+        self._unknown_hosts = {k for k in self._unknown_hosts if k[0] in held}
         never = datetime.datetime.min
         batch = sorted(bound, key=lambda b: (self._asked.get(b[0], never), b[1]))
         if self._servers is None:
             self._servers = nova.ServerLookup()
-        unknown, reason, todo = 0, None, []
+        unknown, reason, todo, moved = 0, None, [], []
         for inst, _ in batch[:ORPHAN_BATCH]:
             self._asked[inst] = now
             try:
-                exists = self._servers.exists(inst)
+                server = self._servers.server(inst)
             except nova.ServerStatusUnknown as err:
                 unknown, reason = unknown + 1, str(err)
                 if err.unreachable:
                     break           # not another request this run
                 continue
-            if exists:
+            if server is not None:
                 self._gone.pop(inst, None)
+                left = self._left_behind(inst, server, now, grace)
+                if left is not None:
+                    moved.append(left)
                 continue
+            self._left.pop(inst, None)
             first = self._gone.setdefault(inst, now)
             if _age(now, first) > grace:
                 todo.append((inst, first))
@@ -231,7 +257,72 @@ class PeriodicTasks:
                         ', '.join(arqs))
             self.clients.metrics.orphan_arqs_released(len(arqs))
             released.append(inst)
+        released += [inst for inst, host, arqs, hosts, first in moved
+                     if self._release_left_behind(ctx, inst, host, arqs, hosts, first)]
         return released
+
+    def _left_behind(self, inst, server, now, grace):
+        """The Bound ARQs ``inst`` holds on devices of another host than Nova's
+        ``server.host`` while it is not moving, due for deletion: (instance, host,
+        [ARQ uuids], their hosts, since when) or None. Remembers since when each
+        was seen so; a move (or an ARQ back on the server's host) forgets it."""
+        if server.moving or not server.host:
+            # Both sets may be needed until the move is confirmed or reverted.
+            self._left.pop(inst, None)
+            return None
+        with self.clients.database.reader() as s:
+            stray = {arq: host for arq, host in db.arq_bound_hosts(s, inst)
+                     if host != server.host}
+            known = bool(stray) and db.device_host_known(s, server.host)
+        if not stray:
+            self._left.pop(inst, None)
+            return None
+        if not known:
+            # Nova names a host no agent reports devices on: Nova's and the
+            # agents' host names may differ ([DEFAULT] host), and deleting every
+            # instance's ARQs for that would be a disaster. Said once.
+            if (inst, server.host) not in self._unknown_hosts:
+                self._unknown_hosts.add((inst, server.host))
+                LOG.warning('instance %s: Nova says it is on host %s, where no agent '
+                            'reports a device; its accelerator requests %s on %s are '
+                            'kept (do the agents\' [DEFAULT] host names match Nova\'s '
+                            'compute host names?)', inst, server.host,
+                            ', '.join(sorted(stray)), ', '.join(sorted(set(stray.values()))))
+            self._left.pop(inst, None)
+            return None
+        seen = self._left.get(inst, {})
+        seen = self._left[inst] = {arq: seen.get(arq, now) for arq in stray}
+        due = [arq for arq, first in seen.items() if _age(now, first) > grace]
+        if not due:
+            return None
+        return (inst, server.host, due, sorted({stray[a] for a in due}),
+                min(seen[a] for a in due))
+
+    def _release_left_behind(self, ctx, inst, host, arqs, hosts, first):
+        try:
+            arq_ops.delete(self.clients, ctx, arq_uuids=arqs)
+        except EXPECTED as err:
+            LOG.warning('instance %s: its accelerator requests %s left on %s by a '
+                        'finished move could not be deleted: %s', inst,
+                        ', '.join(arqs), ', '.join(hosts), err)
+            return False
+        self._left.pop(inst, None)
+        LOG.warning('instance %s: Nova has said since %s that it is on %s and not '
+                    'moving; deleted its accelerator request(s) %s on %s (left behind '
+                    'by a finished move: Nova\'s delete of them was lost), releasing '
+                    'their devices', inst, db.timestamp(first), host, ', '.join(arqs),
+                    ', '.join(hosts))
+        self.clients.metrics.orphan_arqs_released(len(arqs))
+        return True
+
+    # Self-healing (steward/conductor/selfheal.py).
+    def remove_stale_initial_arqs(self, ctx, now=None):
+        """Returns the uuids of the Initial ARQs deleted."""
+        return selfheal.remove_stale_initial_arqs(self.clients, ctx, now)
+
+    def repair_placement_drift(self, ctx, now=None):
+        """Returns [(provider uuid, what)] repaired."""
+        return selfheal.repair_placement_drift(self.clients, ctx, self.reporter, now)
 
     def run_once(self, now=None):
         """Every task once, in order (the worker's runs, and tests)."""
@@ -243,7 +334,8 @@ class PeriodicTasks:
     def _tasks(self):
         return (self.fail_stuck_cleanups, self.resend_lost_cleanups,
                 self.clean_missed_releases, self.finish_stale_deletes,
-                self.release_orphan_arqs)
+                self.release_orphan_arqs, self.remove_stale_initial_arqs,
+                self.repair_placement_drift)
 
     @staticmethod
     def _guarded(task, ctx, now=None):

@@ -46,7 +46,9 @@ def rp_uuid_for(name):
     return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
 
 
-MUTABLE_HANDLE_KEYS = ('managed',)
+# Tags a handle keeps its identity through: changing one updates the handle
+# (once it is released) instead of replacing it.
+MUTABLE_HANDLE_KEYS = ('managed', 'live_migratable')
 
 
 def handle_identity(info):

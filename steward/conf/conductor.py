@@ -11,9 +11,11 @@ opts = [
                  deprecated_opts=[cfg.DeprecatedOpt('periodic_interval',
                                                     group='DEFAULT')],
                  help='Seconds between two runs of the periodic tasks: stuck '
-                      'cleanups, lost cleanup requests, missed releases and '
-                      'accelerator requests left in Deleting, and (with [nova]) '
-                      'bound accelerator requests whose instance Nova deleted.'),
+                      'cleanups, lost cleanup requests, missed releases, '
+                      'accelerator requests left in Deleting or Initial, Placement '
+                      'inventory and reservations out of line with the devices, and '
+                      '(with [nova]) bound accelerator requests whose instance Nova '
+                      'deleted.'),
     cfg.FloatOpt('agent_ping_timeout', default=2.0, min=0.01, mutable=True,
                  help='Seconds the conductor waits for an agent to answer ping '
                       'before it asks it to clean a released device. A device whose '
@@ -35,12 +37,22 @@ opts = [
                  help='Seconds an accelerator request may stay in Deleting before '
                       'the periodic task finishes its delete (a younger one may '
                       'still be finished by the request that started it).'),
+    cfg.FloatOpt('initial_arq_max_age', default=3600.0, min=60.0, mutable=True,
+                 help='Seconds an accelerator request may stay Initial with no '
+                      'instance before the periodic task deletes it: a create whose '
+                      'answer was lost (the API died after its commit, the client '
+                      'gave up) leaves one that no client knows. Nova binds the '
+                      'requests it creates within seconds of creating them.'),
     cfg.FloatOpt('orphan_grace', default=600.0, min=0.0, mutable=True,
                  help='Seconds Nova must keep answering 404 for an instance that '
                       'holds bound accelerator requests before the conductor '
                       'deletes them as Nova\'s DELETE ?instance= would (releasing '
-                      'and cleaning their devices). Only with [nova] configured; at '
-                      'most 100 instances are asked per periodic run.'),
+                      'and cleaning their devices); and seconds Nova must keep '
+                      'saying that such an instance is on another host than some '
+                      'of its accelerator requests\' devices, and not moving, '
+                      'before those (the set a finished move left behind) are '
+                      'deleted. Only with [nova] configured; at most 100 instances '
+                      'are asked per periodic run.'),
 ]
 
 

@@ -11,8 +11,10 @@ opts = [
                          'address such as 0000:41:00.0, or a virtual parent such as '
                          'mtty) and mdev_type (e.g. nvidia-319, i915-GVTg_V5_4, '
                          'mtty-2) required; max_instances (cap on the reported '
-                         'total), resource_class (default CUSTOM_MDEV_<TYPE>) and '
-                         'traits (list) optional. A trailing comma after the object '
+                         'total), resource_class (default CUSTOM_MDEV_<TYPE>), '
+                         'traits (list) and live_migratable (default false; the '
+                         'type\'s mdevs may be live migrated, doc/moves.md) '
+                         'optional. A trailing comma after the object '
                          'is accepted. Only listed pairs are reported; invalid '
                          'entries are logged at start and skipped.'),
 ]

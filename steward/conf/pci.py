@@ -9,7 +9,9 @@ opts = [
                     help='One JSON object per value, Nova device_spec style: '
                          'vendor_id, product_id, address (glob string or dict of '
                          'per-field regexes), devname; plus managed (default true), '
-                         'resource_class and traits. No entry: no device reported.'),
+                         'live_migratable (default false; as Nova\'s own tag: the '
+                         'device may be live migrated, doc/moves.md), resource_class '
+                         'and traits. No entry: no device reported.'),
 ]
 
 

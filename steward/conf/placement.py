@@ -22,6 +22,12 @@ opts = [
                     'interpreter), so more processes use more cores: a first '
                     'registration of thousands of providers is bounded by this. '
                     'Each process takes about 90 MB.'),
+    cfg.IntOpt('embedded_restart_attempts', default=5, min=1,
+               help='Times in a row steward serve tries to start its embedded '
+                    'Placement again after it died (waiting 1, 2, 4 ... up to 30 '
+                    'seconds before each try) before it gives up and exits with a '
+                    'non-zero status, for its service manager to restart it. A '
+                    'child that stayed up for a minute starts the count over.'),
     cfg.StrOpt('compute_node_name',
                help='Deprecated alias of [agent] resource_provider_name.'),
     cfg.BoolOpt('create_compute_node', default=True,

@@ -430,6 +430,7 @@ class ArqRow(types.SimpleNamespace):
 
 
 _ARQ_T, _PROFILE_T = m.ExtARQ.__table__, m.DeviceProfile.__table__
+_DEVICES_T = m.Device.__table__
 _ARQ_ROWS = (sa.select(*_ARQ_T.c, _PROFILE_T.c.name.label('profile_name'))
              .select_from(_ARQ_T.join(_PROFILE_T,
                                       _PROFILE_T.c.id == _ARQ_T.c.device_profile_id)))
@@ -496,32 +497,56 @@ def arq_bound_instances(session):
     return [tuple(row) for row in session.execute(stmt).all()]
 
 
-def arq_instance_has_binding(session, instance_uuid, exclude_ids=()):
-    return bool(arq_instances_with_binding(session, [instance_uuid], exclude_ids))
-
-
 def _instances_with_binding(excluded):
-    return OneOrMany(m.ExtARQ.instance_uuid, 'instances', lambda clause: sa.select(
-        m.ExtARQ.instance_uuid).distinct().where(clause, excluded))
+    return OneOrMany(_ARQ_T.c.instance_uuid, 'instances', lambda clause: sa.select(
+        _ARQ_T.c.instance_uuid, _DEVICES_T.c.hostname).distinct()
+        .select_from(_ARQ_T.outerjoin(
+            _DEPLOYABLES_T, _DEPLOYABLES_T.c.id == _ARQ_T.c.deployable_id)
+            .outerjoin(_DEVICES_T, _DEVICES_T.c.id == _DEPLOYABLES_T.c.device_id))
+        .where(clause, excluded))
 
 
 # By how many ARQs are excluded: one (a bind of one ARQ), or any other number.
 _INSTANCES_WITH_BINDING = {
-    True: _instances_with_binding(m.ExtARQ.id != sa.bindparam('exclude')),
+    True: _instances_with_binding(_ARQ_T.c.id != sa.bindparam('exclude')),
     False: _instances_with_binding(
-        m.ExtARQ.id.notin_(sa.bindparam('exclude', expanding=True)))}
+        _ARQ_T.c.id.notin_(sa.bindparam('exclude', expanding=True)))}
+
+
+def arq_bound_hosts(session, instance_uuid):
+    """[(ARQ uuid, its device's agent host)] of an instance's Bound ARQs, in id
+    order: where each set of a moving instance is (the orphan check)."""
+    stmt = (sa.select(_ARQ_T.c.uuid, _DEVICES_T.c.hostname)
+            .select_from(_ARQ_T.join(_HANDLES, _HANDLES.c.id == _ARQ_T.c.attach_handle_id)
+                         .join(_DEPLOYABLES_T, _DEPLOYABLES_T.c.id == _HANDLES.c.deployable_id)
+                         .join(_DEVICES_T, _DEVICES_T.c.id == _DEPLOYABLES_T.c.device_id))
+            .where(_ARQ_T.c.instance_uuid == instance_uuid,
+                   _ARQ_T.c.state == states.ARQ_BOUND)
+            .order_by(_ARQ_T.c.id))
+    return [tuple(row) for row in session.execute(stmt)]
+
+
+def device_host_known(session, hostname):
+    """Does any agent report a device on ``hostname``?"""
+    return session.execute(sa.select(_DEVICES_T.c.id).where(
+        _DEVICES_T.c.hostname == hostname).limit(1)).first() is not None
 
 
 def arq_instances_with_binding(session, instance_uuids, exclude_ids=()):
     """Which of ``instance_uuids`` already have an ARQ (other than
-    ``exclude_ids``) bound to them, in one query."""
+    ``exclude_ids``) bound to them, in one query: {instance: {device hosts}},
+    the agent host of each such ARQ's device (None when it has no deployable
+    any more)."""
     # An empty expanding NOT IN is valid SQL in SQLAlchemy (it renders an
     # always-true test), but no ARQ has id 0: keep the statement one shape.
     exclude = list(exclude_ids) or [0]
     one = len(exclude) == 1
     stmt, params = _INSTANCES_WITH_BINDING[one](
         instance_uuids, exclude=exclude[0] if one else exclude)
-    return set(session.execute(stmt, params).scalars())
+    found = {}
+    for inst, host in session.execute(stmt, params):
+        found.setdefault(inst, set()).add(host)
+    return found
 
 
 def arq_create(session, dp, group_id, project_id):
@@ -551,16 +576,17 @@ def arqs_create(session, dp, group_ids, project_id):
         profile_name=dp.name, **row)) for row in rows]
 
 
-def arq_record(arq, handle=None):
+def arq_record(arq, handle=None, device_type=None):
     """Storage-neutral view of an ARQ (the API formats it per microversion).
     ``arq``: an ArqRow (its columns and ``profile_name``); ``handle``: the attach
-    handle row it holds, when Bound."""
+    handle row it holds, when Bound; ``device_type``: the type of that handle's
+    device (how it may move, API 2.7)."""
     if handle is None or arq.state != states.ARQ_BOUND:
         return _record(arq, '', None, None)
-    return _record(arq, handle.attach_type, handle.uuid, handle.attach_info)
+    return _record(arq, handle.attach_type, handle.uuid, handle.attach_info, device_type)
 
 
-def _record(arq, handle_type, handle_uuid, handle_info):
+def _record(arq, handle_type, handle_uuid, handle_info, device_type=None):
     return {
         'uuid': arq.uuid, 'state': arq.state,
         'device_profile_name': arq.profile_name,
@@ -571,6 +597,9 @@ def _record(arq, handle_type, handle_uuid, handle_info):
         'attach_handle_uuid': handle_uuid,
         'attach_handle_info': json.loads(handle_info) if handle_info else {},
         'created_at': timestamp(arq.created_at), 'updated_at': timestamp(arq.updated_at),
+        # Internal (the API's views copy only the wire fields): NVME devices
+        # refuse every move (steward.common.moves).
+        'device_type': device_type,
     }
 
 
@@ -580,8 +609,11 @@ def _record(arq, handle_type, handle_uuid, handle_info):
 _ARQ_RECORD_SELECT = (
     _ARQ_ROWS.add_columns(_HANDLES.c.attach_type.label('handle_type'),
                           _HANDLES.c.uuid.label('handle_uuid'),
-                          _HANDLES.c.attach_info.label('handle_info'))
-    .outerjoin(_HANDLES, _HANDLES.c.id == _ARQ_T.c.attach_handle_id))
+                          _HANDLES.c.attach_info.label('handle_info'),
+                          _DEVICES_T.c.type.label('handle_device_type'))
+    .outerjoin(_HANDLES, _HANDLES.c.id == _ARQ_T.c.attach_handle_id)
+    .outerjoin(_DEPLOYABLES_T, _DEPLOYABLES_T.c.id == _HANDLES.c.deployable_id)
+    .outerjoin(_DEVICES_T, _DEVICES_T.c.id == _DEPLOYABLES_T.c.device_id))
 _RECORDS_BY_INSTANCE = (_ARQ_RECORD_SELECT
                         .where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'))
                         .order_by(_ARQ_T.c.id))
@@ -589,7 +621,8 @@ _RECORDS_BY_INSTANCE = (_ARQ_RECORD_SELECT
 
 def _records(rows):
     bound = states.ARQ_BOUND
-    return [_record(r, r.handle_type or '', r.handle_uuid, r.handle_info)
+    return [_record(r, r.handle_type or '', r.handle_uuid, r.handle_info,
+                    r.handle_device_type)
             if r.state == bound else _record(r, '', None, None) for r in rows]
 
 

@@ -10,8 +10,10 @@ node, with:
   entry's ``max_instances``: ``available_instances`` drops when an mdev is created,
   whether or not a guest uses it, so existing mdevs still count as capacity;
 * one ``MDEV`` attach handle per instance, all alike:
-  ``{"asked_type", "domain", "bus", "device", "function"}``. Binding one only
-  reserves it; Nova creates the mdev with the handle's uuid (spec 5).
+  ``{"asked_type", "domain", "bus", "device", "function"}`` (plus
+  ``"live_migratable": true`` when the entry's tag says so: API 2.7, issue 32).
+  Binding one only reserves it; Nova creates the mdev with the handle's uuid
+  (spec 5).
 
 A parent that is not a PCI function (the ``mtty``/``mdpy`` samples) has no PCI
 address: its handles carry ``domain``, ``bus`` and ``function`` empty and its name
@@ -36,6 +38,7 @@ import os
 import os_resource_classes as orc
 
 from steward.common import exception
+from steward.common import moves
 from steward.drivers import base
 from steward.drivers import mdev_bus
 from steward.drivers import objects
@@ -46,7 +49,8 @@ LOG = logging.getLogger(__name__)
 
 OPTION = '[mdev] device_spec'
 REQUIRED_KEYS = ('address', 'mdev_type')
-KNOWN_KEYS = frozenset(REQUIRED_KEYS + ('max_instances', 'resource_class', 'traits'))
+KNOWN_KEYS = frozenset(REQUIRED_KEYS + ('max_instances', 'resource_class', 'traits',
+                                        'live_migratable'))
 DEVICE_TYPE = 'MDEV'
 ATTACH_TYPE = 'MDEV'
 
@@ -59,6 +63,7 @@ class MdevEntry:
     max_instances: int | None = None
     resource_class: str | None = None
     traits: tuple = ()
+    live_migratable: bool = False
 
 
 def _json_text(raw):
@@ -95,12 +100,13 @@ def parse_entry(raw):
     try:
         resource_class = pci.parse_resource_class(fields)
         traits = pci.parse_traits(fields)
+        live = pci.parse_live_migratable(fields)
     except ValueError as err:
         raise bad(str(err))
     address = mdev_bus.canonical_parent(fields['address'].strip())
     return MdevEntry(raw=raw, address=address, mdev_type=fields['mdev_type'].strip(),
                      max_instances=max_instances, resource_class=resource_class,
-                     traits=traits)
+                     traits=traits, live_migratable=live)
 
 
 def load_entries(values):
@@ -150,14 +156,19 @@ def controlpath_id(parent):
 
 
 @functools.lru_cache(maxsize=8192)
-def _attach_info(mdev_type, parent):
-    return json.dumps(dict(address_fields(parent), asked_type=mdev_type), sort_keys=True)
+def _attach_info(mdev_type, parent, live=False):
+    info = dict(address_fields(parent), asked_type=mdev_type)
+    if live:
+        # Only when true: absent means false (steward.common.moves).
+        info[moves.LIVE_KEY] = True
+    return json.dumps(info, sort_keys=True)
 
 
-def attach_handles(mdev_type, parent, count):
+def attach_handles(mdev_type, parent, count, live=False):
     """``count`` identical MDEV handles of one type: the conductor matches them as
-    a multiset, and each handle's uuid becomes one mdev's uuid."""
-    info = _attach_info(mdev_type, parent)
+    a multiset, and each handle's uuid becomes one mdev's uuid. ``live``: the
+    entry's ``live_migratable`` tag."""
+    info = _attach_info(mdev_type, parent, live)
     return [objects.DriverAttachHandle(attach_type=ATTACH_TYPE, attach_info=info)
             for _ in range(count)]
 
@@ -188,10 +199,10 @@ class MdevDriver(base.Driver):
             LOG.warning('mdev driver enabled but %s has no valid entry: no device is '
                         'reported', OPTION)
         for entry in self.entries:
-            LOG.info('mdev driver: parent %s type %s -> %s (max_instances=%s)',
-                     entry.address, entry.mdev_type,
+            LOG.info('mdev driver: parent %s type %s -> %s (max_instances=%s, '
+                     'live_migratable=%s)', entry.address, entry.mdev_type,
                      entry.resource_class or default_resource_class(entry.mdev_type),
-                     entry.max_instances)
+                     entry.max_instances, entry.live_migratable)
 
     def discover(self):
         self._problem.new_cycle()
@@ -278,7 +289,8 @@ class MdevDriver(base.Driver):
         return objects.DriverDeployable(
             name=f'{self.host}_mdev_{parent}_{entry.mdev_type}', num_accelerators=total,
             attribute_list=attributes,
-            attach_handle_list=attach_handles(entry.mdev_type, parent, total),
+            attach_handle_list=attach_handles(entry.mdev_type, parent, total,
+                                              entry.live_migratable),
             driver_name=self.name)
 
     def _pci_device(self, parent):

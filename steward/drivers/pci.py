@@ -3,7 +3,8 @@
 Each matching function (a VF counts as its own device) is one device with one
 deployable of one accelerator and one ``PCI`` attach handle whose attach_info
 carries the address and the entry's ``managed`` tag (spec 4): Nova turns it into
-``<hostdev managed='yes|no'>``.
+``<hostdev managed='yes|no'>``; and ``live_migratable: true`` when the entry's
+``live_migratable`` tag says so (issue 32, API 2.7: how the device may move).
 
 Entries are read once, when the driver is built at agent start. An invalid entry is
 logged at ERROR with the entry and the offending value and is skipped: treating it
@@ -19,8 +20,10 @@ import logging
 
 import os_resource_classes as orc
 import os_traits
+from oslo_utils import strutils
 
 from steward.common import exception
+from steward.common import moves
 from steward.drivers import base
 from steward.drivers import device_spec
 from steward.drivers import objects
@@ -30,7 +33,8 @@ LOG = logging.getLogger(__name__)
 
 OPTION = '[pci] device_spec'
 #: Keys this driver reads; the matcher's keys plus its own tags.
-KNOWN_KEYS = frozenset(device_spec.MATCH_KEYS + ('managed', 'resource_class', 'traits'))
+KNOWN_KEYS = frozenset(device_spec.MATCH_KEYS + ('managed', 'live_migratable',
+                                                  'resource_class', 'traits'))
 _CUSTOM = 'CUSTOM_'
 _MAX_NAME = 255             # Placement's limit for resource class and trait names
 
@@ -40,6 +44,7 @@ class PciEntry:
     """One device_spec entry with its tags resolved, or the reason they are bad."""
     spec: device_spec.DeviceSpec
     managed: bool | None = None
+    live_migratable: bool = False
     resource_class: str | None = None   # None: CUSTOM_PCI_<VENDOR>_<PRODUCT>
     traits: tuple = ()
     error: str | None = None            # set: the devices it matches are withheld
@@ -53,6 +58,22 @@ def parse_managed(fields):
         raise ValueError(f'managed {json.dumps(fields["managed"])} is not a boolean; use '
                          f'true or false (or one of the strings yes/no, on/off, 1/0)')
     return managed
+
+
+def parse_live_migratable(fields):
+    """The ``live_migratable`` tag (issue 32) exactly as Nova 34 reads its own in
+    ``[pci] device_spec`` (nova/pci/devspec.py ``_normalize_device_spec_tag``):
+    absent or null is false; otherwise oslo.utils' strict conversion of the value
+    (a JSON boolean, or its text: true/false, yes/no, on/off, y/n, t/f, 1/0 in
+    any case); ValueError for anything else. The mdev driver reads its entries'
+    tag the same way."""
+    value = fields.get('live_migratable')
+    if value is None:
+        return False
+    try:
+        return strutils.bool_from_string(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f'live_migratable {json.dumps(value)} is not a boolean ({err})')
 
 
 def _custom_name(value, what, normalize):
@@ -121,6 +142,7 @@ def resolve_tags(spec):
     """A parsed spec -> PciEntry; InvalidConfiguration quoting the entry."""
     try:
         return PciEntry(spec=spec, managed=parse_managed(spec.fields),
+                        live_migratable=parse_live_migratable(spec.fields),
                         resource_class=parse_resource_class(spec.fields),
                         traits=parse_traits(spec.fields))
     except ValueError as err:
@@ -161,6 +183,16 @@ def default_resource_class(device):
     return f'CUSTOM_PCI_{device.vendor_id.upper()}_{device.product_id.upper()}'
 
 
+def attach_info(address, entry):
+    """A PCI handle's attach_info: the address, ``managed``, and
+    ``live_migratable`` only when true (absent means false, as on handles
+    discovered before the tag existed: steward.common.moves)."""
+    info = dict(address, managed=entry.managed)
+    if entry.live_migratable:
+        info[moves.LIVE_KEY] = True
+    return info
+
+
 class PciDriver(base.Driver):
     name = 'pci'
 
@@ -176,7 +208,8 @@ class PciDriver(base.Driver):
             LOG.warning('pci driver enabled but %s has no valid entry: no device is '
                         'reported', OPTION)
         for entry in valid:
-            LOG.info('pci driver: entry %s -> managed=%s', entry.spec.raw, entry.managed)
+            LOG.info('pci driver: entry %s -> managed=%s live_migratable=%s',
+                     entry.spec.raw, entry.managed, entry.live_migratable)
 
     def discover(self):
         found = []
@@ -214,7 +247,7 @@ class PciDriver(base.Driver):
                        for i, t in enumerate(entry.traits)]
         handle = objects.DriverAttachHandle(
             attach_type='PCI',
-            attach_info=json.dumps(dict(address, managed=entry.managed), sort_keys=True))
+            attach_info=json.dumps(attach_info(address, entry), sort_keys=True))
         deployable = objects.DriverDeployable(
             name=f'{self.host}_{dev.address}', num_accelerators=1,
             attribute_list=attributes, attach_handle_list=[handle], driver_name=self.name)

@@ -42,6 +42,8 @@ MICROVERSION = '1.39'
 OWNER_TRAIT = 'OWNER_CYBORG'
 # One try plus three retries after a generation conflict.
 _ATTEMPTS = 4
+# Placement (or the proxy in front of it) cannot serve now: an outage, not a bug.
+_UNAVAILABLE = frozenset({502, 503, 504})
 _EMBEDDED_TIMEOUT = 30
 # Requests in flight at once in sync_providers: Placement serves them from threads;
 # a few keep both it and this process busy without queueing on its database.
@@ -179,7 +181,7 @@ class PlacementClient:
             resp = self._adapter.request(path, method, json=body, raise_exc=False)
         except ks_exc.ClientException as exc:   # refused, timeout, TLS, no endpoint
             self._count('errors')
-            raise exception.PlacementError(
+            raise exception.PlacementUnavailable(
                 call=call, reason=str(exc) or type(exc).__name__) from exc
         if resp.status_code in ok:
             if resp.content or (method == 'GET' and resp.status_code == 200):
@@ -194,7 +196,9 @@ class PlacementClient:
         self._count('errors')
         code, detail = _error_of(resp)
         cls = exception.PlacementError
-        if resp.status_code == 409 and code == 'placement.concurrent_update':
+        if resp.status_code in _UNAVAILABLE:
+            cls = exception.PlacementUnavailable
+        elif resp.status_code == 409 and code == 'placement.concurrent_update':
             cls = exception.PlacementGenerationConflict
         err = cls(call=call, reason='HTTP %d: %s' % (resp.status_code, detail))
         err.http_status, err.placement_code = resp.status_code, code
@@ -224,8 +228,9 @@ class PlacementClient:
                 del self._cache[rp_uuid]
 
     # -- reads ----------------------------------------------------------------------
-    def list_providers(self, in_tree=None, name=None):
-        query = {k: v for k, v in (('in_tree', in_tree), ('name', name)) if v}
+    def list_providers(self, in_tree=None, name=None, required=None):
+        query = {k: v for k, v in (('in_tree', in_tree), ('name', name),
+                                   ('required', required)) if v}
         path = '/resource_providers'
         if query:
             path += '?' + urllib.parse.urlencode(query)
@@ -234,6 +239,20 @@ class PlacementClient:
     def find_provider_by_name(self, name):
         found = self.list_providers(name=name)
         return found[0] if found else None
+
+    def remembered_inventory(self, rp_uuid, generation):
+        """The inventories this client last read or wrote for ``rp_uuid`` if
+        Placement's ``generation`` is still the one they were seen at (Placement
+        moves it on every change of the provider), else None."""
+        seen = self._cache.get(rp_uuid)
+        if seen is None or seen.generation != generation:
+            return None
+        return seen.inventories
+
+    def get_provider(self, rp_uuid):
+        """The provider's document (uuid, name, generation, parent and root
+        uuids); PlacementError with http_status 404 when it does not exist."""
+        return self._call('GET', '/resource_providers/%s' % rp_uuid).json()
 
     def get_inventory(self, rp_uuid):
         body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()

@@ -96,6 +96,10 @@ class EmbeddedProcess:
             host=self.host, port=self.port,
             reason='%s; log %s ends with:\n%s' % (what, self.log_file, tail))
 
+    def wait_exit(self):
+        """Block until the child exits; reaps it and returns its status."""
+        return self._proc.wait()
+
     def stop(self, timeout=10.0):
         """Stop the child at once: SIGINT, which gunicorn takes as a quick stop.
         (Its SIGTERM, which the child also gets when this process dies, lets kept-

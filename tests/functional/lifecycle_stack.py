@@ -86,11 +86,13 @@ class CleanableDriver(base.Driver):
 
 
 class LifeStack:
-    def __init__(self, conf, host, driver, database, transport):
+    def __init__(self, conf, host, driver, database, transport, placement_url=None):
         self.conf, self.host, self.driver = conf, host, driver
-        server = placement_fixture.get_placement()
-        self.placement_url = server.url
-        self.placement = placement_client.PlacementClient.from_conf(endpoint=server.url)
+        # Default: the process's shared Placement; a test that stops and starts
+        # Placement gives the URL of one of its own.
+        self.placement_url = placement_url or placement_fixture.get_placement().url
+        self.placement = placement_client.PlacementClient.from_conf(
+            endpoint=self.placement_url)
         self.transport = transport
         self.conductor = ConductorManager(database, self.placement,
                                           notifier=cf.RecordingNotifier(),
@@ -221,6 +223,34 @@ class LifeStack:
         assert r.status_code == 204, r.text
 
 
+class AgentHost:
+    """Another compute host on a LifeStack's conductor and transport: its own
+    agent (an RPC server under its host name, so the conductor reaches it as it
+    reaches any agent) running ``driver``, started and discovered once."""
+
+    def __init__(self, st, conf, driver):
+        self.name, self.driver = driver.host, driver
+        self.agent = AgentManager(conf, ConductorAPI(st.conductor), host=self.name,
+                                  drivers=[driver])
+        self.server = st.transport.start_server(CONF.rpc_topic_agent, self.name,
+                                                [self.agent])
+        self.agent.init_host()
+        st.conductor.reporter.forget(self.name)
+        self.agent.run_cycle()
+
+    def stop(self):
+        self.agent.stop()
+        steward_rpc.stop_server(self.server)
+
+
+def second_host(st, conf):
+    """An AgentHost with one NVMe stand-in device of its own (another serial)."""
+    from tests import placement_fixture as pf
+    driver = CleanableDriver(conf, pf.unique_name('life-host-b'))
+    driver.slots = {'0000:0b:00.0': ('SN-B', 'nqn.2014-08.org.example:ctrl-b')}
+    return AgentHost(st, conf, driver)
+
+
 class LifeEnv:
     def __init__(self, conf, database, transport):
         self.conf, self.database, self.transport = conf, database, transport
@@ -230,8 +260,9 @@ class LifeEnv:
         conf.set_override('agent_ping_timeout', 0.5, group='conductor')
         self.stacks = []
 
-    def start(self, agent=True):
-        st = LifeStack(self.conf, self.host, self.driver, self.database, self.transport)
+    def start(self, agent=True, placement_url=None):
+        st = LifeStack(self.conf, self.host, self.driver, self.database, self.transport,
+                       placement_url)
         self.stacks.append(st)
         if agent:
             st.start_agent()

@@ -1,6 +1,9 @@
 """Orphan reconciliation with Nova: an ARQ left Bound to an instance Nova deleted
 (its DELETE ?instance= failed) is deleted by the conductor's periodic task once Nova
-has answered 404 for the instance for longer than [conductor] orphan_grace.
+has answered 404 for the instance for longer than [conductor] orphan_grace; and the
+set of ARQs a finished move left on another host than the instance's (Nova's
+DELETE ?arqs= of it failed) once Nova has said that long that the instance is
+elsewhere and not moving. While it moves, nothing is deleted.
 
 The real conductor, arq_ops, database and Placement (lifecycle_stack), and a
 Nova-compatible endpoint answering GET /v2.1/servers/<uuid> over real HTTP."""
@@ -23,6 +26,7 @@ COUNTER = 'steward_orphan_arqs_released_total'
 
 class FakeNova(http_double.JsonHandler):
     known = set()           # server uuids that exist
+    servers = {}            # server uuid -> its host, status and task_state
     status = None           # answer this status to everything (e.g. 500)
     seen = []
 
@@ -33,6 +37,9 @@ class FakeNova(http_double.JsonHandler):
         if self.status is not None:
             code, body = self.status, {'computeFault': {
                 'code': self.status, 'message': 'Unexpected API Error.'}}
+        elif server in self.servers:
+            code, body = 200, {'server': http_double.nova_server(
+                server, **self.servers[server])}
         elif server in self.known:
             code, body = 200, {'server': {'id': server, 'status': 'ACTIVE',
                                           'name': 'vm'}}
@@ -51,7 +58,7 @@ def _point_nova_at(conf, port):
 
 @pytest.fixture
 def fake_nova():
-    FakeNova.known, FakeNova.status, FakeNova.seen = set(), None, []
+    FakeNova.known, FakeNova.servers, FakeNova.status, FakeNova.seen = set(), {}, None, []
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), FakeNova)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
@@ -78,7 +85,8 @@ def _arqs_of(database, inst):
 
 def _task_lines(caplog):
     return [r for r in caplog.records if r.name == 'steward.conductor.periodic'
-            and r.levelno >= logging.DEBUG and r.funcName == 'release_orphan_arqs']
+            and r.levelno >= logging.DEBUG and r.funcName in (
+                'release_orphan_arqs', '_left_behind', '_release_left_behind')]
 
 
 def _later(seconds):
@@ -221,3 +229,128 @@ def test_without_nova_nothing_is_asked(database, life, conf, fake_nova, caplog):
     assert _task_lines(caplog) == []
     assert _arqs_of(database, inst) == [(arq, 'Bound')]
     assert _released(st) == before
+
+
+# -- a move's sets: the one left behind after it finished ---------------------------
+def _moved(st, conf):
+    """An instance moved from A to B with both sets Bound (Nova's DELETE of the
+    source's never reached Steward): (host B, the move's facts)."""
+    from tests.functional import lifecycle_stack
+    from tests.functional.test_arq_two_hosts import move
+    b = lifecycle_stack.second_host(st, conf)
+    return b, move(st, b)
+
+
+def test_the_set_a_finished_move_left_behind_is_deleted_after_the_grace(database, life,
+        nova_conf, caplog):
+    nova_conf.set_override('orphan_grace', 600, group='conductor')
+    st = life.start()
+    b, mv = _moved(st, nova_conf)
+    try:
+        inst = mv['inst']
+        FakeNova.servers[inst] = {'host': b.name}      # confirmed: ACTIVE on B
+        periodic, ctx = st.conductor.periodic, context.get_admin_context()
+        before = _released(st)
+        with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+            assert periodic.release_orphan_arqs(ctx, now=_later(0)) == []
+            assert periodic.release_orphan_arqs(ctx, now=_later(599)) == []   # in grace
+            assert _task_lines(caplog) == []
+            assert periodic.release_orphan_arqs(ctx, now=_later(601)) == [inst]
+        assert _arqs_of(database, inst) == [(mv['dst'], 'Bound')]
+        assert st.wait_state(mv['dev_a']['uuid'], ('available', 'error'))[
+            'device_state'] == 'available'
+        assert life.driver.cleaned == [mv['dev_a']['uuid']]
+        assert st.device(mv['dev_b']['uuid'])['device_state'] == 'allocated'
+        assert b.driver.cleaned == []
+        lines = _task_lines(caplog)
+        assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+        text = lines[0].getMessage()
+        assert mv['src'] in text and mv['dst'] not in text
+        assert b.name in text and st.host in text
+        assert _released(st) == before + 1
+        # Nothing more to do: the instance holds one set, on its host.
+        assert periodic.release_orphan_arqs(ctx, now=_later(5000)) == []
+        assert _arqs_of(database, inst) == [(mv['dst'], 'Bound')]
+        assert not [r for r in caplog.records if r.exc_info]
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize('status,task_state', [
+    ('RESIZE', 'resize_migrating'), ('RESIZE', 'resize_finish'),
+    ('VERIFY_RESIZE', None), ('REVERT_RESIZE', 'resize_reverting'),
+    ('MIGRATING', 'migrating'), ('ACTIVE', 'resize_prep')])
+def test_nothing_is_deleted_while_the_instance_moves(database, life, nova_conf, caplog,
+                                                     status, task_state):
+    nova_conf.set_override('orphan_grace', 600, group='conductor')
+    st = life.start()
+    b, mv = _moved(st, nova_conf)
+    try:
+        inst = mv['inst']
+        periodic, ctx = st.conductor.periodic, context.get_admin_context()
+        both = sorted([(mv['src'], 'Bound'), (mv['dst'], 'Bound')])
+        with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+            for host in (st.host, b.name):          # wherever Nova has it meanwhile
+                FakeNova.servers[inst] = {'host': host, 'status': status,
+                                          'task_state': task_state}
+                for hours in (0, 1, 24):
+                    assert periodic.release_orphan_arqs(
+                        ctx, now=_later(hours * 3600)) == []
+            assert sorted(_arqs_of(database, inst)) == both
+            assert _task_lines(caplog) == []
+            # Reverted: ACTIVE on A again. The grace counts from now, and only the
+            # destination's set is left behind.
+            FakeNova.servers[inst] = {'host': st.host}
+            assert periodic.release_orphan_arqs(ctx, now=_later(86400 + 10)) == []
+            # A new move during the grace starts it over.
+            FakeNova.servers[inst] = {'host': st.host, 'status': status,
+                                      'task_state': task_state}
+            assert periodic.release_orphan_arqs(ctx, now=_later(86400 + 400)) == []
+            FakeNova.servers[inst] = {'host': st.host}
+            assert periodic.release_orphan_arqs(ctx, now=_later(86400 + 700)) == []
+            assert periodic.release_orphan_arqs(ctx, now=_later(86400 + 1299)) == []
+            assert sorted(_arqs_of(database, inst)) == both
+            assert periodic.release_orphan_arqs(ctx, now=_later(86400 + 1301)) == [inst]
+        assert _arqs_of(database, inst) == [(mv['src'], 'Bound')]
+        assert st.wait_state(mv['dev_b']['uuid'], ('available', 'error'))[
+            'device_state'] == 'available'
+        assert b.driver.cleaned == [mv['dev_b']['uuid']]
+        assert life.driver.cleaned == []
+    finally:
+        b.stop()
+
+
+def test_a_host_no_agent_reports_keeps_every_set(database, life, nova_conf, caplog):
+    """Nova names a host Steward has no device on (the agents' [DEFAULT] host is
+    not Nova's compute host name): nothing is deleted, and it is said once."""
+    nova_conf.set_override('orphan_grace', 0, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)
+    FakeNova.servers[inst] = {'host': 'compute-as-nova-names-it'}
+    periodic, ctx = st.conductor.periodic, context.get_admin_context()
+    before = _released(st)
+    with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+        for hours in (0, 1, 24):
+            assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
+    assert _arqs_of(database, inst) == [(arq, 'Bound')]
+    lines = _task_lines(caplog)
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert 'compute-as-nova-names-it' in lines[0].getMessage()
+    assert arq in lines[0].getMessage()
+    assert _released(st) == before
+
+
+def test_an_instance_on_the_host_of_its_arqs_keeps_them(database, life, nova_conf, caplog):
+    nova_conf.set_override('orphan_grace', 0, group='conductor')
+    st = life.start()
+    dev = st.device()
+    inst, arq = st.bind(dev)
+    FakeNova.servers[inst] = {'host': st.host}
+    periodic, ctx = st.conductor.periodic, context.get_admin_context()
+    with caplog.at_level(logging.DEBUG, logger='steward.conductor.periodic'):
+        for hours in (0, 1, 24):
+            assert periodic.release_orphan_arqs(ctx, now=_later(hours * 3600)) == []
+    assert _arqs_of(database, inst) == [(arq, 'Bound')]
+    assert _task_lines(caplog) == []
+    assert not [r for r in caplog.records if r.name == 'steward.conductor.periodic']

@@ -383,6 +383,9 @@ def test_unreachable_placement_is_a_placement_error():
     with pytest.raises(exception.PlacementError) as exc:
         c.find_provider_by_name('x')
     assert 'GET /resource_providers?name=x' in str(exc.value)
+    # An outage: the API answers it 503 cyb.service.unavailable, not 502.
+    assert isinstance(exc.value, exception.PlacementUnavailable)
+    assert (exc.value.status, exc.value.code) == (503, 'cyb.service.unavailable')
     assert c.stats == {'reads': 1, 'writes': 0, 'errors': 1}
 
 

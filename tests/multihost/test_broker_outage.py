@@ -66,6 +66,8 @@ def test_broker_down_503_nothing_behind_the_callers_back_and_recovery(healthy):
             _unavailable(*_timed(lambda: api.patch(
                 '/v2/accelerator_requests',
                 json=flows.bind_body(waiting, host, rp, instance))))
+            _unavailable(*_timed(lambda: api.delete(
+                '/v2/accelerator_requests', params={'arqs': waiting[0]['uuid']})))
             # An API started while the broker is down (its reply queue cannot be
             # opened yet) answers the same, instead of hanging on its first call.
             cluster.api.restart()

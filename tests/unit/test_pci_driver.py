@@ -320,13 +320,35 @@ def test_the_operator_pages_ini_examples_work_verbatim(tmp_path, tree, caplog):
         agent_opts.register_opts(conf)
         pci_opts.register_opts(conf)
         conf(['--config-file', str(path)], project='steward', default_config_files=[])
-        results.append({a: (handle_info(d)['managed'], attrs(d).get('trait0'))
+        results.append({a: (handle_info(d)['managed'], attrs(d).get('trait0'),
+                            handle_info(d).get('live_migratable', False))
                         for a, d in reported(pci.PciDriver(conf, 'cmp1')).items()})
     assert errors(caplog) == []
     assert results == [
-        {vf: (True, None) for vf in VFS},
-        {'0000:25:00.4': (False, None)},
-        {'0000:25:00.4': (False, None)},
-        {'0000:25:00.4': (False, None), '0000:25:00.5': (True, 'CUSTOM_GOLD'),
-         '0000:25:00.6': (True, 'CUSTOM_GOLD')},
+        {vf: (True, None, False) for vf in VFS},
+        {'0000:25:00.4': (False, None, False)},
+        {'0000:25:00.4': (False, None, False)},
+        {'0000:25:00.4': (False, None, False), '0000:25:00.5': (True, 'CUSTOM_GOLD', False),
+         '0000:25:00.6': (True, 'CUSTOM_GOLD', False)},
+        {'0000:25:00.4': (False, None, True)},          # live_migratable
     ]
+
+
+def test_the_moves_pages_ini_examples_work_verbatim(tmp_path, caplog):
+    """doc/moves.md's [pci] and [mdev] examples parse to live_migratable true."""
+    from steward.conf import mdev as mdev_opts
+    from steward.drivers import mdev
+    page = pathlib.Path(__file__).parents[2] / 'doc' / 'moves.md'
+    blocks = re.findall(r'```ini\n(.*?)```', page.read_text(), re.S)
+    assert [b.splitlines()[0] for b in blocks] == ['[pci]', '[mdev]']
+    path = tmp_path / 'steward.conf'
+    path.write_text(''.join(blocks))
+    conf = cfg.ConfigOpts()
+    pci_opts.register_opts(conf)
+    mdev_opts.register_opts(conf)
+    conf(['--config-file', str(path)], project='steward', default_config_files=[])
+    (entry,) = pci.load_entries(conf.pci.device_spec)
+    assert (entry.error, entry.managed, entry.live_migratable) == (None, False, True)
+    (mdev_entry,) = mdev.load_entries(conf.mdev.device_spec)
+    assert mdev_entry.live_migratable is True
+    assert errors(caplog) == []

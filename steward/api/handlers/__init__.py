@@ -17,6 +17,40 @@ from steward.common import exception
 from steward.conf import CONF
 
 JSON_TYPE = 'application/json'
+# Deeper than any body the API takes (a device profile is four levels). Below the
+# decoder's own limit, a deep document would still make the schema validator, the
+# RPC serializer or the database driver recurse past Python's limit (a 500).
+MAX_BODY_DEPTH = 32
+
+
+def _refuse_constant(name):
+    raise ValueError(f'{name} is not JSON')
+
+
+def _check_document(document):
+    """Refuse a document nested deeper than MAX_BODY_DEPTH, or holding a string
+    no database or UTF-8 encoder takes (a lone surrogate from a ``\\ud800``
+    escape). Iterative: the check must not recurse itself."""
+    todo = [(document, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_BODY_DEPTH:
+                raise exception.BodyTooDeep(limit=MAX_BODY_DEPTH)
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    _check_text(key)
+                todo.append((item, depth + 1))
+        elif isinstance(value, str):
+            _check_text(value)
+
+
+def _check_text(text):
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError:
+        raise exception.MalformedJSON() from None
 
 
 class ApiRequest:
@@ -53,13 +87,23 @@ class ApiRequest:
         return self._base_url
 
     def json(self):
-        """The body as JSON; 400 when it is missing or not JSON."""
+        """The body as JSON; 400 when it is missing, not JSON (strict: UTF-8, no NaN
+        or Infinity, no lone surrogate, no integer of thousands of digits) or nested
+        deeper than MAX_BODY_DEPTH."""
         if not self.body or not self.body.strip():
             raise exception.SchemaViolation(reason='a JSON request body is required')
         try:
-            return json.loads(self.body)
+            # UTF-8 only (RFC 8259), a BOM tolerated: json.loads would guess
+            # UTF-16 and UTF-32 from the bytes.
+            document = json.loads(self.body.decode('utf-8-sig'),
+                                  parse_constant=_refuse_constant)
+        except RecursionError:
+            # Deep enough to overflow the decoder itself.
+            raise exception.BodyTooDeep(limit=MAX_BODY_DEPTH) from None
         except (ValueError, UnicodeDecodeError):
-            raise exception.MalformedJSON()
+            raise exception.MalformedJSON() from None
+        _check_document(document)
+        return document
 
     def query_args(self, allowed, multi=(), ints=()):
         """{name: value} of the query string. Unknown parameters are refused

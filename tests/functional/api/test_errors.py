@@ -9,6 +9,7 @@ from steward.api import app as api_app
 from steward.common import exception
 from steward.conductor.rpcapi import ConductorAPI
 from tests.functional.api.conftest import make_profile
+from tests.functional.api.conftest import snapshot
 
 ERROR_KEYS = {'error_message', 'faultstring', 'error_code', 'request_id'}
 
@@ -99,6 +100,54 @@ def test_malformed_json_everywhere(client, seed):
             'faultstring': 'Request is not in valid JSON format.',
             'error_code': 'cyb.request.malformed_json',
             'request_id': r.headers['x-openstack-request-id']}
+
+
+def _body_routes(seed):
+    arq_url = f'/v2/accelerator_requests/{uuid.uuid4()}'
+    return (('POST', '/v2/device_profiles'), ('POST', '/v2/accelerator_requests'),
+            ('PATCH', '/v2/accelerator_requests'), ('PATCH', arq_url),
+            ('POST', '/v2/attributes'),
+            ('PATCH', f'/v2/deployables/{seed["deployable"]}/program'))
+
+
+ADVERSARIAL_BODIES = [
+    # Deep enough to overflow the decoder, and deep but decodable.
+    (b'[' * 50000 + b']' * 50000, 'cyb.request.too_deep'),
+    (b'{"a":' * 5000 + b'1' + b'}' * 5000, 'cyb.request.too_deep'),
+    (b'{"device_profile_name": ' + b'[' * 33 + b']' * 33 + b'}', 'cyb.request.too_deep'),
+    (b'[' * 40 + b']' * 40, 'cyb.request.too_deep'),
+    # Wide, with an integer Python refuses to read (over 4300 digits).
+    (b'[' + b','.join([b'1'] * 50000) + b']', None),
+    (b'{"device_profile_name": ' + b'9' * 5000 + b'}', 'cyb.request.malformed_json'),
+    # Not UTF-8; UTF-16 without its BOM; a lone surrogate; NaN.
+    (b'{"device_profile_name": "\xff\xfe"}', 'cyb.request.malformed_json'),
+    ('{"device_profile_name": "dp1"}'.encode('utf-16-le'), 'cyb.request.malformed_json'),
+    (b'{"device_profile_name": "\\ud800"}', 'cyb.request.malformed_json'),
+    (b'{"\\udfff": 1}', 'cyb.request.malformed_json'),
+    (b'{"device_profile_name": NaN}', 'cyb.request.malformed_json'),
+    (b'[Infinity]', 'cyb.request.malformed_json'),
+    (b'\x00' * 64, 'cyb.request.malformed_json'),
+]
+
+
+@pytest.mark.parametrize('body,code', ADVERSARIAL_BODIES,
+                         ids=[f'{i}' for i in range(len(ADVERSARIAL_BODIES))])
+@pytest.mark.parametrize('content_type', ['application/json', 'text/plain',
+                                          'application/json; charset=latin-1', None])
+def test_adversarial_bodies_are_clean_4xx_everywhere(client, seed, database, body, code,
+                                                    content_type):
+    """Any depth, size, encoding or content type: a 4xx with a stable code on every
+    route that takes a body, never a 5xx, and nothing changed."""
+    headers = {'Content-Type': content_type} if content_type else {}
+    before = snapshot(database)
+    for method, path in _body_routes(seed):
+        r = client.request(method, path, content=body, headers=headers)
+        assert 400 <= r.status_code < 500, (method, path, r.status_code, r.text[:500])
+        assert set(r.json()) == ERROR_KEYS
+        assert r.json()['error_code'].startswith('cyb.'), r.text
+        if code is not None:
+            assert r.json()['error_code'] == code, (method, path, r.text)
+    assert snapshot(database) == before
 
 
 def test_request_id_is_logged_with_each_transition(client, seed, caplog):

@@ -5,7 +5,8 @@ Hypothesis drives each (URL, method) of steward/api/app.py ``ROUTES`` with rando
 path segments (the seeded objects' ids, other UUIDs, any text), query strings
 (known parameter names and others, any values: unknown enum values, huge
 integers, NUL characters, ...), bodies (shaped like the real ones with random
-leaves, any JSON, bytes that are not JSON), identities and microversions (valid,
+leaves, any JSON, documents nested past the decoder's limit or thousands of
+members wide, other encodings, bytes that are not JSON), identities and microversions (valid,
 out of range, junk), against the in-process app on a seeded database. Every
 answer must be below 500, and when it is a 4xx the database must be as before
 (tests/functional/api/conftest.py ``snapshot``). The route list is the table
@@ -51,7 +52,7 @@ ROUTE_PARAMS = {
     '/v2/accelerator_requests': ('instance', 'bind_state', 'arqs'),
     '/v2/devices/{uuid}/erase_records': ('limit',),
 }
-VERSIONS = ['2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.99', '3.0',
+VERSIONS = ['2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.8', '2.99', '3.0',
             '1.0', 'latest', '2', 'abc', '2.-1', '']
 
 
@@ -98,11 +99,46 @@ def _shaped(ids):
         st.fixed_dictionaries({'deployable_id': leaf, 'key': leaf, 'value': leaf}))
 
 
+def _nest(depth, leaf, as_dict):
+    """``leaf`` inside ``depth`` arrays or objects, written without recursion
+    (json.dumps itself would overflow on the deepest)."""
+    if as_dict:
+        return b'{"a":' * depth + leaf + b'}' * depth
+    return b'[' * depth + leaf + b']' * depth
+
+
+def _deep(ids):
+    """Documents nested from a few levels to far past the decoder's limit, a real
+    body's shape at the bottom or a random document."""
+    leaf = st.one_of(_shaped(ids), _json).map(lambda b: json.dumps(b).encode())
+    return st.builds(_nest, st.one_of(st.integers(1, 40), st.integers(900, 1100),
+                                      st.integers(1, 20000)),
+                     leaf, st.booleans())
+
+
+def _wide(ids):
+    """Many members: long arrays, many keys, long strings and numbers."""
+    item = st.one_of(_shaped(ids), _json)
+    return st.one_of(
+        st.builds(lambda n, x: json.dumps([x] * n).encode(), st.integers(100, 5000), item),
+        st.builds(lambda n, x: json.dumps({f'k{i}': x for i in range(n)}).encode(),
+                  st.integers(100, 3000), item),
+        st.builds(lambda n: b'{"device_profile_name": "' + b'x' * n + b'"}',
+                  st.integers(1000, 100000)),
+        st.builds(lambda n: b'{"device_profile_name": ' + b'7' * n + b'}',
+                  st.integers(1000, 6000)))
+
+
 def _body(ids):
     return st.one_of(
         st.none(),
         _shaped(ids).map(lambda b: json.dumps(b).encode()),
         _json.map(lambda b: json.dumps(b).encode()),
+        _deep(ids), _wide(ids),
+        # Other encodings of a real body's shape.
+        st.tuples(_shaped(ids), st.sampled_from(['utf-16', 'utf-32', 'utf-8-sig',
+                                                 'latin-1'])).map(
+            lambda t: json.dumps(t[0], ensure_ascii=False).encode(t[1], 'replace')),
         st.binary(max_size=64))
 
 

@@ -22,10 +22,10 @@ def test_versions_are_contiguous_from_2_0():
     assert microversion.MAX_VERSION == versions[-1]
 
 
-def test_latest_version_is_2_6():
+def test_latest_version_is_2_7():
     # Raise with care: a new microversion also needs its history entry, and
     # The newest entry of the canonical list; a new one must update this test.
-    assert microversion.max_version_string() == '2.6'
+    assert microversion.max_version_string() == '2.7'
 
 
 def test_every_version_has_a_history_entry():
@@ -46,7 +46,7 @@ def test_feature_constants_are_listed():
 def test_gap_is_refused():
     with pytest.raises(AssertionError):
         microversion._add('2.9', 'a gap')
-    assert len(microversion.VERSIONS) == 7
+    assert len(microversion.VERSIONS) == 8
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -54,10 +54,10 @@ def test_gap_is_refused():
     (None, (2, 0)),
     ('accelerator 2.1', (2, 1)),
     ('accelerator 2.3', (2, 3)),
-    ('accelerator latest', (2, 6)),
+    ('accelerator latest', (2, 7)),
     ('ACCELERATOR 2.2', (2, 2)),
     ('2.2', (2, 2)),                         # bare form, deprecated
-    ('latest', (2, 6)),
+    ('latest', (2, 7)),
     ('compute 2.60', (2, 0)),                # another service's: not ours
     ('compute 2.60, accelerator 2.3', (2, 3)),
 ])
