@@ -124,6 +124,8 @@ class NovaCloud(cluster_mod.Cluster):
     """The multi-host deployment with Nova's computes in place of the pre-made
     compute-node providers."""
 
+    netns_tag = 'n'
+
     def __init__(self, patched=True, hosts=HOSTS):
         super().__init__(hosts=hosts, conductors=1, api_workers=1)
         self.patched = patched
