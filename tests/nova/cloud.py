@@ -64,8 +64,10 @@ class NovaProcess:
         self.stop_path = self.base / 'nova-stop'
         self.log_path = self.base / 'nova.log'
         self.service_log_path = self.base / 'nova-services.log'
+        self.fail_path = self.base / 'nova-fail-live-migration'
         request = dict(request, ready=str(self.ready_path), stop=str(self.stop_path),
-                       log=str(self.service_log_path))
+                       log=str(self.service_log_path),
+                       fail_live_migration=str(self.fail_path))
         (self.base / 'nova-in.json').write_text(json.dumps(request))
         # Nova's functional fixtures import the placement package (never started
         # here): Steward's own copy, alone on the path.
@@ -104,6 +106,14 @@ class NovaProcess:
             raise RuntimeError(f'Nova exited (rc {self.proc.returncode}):\n'
                                f'{self.log()[-6000:]}')
         return self.ready
+
+    def fail_live_migrations(self, fail):
+        """While ``fail``, the fake hypervisor's live migration fails and Nova
+        rolls it back (tests/nova/nova_cloud.py)."""
+        if fail:
+            self.fail_path.touch()
+        else:
+            self.fail_path.unlink(missing_ok=True)
 
     def request_stop(self):
         if self.proc.poll() is None and not self.stop_path.exists():

@@ -48,6 +48,7 @@ from nova.api import auth
 from nova.tests import fixtures as nova_fixtures
 from nova.tests.functional import fixtures as func_fixtures
 from nova.tests.functional import integrated_helpers
+from nova.virt import fake
 
 
 
@@ -137,6 +138,21 @@ class NovaCloudTestCase(integrated_helpers.ProviderUsageBaseTestCase):
             return ctx
         self.useFixture(fixtures.MonkeyPatch(
             'nova.api.auth.NovaKeystoneContext._create_context', create_context))
+        # The hypervisor's part of a live migration fails while the test says so
+        # (its file exists): the fake driver then calls Nova's rollback, as the
+        # libvirt driver does when libvirt's migration fails.
+        fail = self.request['fail_live_migration']
+        migrate = fake.FakeDriver.live_migration
+
+        def live_migration(driver, context, instance, dest, post_method,
+                           recover_method, block_migration=False,
+                           migrate_data=None):
+            if os.path.exists(fail):
+                return recover_method(context, instance, dest, migrate_data)
+            return migrate(driver, context, instance, dest, post_method,
+                           recover_method, block_migration, migrate_data)
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.fake.FakeDriver.live_migration', live_migration))
         # Shelve offloads at once: unshelve then binds fresh ARQs, on any host.
         self.flags(shelved_offload_time=0)
 

@@ -430,6 +430,32 @@ def live_migrate(cloud, sid, dest):
                                                   'block_migration': 'auto'}})
 
 
+def test_live_migrate_rolled_back(cloud, lm_server):
+    """A live migration whose hypervisor part fails: Nova rolls it back. The ARQ the
+    conductor bound on the destination is deleted and its device back in service;
+    the instance keeps its source ARQ, allocations and host."""
+    sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    dest = other(source)
+    body = {'os-migrateLive': {'host': dest, 'block_migration': 'auto'}}
+    refused = refusal('LIVE_MIGRATION')
+    if refused:
+        assert_refused(cloud, sid, body, source, flavor, refused)
+        return
+    kept = arqs(cloud, sid)[0]['uuid']
+    cloud.nova.fail_live_migrations(True)
+    try:
+        r = live_migrate(cloud, sid, dest)
+        assert r.status_code == 202, r.text
+        cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
+                             bool, 'the live migration rolled back')
+    finally:
+        cloud.nova.fail_live_migrations(False)
+    wait_server(cloud, sid, 'ACTIVE')
+    assert migration(cloud, sid)['status'] in ('error', 'failed')
+    assert_placed(cloud, sid, source, flavor)
+    assert arqs(cloud, sid)[0]['uuid'] == kept
+
+
 def test_live_migrate_live_migratable(cloud, lm_server):
     """Live migrate the instance whose device Steward tags live_migratable: the
     destination's ARQ bound before the move, the source's released after it."""
