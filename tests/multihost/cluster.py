@@ -191,6 +191,11 @@ class Netns:
 
 
 class Cluster:
+    #: The letter of this deployment's namespaces and veth pairs; None: 'v', or 'm'
+    #: on MariaDB. Each kind of deployment that may share a test process with
+    #: another (tests/nova/cloud.py's beside tests/multihost's) has its own.
+    netns_tag = None
+
     def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
                  use_netns=None, database='postgresql'):
         self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
@@ -302,7 +307,7 @@ class Cluster:
     def _start(self):
         if self.use_netns:
             for i, host in enumerate(self.hosts, 1):
-                tag = 'm' if self.database == 'mysql' else 'v'
+                tag = self.netns_tag or ('m' if self.database == 'mysql' else 'v')
                 self.netns[host] = Netns(f'stw{os.getpid()}{tag}-{host}', i, tag).create()
         self.rabbit = rabbit.RabbitServer(
             base=str(self.base / 'rabbit'),

@@ -1,0 +1,520 @@
+"""The real Nova 34 moves instances with accelerators between two computes, against
+Steward's multi-host services (tests/nova/cloud.py: Steward's API, conductor and an
+agent on each compute host, RabbitMQ, PostgreSQL, one real Placement shared with
+Nova; Nova's API, conductor, scheduler and two nova-compute on the fake virt driver,
+with contrib/nova applied).
+
+Every step is driven through Nova's REST API as an operator would, and after each
+one ``assert_placed`` checks the whole picture: the server on the expected host; its
+ARQs Bound there, to that host's device, for that instance (Steward's API); its
+Placement allocations exactly the flavor on that compute node plus the ARQ's device;
+nothing (ARQ, allocation, reservation) left on the other host, whose device is back
+in service (``available``, unreserved in Placement).
+
+Moves that Nova 34 refuses with accelerators (resize, cold and live migration,
+suspend) run as moves when the patched Nova lifts the refusal
+(``SUPPORT_ACCELERATOR_SERVICE_FOR_*``, the series' patches 0004-0006); otherwise the
+same test asserts today's refusal (400, ``ForbiddenWithAccelerators``) and that
+nothing moved. Live migration also needs Steward to say how a device may move
+(microversion 2.7 and the ``live_migratable`` tag): without it, the patched Nova must
+refuse it too. One deployment for the module; the scenarios run in order.
+"""
+import uuid
+import warnings
+
+import pytest
+
+from tests.multihost import pg
+from tests.multihost import rabbit
+from tests import requirements
+from tests.nova import cloud as cloud_mod
+from tests.nova import series
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(series.XDIST_GROUP)]
+
+C1, C2 = cloud_mod.HOSTS
+IMAGE = '155d900f-4e14-4e4c-a73d-069cbf4541e6'      # Nova's GlanceFixture image
+A_LATEST = {'OpenStack-API-Version': 'accelerator latest'}
+RC_ADDRESS = {cloud_mod.FIXED_RC: cloud_mod.FIXED_ADDRESS,
+              cloud_mod.LM_RC: cloud_mod.LM_ADDRESS}
+# nova.exception.ForbiddenWithAccelerators, answered 400 by Nova's API.
+REFUSED = 'Feature not supported with instances that have accelerators.'
+# nova.exception.AcceleratorRequestNotMovable (patch 0003): the ARQ lacks the 2.7 keys.
+NOT_SAID = ('may not move with the instance: the accelerator service does not say '
+            'whether the device may move (Cyborg API 2.7)')
+
+
+@pytest.fixture(scope='module')
+def cloud():
+    if not rabbit.installed():
+        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
+                                      '(tools/system-packages.sh installs it)')
+    if pg.server() is None:
+        requirements.need('postgres', 'PostgreSQL server binaries are not installed')
+    series.prepare()
+    c = cloud_mod.NovaCloud().start()
+    try:
+        c.flavors = {}
+        with c.api_client() as api:
+            for name, rc in ((cloud_mod.FIXED_PROFILE, cloud_mod.FIXED_RC),
+                             (cloud_mod.LM_PROFILE, cloud_mod.LM_RC)):
+                r = api.post('/v2/device_profiles', json=[{
+                    'name': name, 'groups': [{f'resources:{rc}': '1'}]}])
+                assert r.status_code == 201, r.text
+        for name, profile, vcpus in (('acc', cloud_mod.FIXED_PROFILE, 1),
+                                     ('acc-lm', cloud_mod.LM_PROFILE, 1),
+                                     ('acc-lm-big', cloud_mod.LM_PROFILE, 2)):
+            c.flavors[name] = Flavor(c, name, profile, vcpus)
+        yield c
+    finally:
+        c.stop()
+
+
+class Flavor:
+    """A Nova flavor asking for one device through ``accel:device_profile``."""
+
+    def __init__(self, cloud, name, profile, vcpus, ram=512, disk=1):
+        self.name, self.vcpus, self.ram, self.disk = name, vcpus, ram, disk
+        self.rc = {cloud_mod.FIXED_PROFILE: cloud_mod.FIXED_RC,
+                   cloud_mod.LM_PROFILE: cloud_mod.LM_RC}[profile]
+        with cloud.nova_client() as nova:
+            r = nova.post('/flavors', json={'flavor': {
+                'name': name, 'vcpus': vcpus, 'ram': ram, 'disk': disk}})
+            assert r.status_code == 200, r.text
+            self.id = r.json()['flavor']['id']
+            r = nova.post(f'/flavors/{self.id}/os-extra_specs', json={
+                'extra_specs': {'accel:device_profile': profile}})
+            assert r.status_code == 200, r.text
+
+    def compute_resources(self):
+        return {'VCPU': self.vcpus, 'MEMORY_MB': self.ram, 'DISK_GB': self.disk}
+
+
+# -- Nova, as an operator drives it ---------------------------------------------------
+def server(cloud, sid):
+    with cloud.nova_client() as nova:
+        r = nova.get(f'/servers/{sid}')
+    assert r.status_code == 200, r.text
+    return r.json()['server']
+
+
+def wait_server(cloud, sid, status, task_state=None):
+    """The server in ``status`` with no task running; an ERROR on the way fails with
+    Nova's fault."""
+    def settled(s):
+        assert s['status'] != 'ERROR' or status == 'ERROR', (s.get('fault'),
+                                                             cloud.logs_tail())
+        return s['status'] == status and s['OS-EXT-STS:task_state'] == task_state
+    return cloud_mod.wait_until(lambda: server(cloud, sid), settled,
+                                f'server {sid} {status}')
+
+
+def boot(cloud, flavor, host):
+    with cloud.nova_client() as nova:
+        r = nova.post('/servers', json={'server': {
+            'name': f'acc-{uuid.uuid4().hex[:6]}', 'imageRef': IMAGE,
+            'flavorRef': flavor.id, 'networks': 'none', 'host': host}})
+    assert r.status_code == 202, r.text
+    sid = r.json()['server']['id']
+    wait_server(cloud, sid, 'ACTIVE')
+    return sid
+
+
+def action(cloud, sid, body):
+    with cloud.nova_client() as nova:
+        return nova.post(f'/servers/{sid}/action', json=body)
+
+
+def act(cloud, sid, body, status):
+    """The server action ``body``, then the server in ``status`` and every event of
+    Nova's record of the action finished (a compute's part may go on after the
+    status changes: the source's cleanup of a confirm, for one)."""
+    r = action(cloud, sid, body)
+    assert r.status_code in (200, 202, 204), r.text
+    wait_server(cloud, sid, status)
+    name = list(body)[0]
+    events = cloud_mod.wait_until(lambda: action_finished(cloud, sid, name), bool,
+                                  f'{name} finished')
+    assert {e['result'] for e in events} == {'Success'}, events
+
+
+def delete(cloud, sid):
+    with cloud.nova_client() as nova:
+        assert nova.delete(f'/servers/{sid}').status_code == 204
+        cloud_mod.wait_until(lambda: nova.get(f'/servers/{sid}').status_code,
+                             lambda code: code == 404, f'server {sid} deleted')
+
+
+def refusal(what):
+    """None when this Nova and this Steward move the instance for ``what``
+    (RESIZE covers resize and cold migration), else the start of Nova's 400 answer:
+    the released refusal where the series' patch for it is not in contrib/nova, or
+    patch 0003's where Steward does not say how the device may move (below 2.7)."""
+    if not cloud_mod.nova_supports(what):
+        return REFUSED
+    if what != 'SUSPEND' and not cloud_mod.steward_says_how_arqs_move():
+        return NOT_SAID
+    return None
+
+
+class MoveRefused(UserWarning):
+    """A move scenario ran as today's refusal: the series or Steward lacks it."""
+
+
+def assert_refused(cloud, sid, body, host, flavor, expected):
+    """Nova answers 400 with ``expected`` and nothing moved. Said in the run's
+    warnings summary, so that a missing patch is seen, not just passed."""
+    warnings.warn(MoveRefused(f'{list(body)[0]}: asserted refused ({expected})'),
+                  stacklevel=2)
+    assert_refusal(cloud, sid, action(cloud, sid, body), expected)
+    assert_placed(cloud, sid, host, flavor)
+
+
+def assert_refusal(cloud, sid, r, expected):
+    """Nova refused the action ``r`` answers with ``expected`` in its reason: the
+    API's 400, or for a live migration, whose checks run in the conductor after the
+    API's 202, the failed pre-check event of Nova's instance action; the server
+    ACTIVE where it was."""
+    if r.status_code == 202 and expected != REFUSED:
+        details = cloud_mod.wait_until(
+            lambda: failed_events(cloud, sid, 'live-migration'), bool,
+            'the live migration refused')
+        assert len(details) == 1 and expected in details[0], details
+        wait_server(cloud, sid, 'ACTIVE')
+        return
+    assert r.status_code == 400, r.text
+    assert expected in r.json()['badRequest']['message'], r.text
+
+
+# -- what Steward and Placement hold ---------------------------------------------------
+def arqs(cloud, instance=None):
+    with cloud.api_client() as api:
+        params = {'instance': instance} if instance else {}
+        r = api.get('/v2/accelerator_requests', params=params, headers=A_LATEST)
+    assert r.status_code == 200, r.text
+    return r.json()['arqs']
+
+
+def allocations(cloud, consumer):
+    with cloud.placement_client() as p:
+        r = p.get(f'/allocations/{consumer}')
+    assert r.status_code == 200, r.text
+    return {rp: a['resources'] for rp, a in r.json()['allocations'].items()}
+
+
+def host_usage(cloud, host):
+    """{provider: {consumer: resources}} of every provider in ``host``'s tree that
+    holds anything, and the device reservations: {provider: {rc: reserved}}."""
+    used, reserved = {}, {}
+    with cloud.placement_client() as p:
+        tree = p.get('/resource_providers', params={
+            'in_tree': cloud.compute_rps[host]}).json()['resource_providers']
+        for rp in tree:
+            allocs = p.get(f'/resource_providers/{rp["uuid"]}/allocations').json()
+            if allocs['allocations']:
+                used[rp['uuid']] = {c: a['resources']
+                                    for c, a in allocs['allocations'].items()}
+            inv = p.get(f'/resource_providers/{rp["uuid"]}/inventories').json()
+            for rc, i in inv['inventories'].items():
+                if i['reserved'] and rc.startswith('CUSTOM_PCI_'):
+                    reserved.setdefault(rp['uuid'], {})[rc] = i['reserved']
+    return used, reserved
+
+
+def device_states(cloud, host):
+    """{PCI address: device_state} of ``host``'s devices."""
+    with cloud.api_client() as api:
+        devices = api.get('/v2/devices', params={'hostname': host},
+                          headers=A_LATEST).json()['devices']
+    out = {}
+    for d in devices:
+        for address in RC_ADDRESS.values():
+            if address in d['std_board_info']:
+                out[address] = d['device_state']
+    return out
+
+
+def assert_idle(cloud, host):
+    """Nothing of any instance on ``host``: no ARQ, no allocation, no reservation,
+    both devices available (a released device's reservation is lifted by the
+    conductor after the release: waited for)."""
+    assert [a['uuid'] for a in arqs(cloud) if a['hostname'] == host] == []
+    assert cloud_mod.wait_until(lambda: host_usage(cloud, host),
+                                lambda u: u == ({}, {}), f'{host} idle') == ({}, {})
+    states = cloud_mod.wait_until(
+        lambda: device_states(cloud, host),
+        lambda s: set(s.values()) == {'available'}, f'{host} devices available')
+    assert len(states) == 2, states
+
+
+def assert_holds(cloud, sid, host, flavor, consumer=None):
+    """``host`` holds ``sid``'s ARQ (Bound there, to its device for ``flavor``'s
+    resource class) and the Placement allocations of ``consumer`` (the instance, or
+    the migration record holding the source during a move): the flavor on the
+    compute node and one unit of the ARQ's device, which is reserved and allocated
+    in Steward. Returns the ARQ."""
+    here = [a for a in arqs(cloud, sid) if a['hostname'] == host]
+    assert [(a['state'], a['instance_uuid']) for a in here] == [('Bound', sid)], here
+    (arq,) = here
+    device_rp = cloud.device_rp(host, RC_ADDRESS[flavor.rc])
+    assert arq['device_rp_uuid'] == device_rp
+    assert allocations(cloud, consumer or sid) == {
+        cloud.compute_rps[host]: flavor.compute_resources(),
+        device_rp: {flavor.rc: 1}}
+    used, reserved = host_usage(cloud, host)
+    assert set(used) == {cloud.compute_rps[host], device_rp}, used
+    assert reserved == {device_rp: {flavor.rc: 1}}
+    assert device_states(cloud, host)[RC_ADDRESS[flavor.rc]] == 'allocated'
+    return arq
+
+
+def assert_placed(cloud, sid, host, flavor):
+    """The server runs on ``host`` with its one ARQ there, and the other host holds
+    nothing."""
+    s = server(cloud, sid)
+    assert s['OS-EXT-SRV-ATTR:host'] == host, s
+    assert s['flavor']['original_name'] == flavor.name
+    assert len(arqs(cloud, sid)) == 1
+    assert_holds(cloud, sid, host, flavor)
+    assert_idle(cloud, C2 if host == C1 else C1)
+
+
+def migration(cloud, sid):
+    """The server's newest migration record (Nova's consumer for the source side of
+    a move)."""
+    with cloud.nova_client() as nova:
+        r = nova.get(f'/servers/{sid}/migrations')
+        if r.status_code == 200 and r.json()['migrations']:
+            return r.json()['migrations'][0]
+        r = nova.get('/os-migrations', params={'instance_uuid': sid})
+    assert r.status_code == 200, r.text
+    return sorted(r.json()['migrations'], key=lambda m: m['created_at'])[-1]
+
+
+def failed_events(cloud, sid, name):
+    """The details of the failed events of the server's instance action ``name``
+    (compute API 2.84 and later show them)."""
+    return [e.get('details') for e in action_events(cloud, sid, name)
+            if e['result'] == 'Error']
+
+
+def action_finished(cloud, sid, name):
+    """The events of the server's action ``name`` once every one has finished (Nova
+    records the compute's part of a move as an event that ends with it)."""
+    events = action_events(cloud, sid, name)
+    return events if events and all(e['finish_time'] for e in events) else None
+
+
+def action_events(cloud, sid, name):
+    with cloud.nova_client() as nova:
+        actions = nova.get(f'/servers/{sid}/os-instance-actions').json()
+        found = sorted((a['start_time'], a['request_id'])
+                       for a in actions['instanceActions'] if a['action'] == name)
+        if not found:
+            return []
+        request_id = found[-1][1]           # the newest
+        r = nova.get(f'/servers/{sid}/os-instance-actions/{request_id}')
+    assert r.status_code == 200, r.text
+    return r.json()['instanceAction']['events']
+
+
+def assert_mid_resize(cloud, sid, source, dest, old, new):
+    """VERIFY_RESIZE: the destination holds the instance (new flavor, new ARQ
+    bound there), the source still holds the migration's allocations and its ARQ
+    (what a revert returns to)."""
+    s = server(cloud, sid)
+    assert (s['status'], s['OS-EXT-SRV-ATTR:host']) == ('VERIFY_RESIZE', dest), s
+    assert len(arqs(cloud, sid)) == 2
+    assert_holds(cloud, sid, dest, new)
+    assert_holds(cloud, sid, source, old, consumer=migration(cloud, sid)['uuid'])
+
+
+# -- the scenarios, in order ------------------------------------------------------------
+def test_boot_shelve_unshelve_delete(cloud):
+    """Boot on C1: its ARQ Bound there. Shelve (offloaded at once: Nova deletes the
+    ARQ and the allocations), then unshelve onto C2: a fresh ARQ Bound on C2, C1
+    idle. Delete: nothing left anywhere. Works with the released Nova."""
+    flavor = cloud.flavors['acc']
+    sid = boot(cloud, flavor, C1)
+    assert_placed(cloud, sid, C1, flavor)
+    first = arqs(cloud, sid)[0]['uuid']
+    act(cloud, sid, {'shelve': None}, 'SHELVED_OFFLOADED')
+    assert arqs(cloud, sid) == [] and allocations(cloud, sid) == {}
+    assert_idle(cloud, C1)
+    assert_idle(cloud, C2)
+    act(cloud, sid, {'unshelve': {'host': C2}}, 'ACTIVE')
+    assert_placed(cloud, sid, C2, flavor)
+    assert arqs(cloud, sid)[0]['uuid'] != first
+    delete(cloud, sid)
+    assert arqs(cloud, sid) == [] and allocations(cloud, sid) == {}
+    assert_idle(cloud, C1)
+    assert_idle(cloud, C2)
+
+
+@pytest.fixture(scope='module')
+def lm_server(cloud):
+    """The live-migratable instance the move scenarios carry from host to host."""
+    flavor = cloud.flavors['acc-lm']
+    sid = boot(cloud, flavor, C1)
+    assert_placed(cloud, sid, C1, flavor)
+    state = {'sid': sid, 'host': C1, 'flavor': flavor}
+    yield state
+    delete(cloud, sid)
+    assert_idle(cloud, C1)
+    assert_idle(cloud, C2)
+
+
+def other(host):
+    return C2 if host == C1 else C1
+
+
+def test_resize_revert(cloud, lm_server):
+    """Resize to a bigger flavor (same device profile): a new ARQ bound on the other
+    host before the guest is built there, both sets held in VERIFY_RESIZE; revert:
+    back on the source with its original ARQ, the destination's deleted and its
+    device back in service."""
+    sid, source, old = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    new = cloud.flavors['acc-lm-big']
+    body = {'resize': {'flavorRef': new.id}}
+    refused = refusal('RESIZE')
+    if refused:
+        assert_refused(cloud, sid, body, source, old, refused)
+        return
+    kept = arqs(cloud, sid)[0]['uuid']
+    act(cloud, sid, body, 'VERIFY_RESIZE')
+    assert_mid_resize(cloud, sid, source, other(source), old, new)
+    act(cloud, sid, {'revertResize': None}, 'ACTIVE')
+    assert_placed(cloud, sid, source, old)
+    assert arqs(cloud, sid)[0]['uuid'] == kept
+
+
+def test_resize_confirm(cloud, lm_server):
+    """Resize again and confirm: the instance on the other host with the new flavor
+    and the destination's ARQ, the source's ARQ deleted and its device back in
+    service."""
+    sid, source, old = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    new = cloud.flavors['acc-lm-big']
+    body = {'resize': {'flavorRef': new.id}}
+    refused = refusal('RESIZE')
+    if refused:
+        assert_refused(cloud, sid, body, source, old, refused)
+        return
+    act(cloud, sid, body, 'VERIFY_RESIZE')
+    dest = other(source)
+    bound_there = [a['uuid'] for a in arqs(cloud, sid) if a['hostname'] == dest]
+    act(cloud, sid, {'confirmResize': None}, 'ACTIVE')
+    assert_placed(cloud, sid, dest, new)
+    assert [a['uuid'] for a in arqs(cloud, sid)] == bound_there
+    lm_server.update(host=dest, flavor=new)
+
+
+def test_cold_migrate(cloud, lm_server):
+    """Cold migrate (same flavor) to the other host, then confirm: the ARQ on the
+    destination, nothing left on the source."""
+    sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    dest = other(source)
+    body = {'migrate': {'host': dest}}
+    refused = refusal('RESIZE')
+    if refused:
+        assert_refused(cloud, sid, body, source, flavor, refused)
+        return
+    act(cloud, sid, body, 'VERIFY_RESIZE')
+    assert_mid_resize(cloud, sid, source, dest, flavor, flavor)
+    act(cloud, sid, {'confirmResize': None}, 'ACTIVE')
+    assert_placed(cloud, sid, dest, flavor)
+    lm_server.update(host=dest)
+
+
+def live_migrate(cloud, sid, dest):
+    return action(cloud, sid, {'os-migrateLive': {'host': dest,
+                                                  'block_migration': 'auto'}})
+
+
+def test_live_migrate_rolled_back(cloud, lm_server):
+    """A live migration whose hypervisor part fails: Nova rolls it back. The ARQ the
+    conductor bound on the destination is deleted and its device back in service;
+    the instance keeps its source ARQ, allocations and host."""
+    sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    dest = other(source)
+    body = {'os-migrateLive': {'host': dest, 'block_migration': 'auto'}}
+    refused = refusal('LIVE_MIGRATION')
+    if refused:
+        assert_refused(cloud, sid, body, source, flavor, refused)
+        return
+    kept = arqs(cloud, sid)[0]['uuid']
+    cloud.nova.fail_live_migrations(True)
+    try:
+        r = live_migrate(cloud, sid, dest)
+        assert r.status_code == 202, r.text
+        cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
+                             bool, 'the live migration rolled back')
+    finally:
+        cloud.nova.fail_live_migrations(False)
+    wait_server(cloud, sid, 'ACTIVE')
+    assert migration(cloud, sid)['status'] in ('error', 'failed')
+    assert_placed(cloud, sid, source, flavor)
+    assert arqs(cloud, sid)[0]['uuid'] == kept
+
+
+def test_live_migrate_live_migratable(cloud, lm_server):
+    """Live migrate the instance whose device Steward tags live_migratable: the
+    destination's ARQ bound before the move, the source's released after it."""
+    sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    dest = other(source)
+    body = {'os-migrateLive': {'host': dest, 'block_migration': 'auto'}}
+    refused = refusal('LIVE_MIGRATION')
+    if refused:
+        assert_refused(cloud, sid, body, source, flavor, refused)
+        return
+    r = live_migrate(cloud, sid, dest)
+    assert r.status_code == 202, r.text
+    # The instance reaches the destination before the source's part ends (which
+    # releases the source's ARQs): done when Nova's action says so.
+    events = cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
+                                  bool, 'the live migration finished')
+    assert {e['result'] for e in events} == {'Success'}, events
+    wait_server(cloud, sid, 'ACTIVE')
+    assert_placed(cloud, sid, dest, flavor)
+    lm_server.update(host=dest)
+
+
+def test_suspend_resume(cloud, lm_server):
+    """Suspend and resume keep the ARQ, the allocations and the host."""
+    sid, host, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    refused = refusal('SUSPEND')
+    if refused:
+        assert_refused(cloud, sid, {'suspend': None}, host, flavor, refused)
+        return
+    kept = arqs(cloud, sid)[0]['uuid']
+    act(cloud, sid, {'suspend': None}, 'SUSPENDED')
+    assert_placed(cloud, sid, host, flavor)
+    act(cloud, sid, {'resume': None}, 'ACTIVE')
+    assert_placed(cloud, sid, host, flavor)
+    assert arqs(cloud, sid)[0]['uuid'] == kept
+
+
+def test_live_migrate_refused_for_a_device_that_cannot_move(cloud, lm_server):
+    """An instance whose device is not tagged live_migratable: Nova refuses to live
+    migrate it (with the series, for the reason Steward gives), and nothing moved:
+    its ARQ still Bound on its host, its allocations there, the other host holding
+    only the live-migratable instance."""
+    flavor = cloud.flavors['acc']
+    host = other(lm_server['host'])
+    sid = boot(cloud, flavor, host)
+    assert_holds(cloud, sid, host, flavor)
+    r = live_migrate(cloud, sid, other(host))
+    refused = refusal('LIVE_MIGRATION')
+    if refused:
+        warnings.warn(MoveRefused(f'os-migrateLive of the fixed device: asserted '
+                                  f'refused without its move_refusal ({refused})'),
+                      stacklevel=1)
+    # With the series: Steward's reason (its move_refusal) in patch 0003's message.
+    assert_refusal(cloud, sid, r, refused or 'may not move with the instance: PCI '
+                                             'device not tagged live_migratable')
+    s = server(cloud, sid)
+    assert (s['status'], s['OS-EXT-SRV-ATTR:host']) == ('ACTIVE', host), s
+    assert len(arqs(cloud, sid)) == 1
+    assert_holds(cloud, sid, host, flavor)
+    delete(cloud, sid)
+    assert arqs(cloud, sid) == []
+    assert allocations(cloud, sid) == {}
