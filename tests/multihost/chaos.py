@@ -196,6 +196,8 @@ class Client:
         self.booted = self.failed_boots = self.refused_claims = 0
         self.statuses = {}        # (status or error) -> count, for the report
         self.boot_times = []      # monotonic times of acknowledged boots
+        self.failures = []        # why each failed boot failed, for the report
+        self.pause = (0.2, 0.5)   # between retries, as Nova's clients wait
         self.stop = threading.Event()
         self.thread = None
 
@@ -204,7 +206,7 @@ class Client:
         self.statuses[key] = self.statuses.get(key, 0) + 1
 
     def _pause(self):
-        time.sleep(self.rng.uniform(0.2, 0.5))
+        time.sleep(self.rng.uniform(*self.pause))
 
     def _retrying(self, send, what, on_transport=None):
         """``send()`` until it answers something other than 503 (or another 5xx,
@@ -215,7 +217,9 @@ class Client:
                 r = send()
             except httpx.TransportError as exc:
                 self._count(type(exc).__name__)
-                if on_transport:
+                # Refused or never connected: the request was not sent.
+                if on_transport and not isinstance(exc, (httpx.ConnectError,
+                                                         httpx.ConnectTimeout)):
                     on_transport()
             else:
                 self._count(r.status_code)
@@ -286,6 +290,7 @@ class Client:
             return True
         # Nova's clean-up of a failed boot: its ARQs deleted, its claim dropped.
         self.failed_boots += 1
+        self.failures.append(f'ARQ {arq}: {state}')
         r = self.api('DELETE', '/v2/accelerator_requests', 'failed boot ARQ delete',
                      params={'arqs': arq})
         if r.status_code == 204:
@@ -298,6 +303,7 @@ class Client:
         while time.monotonic() < deadline:
             r = self.api('PATCH', '/v2/accelerator_requests', 'ARQ bind', json=body)
             if r.status_code != 202:
+                self.failures.append(f'bind of {arq}: {r.status_code} {r.text[:200]}')
                 # A bind applied before its answer was lost, or refused: what the
                 # ARQ says decides.
                 got = self.arq(arq)

@@ -64,6 +64,11 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
     with cluster.api_client() as api:
         flows.ensure_profile(api)
     pool = chaos.Pool(cluster)
+    # The checker sees a loss: an acknowledged ARQ that the deployment lacks.
+    phantom = chaos.Client(cluster, pool, 99, seed)
+    phantom.live['an-instance'] = ('an-arq', cluster.hosts[0], 'a-provider')
+    assert chaos.violations_at_rest(cluster, [phantom]) == [
+        'lost: acknowledged ARQ an-arq of an-instance']
     clients = [chaos.Client(cluster, pool, i, seed).start() for i in range(CLIENTS)]
     rng = random.Random(seed)
     started = time.monotonic()
@@ -103,6 +108,8 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
               f'{sum(c.refused_claims for c in clients)} claims refused, '
               f'{sum(c.uncertain_creates for c in clients)} creates unanswered; '
               f'answers {statuses}', flush=True)
+        for line in [f for c in clients for f in c.failures]:
+            print(f'chaos: {line}')
     assert problems == [], '\n'.join(problems)
     assert booted > 0
 
@@ -111,3 +118,5 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
         c.delete_all()
     assert [v for c in clients for v in c.violations] == []
     assert _at_rest(cluster, clients, timeout=60) == []
+    # And a whole instance life leaves Placement and the database as it found them.
+    flows.boot_delete_cycle(cluster, cluster.hosts[0])
