@@ -84,8 +84,10 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
         # Load goes on across the last heal, then the drain: the clients finish what
         # they are doing (each call retried until the deployment answers it).
         pids = {s.name: s.pid for s in cluster.services()}
-        workers = sorted(cluster.api_worker_pids())
         cluster.wait_ready(timeout=180, settle=False)
+        cluster.wait_for(lambda: len(cluster.api_worker_pids()) == cluster.api_workers,
+                         'every API worker up')
+        workers = sorted(cluster.api_worker_pids())
     finally:
         for c in clients:
             c.join()
