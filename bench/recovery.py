@@ -59,6 +59,9 @@ def one_round(cluster, client, kind, down, rng):
             client.pool.give(dev)
         time.sleep(0.1)
     took = time.monotonic() - ended
+    for what, answer, secs in client.slow:
+        print(f'  slow call: {what} answered {answer} after {secs} s', flush=True)
+    client.slow.clear()
     client.delete_all()
     return took
 

@@ -32,6 +32,8 @@ BIND_TIMEOUT = 300
 #: How long a client keeps retrying one call before it calls it a violation: far
 #: beyond any scheduled outage, only reached when something never heals.
 GIVE_UP = 300
+#: A single call slower than this is noted for the report (not a failure).
+SLOW = 10
 
 
 def seed_and_rounds():
@@ -198,6 +200,7 @@ class Client:
         self.boot_times = []      # monotonic times of acknowledged boots
         self.failures = []        # why each failed boot failed, for the report
         self.pause = (0.2, 0.5)   # between retries, as Nova's clients wait
+        self.slow = []            # (what, answer, seconds) of calls over SLOW s
         self.stop = threading.Event()
         self.thread = None
 
@@ -213,15 +216,18 @@ class Client:
         recorded as a violation) or a connection error."""
         started = time.monotonic()
         while True:
+            sent = time.monotonic()
             try:
                 r = send()
             except httpx.TransportError as exc:
+                self._note_slow(what, type(exc).__name__, sent)
                 self._count(type(exc).__name__)
                 # Refused or never connected: the request was not sent.
                 if on_transport and not isinstance(exc, (httpx.ConnectError,
                                                          httpx.ConnectTimeout)):
                     on_transport()
             else:
+                self._note_slow(what, r.status_code, sent)
                 self._count(r.status_code)
                 if r.status_code < 500:
                     return r
@@ -232,6 +238,11 @@ class Client:
                                        f'{GIVE_UP} s')
                 raise GaveUp(what)
             self._pause()
+
+    def _note_slow(self, what, answer, sent):
+        took = time.monotonic() - sent
+        if took > SLOW:
+            self.slow.append((what, answer, round(took, 1)))
 
     def api(self, method, path, what, **kw):
         def send():

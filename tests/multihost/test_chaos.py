@@ -112,6 +112,8 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
               f'answers {statuses}', flush=True)
         for line in [f for c in clients for f in c.failures]:
             print(f'chaos: {line}')
+        for what, answer, took in [x for c in clients for x in c.slow]:
+            print(f'chaos: slow call: {what} answered {answer} after {took} s')
     assert problems == [], '\n'.join(problems)
     assert booted > 0
 
