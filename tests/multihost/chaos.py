@@ -101,8 +101,12 @@ def inject(cluster, kind, rng):
         victim.kill()
         return victim
     if kind == 'api_worker':
-        workers = cluster.api_worker_pids()
-        victim = rng.choice(workers)
+        # Right after the API's own restart gunicorn may not have forked them yet.
+        deadline = time.monotonic() + 120
+        while len(cluster.api_worker_pids()) < cluster.api_workers:
+            assert time.monotonic() < deadline, 'the API never had its workers'
+            time.sleep(0.1)
+        victim = rng.choice(sorted(cluster.api_worker_pids()))
         os.kill(victim, signal.SIGKILL)
         return victim
     if kind == 'api':

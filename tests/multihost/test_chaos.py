@@ -64,7 +64,9 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
     with cluster.api_client() as api:
         flows.ensure_profile(api)
     pool = chaos.Pool(cluster)
-    # The checker sees a loss: an acknowledged ARQ that the deployment lacks.
+    # At rest before the storm, and the checker sees a loss: an acknowledged ARQ
+    # that the deployment lacks.
+    assert _at_rest(cluster, [], timeout=60) == []
     phantom = chaos.Client(cluster, pool, 99, seed)
     phantom.live['an-instance'] = ('an-arq', cluster.hosts[0], 'a-provider')
     assert chaos.violations_at_rest(cluster, [phantom]) == [
