@@ -72,6 +72,9 @@ def main():
     ap.add_argument('--seed', type=int, default=chaos.seed_and_rounds()[0])
     ap.add_argument('--kinds', default=','.join(chaos.FAULT_KINDS),
                     help='comma-separated fault kinds, of ' + ', '.join(chaos.FAULT_KINDS))
+    ap.add_argument('--classic-queues', action='store_true',
+                    help="oslo.messaging's default classic queues instead of the guide's "
+                         'rabbit_quorum_queue = true')
     ap.add_argument('--quick', action='store_true',
                     help='one round per kind: to check the script, not for figures')
     args = ap.parse_args()
@@ -92,7 +95,9 @@ def main():
           f'{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; '
           f'load average {load.load_average()}; seed {args.seed}; '
           f'{args.rounds} round(s) per kind', flush=True)
-    cluster = chaos.ChaosCluster().start()
+    cluster = chaos.ChaosCluster()
+    cluster.quorum_queues = not args.classic_queues
+    cluster.start()
     times, problems = {k: [] for k in kinds}, []
     try:
         with cluster.api_client() as api:

@@ -196,6 +196,11 @@ class Cluster:
     #: another (tests/nova/cloud.py's beside tests/multihost's) has its own.
     netns_tag = None
 
+    #: [oslo_messaging_rabbit] rabbit_quorum_queue, as doc/multihost.md sets it:
+    #: durable queues that outlive a broker restart (bench/recovery.py
+    #: --classic-queues measures the default's 60 s stall beside it).
+    quorum_queues = True
+
     def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
                  use_netns=None, database='postgresql'):
         self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
@@ -247,7 +252,8 @@ class Cluster:
                         'transport_url': self.rabbit.url(broker_host)},
             'database': {'connection': self.db_url},
             # Reconnect within a few seconds of a broker restart (default cap: 30 s).
-            'oslo_messaging_rabbit': {'rabbit_interval_max': 4},
+            'oslo_messaging_rabbit': {'rabbit_interval_max': 4,
+                                      'rabbit_quorum_queue': self.quorum_queues},
         }
 
     def write_conf(self, name, sections):
