@@ -12,15 +12,12 @@ nothing (ARQ, allocation, reservation) left on the other host, whose device is b
 in service (``available``, unreserved in Placement).
 
 Moves that Nova 34 refuses with accelerators (resize, cold and live migration,
-suspend) run as moves when the patched Nova lifts the refusal
-(``SUPPORT_ACCELERATOR_SERVICE_FOR_*``, the series' patches 0004-0006); otherwise the
-same test asserts today's refusal (400, ``ForbiddenWithAccelerators``) and that
-nothing moved. Live migration also needs Steward to say how a device may move
-(microversion 2.7 and the ``live_migratable`` tag): without it, the patched Nova must
-refuse it too. One deployment for the module; the scenarios run in order.
+suspend) run as moves: the series' patches 0004-0006 lift the refusal
+(``SUPPORT_ACCELERATOR_SERVICE_FOR_*``) and Steward says how each device may move
+(microversion 2.7, the ``live_migratable`` tag); a scenario fails if either is
+missing. One deployment for the module; the scenarios run in order.
 """
 import uuid
-import warnings
 
 import pytest
 
@@ -37,11 +34,6 @@ IMAGE = '155d900f-4e14-4e4c-a73d-069cbf4541e6'      # Nova's GlanceFixture image
 A_LATEST = {'OpenStack-API-Version': 'accelerator latest'}
 RC_ADDRESS = {cloud_mod.FIXED_RC: cloud_mod.FIXED_ADDRESS,
               cloud_mod.LM_RC: cloud_mod.LM_ADDRESS}
-# nova.exception.ForbiddenWithAccelerators, answered 400 by Nova's API.
-REFUSED = 'Feature not supported with instances that have accelerators.'
-# nova.exception.AcceleratorRequestNotMovable (patch 0003): the ARQ lacks the 2.7 keys.
-NOT_SAID = ('may not move with the instance: the accelerator service does not say '
-            'whether the device may move (Cyborg API 2.7)')
 
 
 @pytest.fixture(scope='module')
@@ -145,29 +137,12 @@ def delete(cloud, sid):
                              lambda code: code == 404, f'server {sid} deleted')
 
 
-def refusal(what):
-    """None when this Nova and this Steward move the instance for ``what``
-    (RESIZE covers resize and cold migration), else the start of Nova's 400 answer:
-    the released refusal where the series' patch for it is not in contrib/nova, or
-    patch 0003's where Steward does not say how the device may move (below 2.7)."""
-    if not cloud_mod.nova_supports(what):
-        return REFUSED
-    if what != 'SUSPEND' and not cloud_mod.steward_says_how_arqs_move():
-        return NOT_SAID
-    return None
-
-
-class MoveRefused(UserWarning):
-    """A move scenario ran as today's refusal: the series or Steward lacks it."""
-
-
-def assert_refused(cloud, sid, body, host, flavor, expected):
-    """Nova answers 400 with ``expected`` and nothing moved. Said in the run's
-    warnings summary, so that a missing patch is seen, not just passed."""
-    warnings.warn(MoveRefused(f'{list(body)[0]}: asserted refused ({expected})'),
-                  stacklevel=2)
-    assert_refusal(cloud, sid, action(cloud, sid, body), expected)
-    assert_placed(cloud, sid, host, flavor)
+def require(what):
+    """The series in contrib/nova lifts Nova's refusal of ``what`` (RESIZE covers
+    resize and cold migration) and Steward says how ARQs move (2.7): every move
+    scenario runs as a move, none is taken for a refusal."""
+    assert cloud_mod.nova_supports(what), f'contrib/nova does not lift the {what} block'
+    assert cloud_mod.steward_says_how_arqs_move(), 'Steward below API 2.7'
 
 
 def assert_refusal(cloud, sid, r, expected):
@@ -175,7 +150,7 @@ def assert_refusal(cloud, sid, r, expected):
     API's 400, or for a live migration, whose checks run in the conductor after the
     API's 202, the failed pre-check event of Nova's instance action; the server
     ACTIVE where it was."""
-    if r.status_code == 202 and expected != REFUSED:
+    if r.status_code == 202:
         details = cloud_mod.wait_until(
             lambda: failed_events(cloud, sid, 'live-migration'), bool,
             'the live migration refused')
@@ -376,10 +351,7 @@ def test_resize_revert(cloud, lm_server):
     sid, source, old = lm_server['sid'], lm_server['host'], lm_server['flavor']
     new = cloud.flavors['acc-lm-big']
     body = {'resize': {'flavorRef': new.id}}
-    refused = refusal('RESIZE')
-    if refused:
-        assert_refused(cloud, sid, body, source, old, refused)
-        return
+    require('RESIZE')
     kept = arqs(cloud, sid)[0]['uuid']
     act(cloud, sid, body, 'VERIFY_RESIZE')
     assert_mid_resize(cloud, sid, source, other(source), old, new)
@@ -392,13 +364,10 @@ def test_resize_confirm(cloud, lm_server):
     """Resize again and confirm: the instance on the other host with the new flavor
     and the destination's ARQ, the source's ARQ deleted and its device back in
     service."""
-    sid, source, old = lm_server['sid'], lm_server['host'], lm_server['flavor']
+    sid, source = lm_server['sid'], lm_server['host']
     new = cloud.flavors['acc-lm-big']
     body = {'resize': {'flavorRef': new.id}}
-    refused = refusal('RESIZE')
-    if refused:
-        assert_refused(cloud, sid, body, source, old, refused)
-        return
+    require('RESIZE')
     act(cloud, sid, body, 'VERIFY_RESIZE')
     dest = other(source)
     bound_there = [a['uuid'] for a in arqs(cloud, sid) if a['hostname'] == dest]
@@ -414,10 +383,7 @@ def test_cold_migrate(cloud, lm_server):
     sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
     dest = other(source)
     body = {'migrate': {'host': dest}}
-    refused = refusal('RESIZE')
-    if refused:
-        assert_refused(cloud, sid, body, source, flavor, refused)
-        return
+    require('RESIZE')
     act(cloud, sid, body, 'VERIFY_RESIZE')
     assert_mid_resize(cloud, sid, source, dest, flavor, flavor)
     act(cloud, sid, {'confirmResize': None}, 'ACTIVE')
@@ -436,11 +402,7 @@ def test_live_migrate_rolled_back(cloud, lm_server):
     the instance keeps its source ARQ, allocations and host."""
     sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
     dest = other(source)
-    body = {'os-migrateLive': {'host': dest, 'block_migration': 'auto'}}
-    refused = refusal('LIVE_MIGRATION')
-    if refused:
-        assert_refused(cloud, sid, body, source, flavor, refused)
-        return
+    require('LIVE_MIGRATION')
     kept = arqs(cloud, sid)[0]['uuid']
     cloud.nova.fail_live_migrations(True)
     try:
@@ -461,11 +423,7 @@ def test_live_migrate_live_migratable(cloud, lm_server):
     destination's ARQ bound before the move, the source's released after it."""
     sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
     dest = other(source)
-    body = {'os-migrateLive': {'host': dest, 'block_migration': 'auto'}}
-    refused = refusal('LIVE_MIGRATION')
-    if refused:
-        assert_refused(cloud, sid, body, source, flavor, refused)
-        return
+    require('LIVE_MIGRATION')
     r = live_migrate(cloud, sid, dest)
     assert r.status_code == 202, r.text
     # The instance reaches the destination before the source's part ends (which
@@ -481,10 +439,7 @@ def test_live_migrate_live_migratable(cloud, lm_server):
 def test_suspend_resume(cloud, lm_server):
     """Suspend and resume keep the ARQ, the allocations and the host."""
     sid, host, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
-    refused = refusal('SUSPEND')
-    if refused:
-        assert_refused(cloud, sid, {'suspend': None}, host, flavor, refused)
-        return
+    require('SUSPEND')
     kept = arqs(cloud, sid)[0]['uuid']
     act(cloud, sid, {'suspend': None}, 'SUSPENDED')
     assert_placed(cloud, sid, host, flavor)
@@ -503,14 +458,10 @@ def test_live_migrate_refused_for_a_device_that_cannot_move(cloud, lm_server):
     sid = boot(cloud, flavor, host)
     assert_holds(cloud, sid, host, flavor)
     r = live_migrate(cloud, sid, other(host))
-    refused = refusal('LIVE_MIGRATION')
-    if refused:
-        warnings.warn(MoveRefused(f'os-migrateLive of the fixed device: asserted '
-                                  f'refused without its move_refusal ({refused})'),
-                      stacklevel=1)
-    # With the series: Steward's reason (its move_refusal) in patch 0003's message.
-    assert_refusal(cloud, sid, r, refused or 'may not move with the instance: PCI '
-                                             'device not tagged live_migratable')
+    require('LIVE_MIGRATION')
+    # Steward's reason (its move_refusal) in patch 0003's message.
+    assert_refusal(cloud, sid, r, 'may not move with the instance: PCI device not '
+                                  'tagged live_migratable')
     s = server(cloud, sid)
     assert (s['status'], s['OS-EXT-SRV-ATTR:host']) == ('ACTIVE', host), s
     assert len(arqs(cloud, sid)) == 1
