@@ -79,6 +79,15 @@ def _privsep_daemons():
 
 
 @pytest.fixture
+def parsed_conf():
+    """CONF parsed with no files: oslo.policy (the API) needs a parsed CONF, and the
+    ``conf`` fixture's reset un-parses it. Modules that build the API in-process
+    use it (``pytest.mark.usefixtures('parsed_conf')``)."""
+    CONF([], project='steward', default_config_files=[])
+    yield
+
+
+@pytest.fixture
 def conf():
     yield CONF
     # clear_override per option rather than CONF.reset(): reset also un-parses CONF

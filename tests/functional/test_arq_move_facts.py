@@ -20,7 +20,6 @@ from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.common import moves
 from steward.conductor.rpcapi import ConductorAPI
-from steward.conf import CONF
 from steward.db import api as db_api
 from steward.db import models as m
 from steward.drivers import mdev
@@ -42,11 +41,7 @@ NOT_TAGGED_PCI = 'PCI device not tagged live_migratable in [pci] device_spec'
 NOT_TAGGED_MDEV = 'mdev device not tagged live_migratable in [mdev] device_spec'
 
 
-@pytest.fixture(autouse=True)
-def _parsed_conf():
-    """oslo.policy (the API) needs a parsed CONF; the ``conf`` fixture un-parses it."""
-    CONF([], project='steward', default_config_files=[])
-    yield
+pytestmark = pytest.mark.usefixtures('parsed_conf')
 
 
 @pytest.fixture

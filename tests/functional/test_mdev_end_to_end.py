@@ -15,7 +15,6 @@ from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
-from steward.conf import CONF
 from steward.conf import nvidia as nvidia_conf
 from steward.db import models as m
 from steward.drivers import mdev
@@ -35,11 +34,7 @@ ENTRIES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _parsed_conf():
-    # oslo.policy needs a parsed CONF (see tests/functional/api/conftest.py).
-    CONF([], project='steward', default_config_files=[])
-    yield
+pytestmark = pytest.mark.usefixtures('parsed_conf')
 
 
 class Env:

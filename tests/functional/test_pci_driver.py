@@ -13,7 +13,6 @@ from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.conductor import report
 from steward.conductor.rpcapi import ConductorAPI
-from steward.conf import CONF
 from steward.db import api as db_api
 from steward.db import models as m
 from steward.drivers.pci import PciDriver
@@ -28,11 +27,7 @@ RC = 'CUSTOM_PCI_10DE_25B6'
 NO_KEY, UNMANAGED = '0000:25:00.5', '0000:25:00.4'
 
 
-@pytest.fixture(autouse=True)
-def _parsed_conf():
-    """oslo.policy (the API) needs a parsed CONF; the ``conf`` fixture un-parses it."""
-    CONF([], project='steward', default_config_files=[])
-    yield
+pytestmark = pytest.mark.usefixtures('parsed_conf')
 
 
 @pytest.fixture

@@ -18,16 +18,13 @@ from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import models as m
 
-from steward.conf import CONF
 
 MEMBER_PROJECT = 'p-member'
 
 
 @pytest.fixture(autouse=True)
-def _parsed_conf():
-    """tests/conftest.py's ``conf`` fixture ends with CONF.reset(), which also
-    forgets that CONF was parsed; oslo.policy needs a parsed CONF."""
-    CONF([], project='steward', default_config_files=[])
+def _parsed_conf(parsed_conf):
+    """Every API test runs on a parsed CONF (tests/conftest.py)."""
     yield
 
 
