@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from steward.placement import handle as embedded
-from tests import requirements
 from tests.functional.test_reload import DEADLINE, append, debug_lines, \
     discovery_cycles
 from tests.multihost import rabbit
@@ -25,9 +24,7 @@ HOST = 'reload-host'
 
 @pytest.fixture
 def broker():
-    if not rabbit.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
-                                      '(tools/system-packages.sh installs it)')
+    rabbit.require()
     server = rabbit.RabbitServer().start()
     yield server
     server.destroy()

@@ -190,6 +190,18 @@ class Netns:
         subprocess.run(['ip', 'netns', 'del', self.name], capture_output=True)
 
 
+def require(database='postgresql'):
+    """What a deployment on ``database`` needs of this machine: ``need()`` of the
+    first missing server (RabbitMQ, then PostgreSQL or MariaDB)."""
+    rabbit.require()
+    if database == 'mysql':
+        from tests import mariadb_fixture
+        if not mariadb_fixture.installed():
+            requirements.need('mariadb', 'MariaDB server binaries are not installed')
+    elif pg.server() is None:
+        requirements.need('postgres', 'PostgreSQL server binaries are not installed')
+
+
 class Cluster:
     #: The letter of this deployment's namespaces and veth pairs; None: 'v', or 'm'
     #: on MariaDB. Each kind of deployment that may share a test process with

@@ -2,19 +2,12 @@
 the multihost tests. Every test leaves it healthy and as it found it."""
 import pytest
 
-from tests import requirements
 from tests.multihost import cluster as cluster_mod
-from tests.multihost import rabbit
 
 
 @pytest.fixture(scope='session')
 def cluster():
-    if not rabbit.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
-                                      '(tools/system-packages.sh installs it)')
-    from tests.multihost import pg
-    if pg.server() is None:
-        requirements.need('postgres', 'PostgreSQL server binaries are not installed')
+    cluster_mod.require()
     c = cluster_mod.Cluster().start()
     yield c
     c.stop()
@@ -31,12 +24,7 @@ def healthy(cluster):
 def mariadb_cluster():
     """The same deployment on MariaDB, for the tests that must hold on both
     databases (``healthy_on``); started on first use."""
-    if not rabbit.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
-                                      '(tools/system-packages.sh installs it)')
-    from tests import mariadb_fixture
-    if not mariadb_fixture.installed():
-        requirements.need('mariadb', 'MariaDB server binaries are not installed')
+    cluster_mod.require('mysql')
     c = cluster_mod.Cluster(database='mysql').start()
     yield c
     c.stop()

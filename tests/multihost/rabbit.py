@@ -19,6 +19,14 @@ def installed():
     return os.path.exists(SERVER)
 
 
+def require():
+    """A test that needs a broker: ``need('rabbitmq')`` when it is not installed."""
+    if not installed():
+        from tests import requirements
+        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
+                                      '(tools/system-packages.sh installs it)')
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))

@@ -18,10 +18,9 @@ import time
 
 import pytest
 
-from tests import requirements
 from tests.multihost import chaos
+from tests.multihost import cluster as cluster_mod
 from tests.multihost import flows
-from tests.multihost import rabbit
 
 pytestmark = pytest.mark.slow
 CLIENTS = 3
@@ -29,12 +28,7 @@ CLIENTS = 3
 
 @pytest.fixture(scope='module')
 def chaos_cluster():
-    if not rabbit.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
-                                      '(tools/system-packages.sh installs it)')
-    from tests.multihost import pg
-    if pg.server() is None:
-        requirements.need('postgres', 'PostgreSQL server binaries are not installed')
+    cluster_mod.require()
     c = chaos.ChaosCluster().start()
     yield c
     c.stop()

@@ -21,9 +21,7 @@ import uuid
 
 import pytest
 
-from tests.multihost import pg
-from tests.multihost import rabbit
-from tests import requirements
+from tests.multihost import cluster as cluster_mod
 from tests.nova import cloud as cloud_mod
 from tests.nova import series
 
@@ -38,11 +36,7 @@ RC_ADDRESS = {cloud_mod.FIXED_RC: cloud_mod.FIXED_ADDRESS,
 
 @pytest.fixture(scope='module')
 def cloud():
-    if not rabbit.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
-                                      '(tools/system-packages.sh installs it)')
-    if pg.server() is None:
-        requirements.need('postgres', 'PostgreSQL server binaries are not installed')
+    cluster_mod.require()
     series.prepare()
     c = cloud_mod.NovaCloud().start()
     try:

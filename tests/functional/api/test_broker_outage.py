@@ -22,7 +22,6 @@ from steward.common import rpc
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
-from tests import requirements
 from tests import stack
 from tests.functional.api.conftest import RecordingNotifier
 from tests.functional.api.conftest import make_profile
@@ -33,9 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('rabbit')]
 
 @pytest.fixture
 def broker(conf):
-    if not rabbit.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed '
-                                      '(tools/system-packages.sh installs it)')
+    rabbit.require()
     server = rabbit.RabbitServer().start()
     # Few, short reconnection attempts: the bound below is rpc_unavailable_timeout.
     conf.set_override('transport_url', server.url())
