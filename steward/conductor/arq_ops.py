@@ -215,16 +215,44 @@ def _delete_in_db(clients, ctx, arq_uuids, instance_uuid, project_id):
             raise exception.ServiceTokenRequired()
         leftovers = []
         for arq in arqs:
+            arq = _start_deleting(s, ctx, arq)
+            if arq is None:
+                continue
             if arq.state == states.ARQ_DELETING:
                 leftovers.append(arq.uuid)
                 continue
-            # The conditional UPDATE of advance() holds the row (PostgreSQL) until
-            # the commit: nobody else finishes it under us.
-            states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
-                           request_id=ctx.request_id)
             released += _remove(s, ctx, arq)
         released += _finish_in(s, ctx, leftovers)
     return len(arqs), released
+
+
+#: How often a delete follows an ARQ that other requests keep changing before it
+#: answers 409: each change is a step of the state machine, so a few suffice.
+_DELETE_FOLLOWS = 5
+
+
+def _start_deleting(s, ctx, arq):
+    """Move ``arq`` to Deleting and return it, or return it as found when already
+    Deleting, or None when another request deleted it first.
+
+    A delete whose answer was lost is sent again while the first may still be
+    running (or a bind completes under it): the loser of advance()'s
+    compare-and-swap reads the row again and follows it instead of answering 409,
+    so that a delete stays idempotent."""
+    for _ in range(_DELETE_FOLLOWS):
+        if arq.state == states.ARQ_DELETING:
+            return arq
+        try:
+            # The conditional UPDATE holds the row (PostgreSQL, MariaDB) until the
+            # commit: nobody else finishes it under us.
+            states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
+                           request_id=ctx.request_id)
+            return arq
+        except exception.ConcurrentUpdate:
+            arq = db.arq_reread(s, arq.id)
+            if arq is None:
+                return None
+    raise exception.ConcurrentUpdate(kind=m.ExtARQ.__state_kind__, uuid=arq.uuid)
 
 
 _DELETE_ARQ = sa.delete(m.ExtARQ.__table__).where(

@@ -463,6 +463,15 @@ def arq_get_many(session, uuids, project_id=None):
     return [by_uuid[u] for u in uuids]
 
 
+def arq_reread(session, arq_id):
+    """The ARQ (ArqRow, without its profile's name) as last committed, locked, or
+    None once deleted. A locking read: under MariaDB's repeatable read a plain
+    SELECT would still show the transaction's snapshot."""
+    row = session.execute(sa.select(*_ARQ_T.c).where(_ARQ_T.c.id == arq_id)
+                          .with_for_update()).first()
+    return None if row is None else ArqRow(profile_name=None, **row._mapping)
+
+
 def arq_list(session, project_id=None, instance_uuid=None, states_in=None):
     """ARQs (ArqRow) in id order, filtered by project, instance and states."""
     if instance_uuid is not None and states_in is None:
