@@ -35,15 +35,8 @@ from steward.db import migration  # noqa: E402
 from steward.db import session  # noqa: E402
 from steward.drivers import mdev  # noqa: E402
 from tests import stack  # noqa: E402
+from tests.functional import conductor_fixtures as cf  # noqa: E402
 from tests.mdev_tree import MdevTree  # noqa: E402
-
-
-class Silent:
-    def notify(self, events):
-        pass
-
-    def stop(self):
-        pass
 
 
 def build_tree(root, parents, types, available, created):
@@ -122,7 +115,7 @@ def cpu_seconds(pid):
 
 def run(tmp, args, tree, placement=None, label='', placement_pid=None):
     database = fresh_database(tmp, 'steward-' + label.replace(' ', '-'))
-    conductor = ConductorManager(database, placement, notifier=Silent())
+    conductor = ConductorManager(cf.deps(database, None, placement))
     conductor.init_host()
     agent = AgentManager(CONF, ConductorAPI(conductor), host='bench-host',
                          drivers=[mdev.MdevDriver(CONF, 'bench-host')])

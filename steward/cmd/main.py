@@ -73,9 +73,7 @@ def cmd_serve(argv):
         if placement_proc is not None:
             placement_proc.wait_ready()
             placement_proc = _supervised(placement_proc, root)
-        conductor = conductor_manager.ConductorManager(
-            root.database, root.placement_client(), notifier=root.nova_notifier(),
-            metrics=root.metrics, transport=root.transport)
+        conductor = conductor_manager.ConductorManager(root.conductor_deps())
         conductor.init_host()
         root.lifecycle.on_reload(conductor.reloaded)
         servers.append(root.transport.start_server(CONF.rpc_topic_conductor, CONF.host,
@@ -186,17 +184,11 @@ def cmd_conductor(argv):
     from steward.conductor import manager as conductor_manager
     process.prepare(argv)
     checks.check_service_config('conductor')
-    root = cmd_root.Root(transport=True)
+    root = cmd_root.Root(metrics=True, transport=True)
     root.lifecycle.catch_reload()
     root.sync_database()
-    extra = {}
-    agent_cap = checks.rpc_version_cap('agent')
-    if agent_cap is not None:
-        from steward.agent import rpcapi as agent_rpcapi
-        extra['agent_api'] = agent_rpcapi.AgentAPI(root.transport, version_cap=agent_cap)
     conductor = conductor_manager.ConductorManager(
-        root.database, root.placement_client(), notifier=root.nova_notifier(),
-        transport=root.transport, **extra)
+        root.conductor_deps(agent_version_cap=checks.rpc_version_cap('agent')))
     conductor.init_host()
     root.lifecycle.on_reload(conductor.reloaded)
     srv = root.transport.start_server(CONF.rpc_topic_conductor, CONF.host, [conductor])

@@ -3,8 +3,11 @@
 Each command (``steward serve``, ``api`` and each of its gunicorn workers,
 ``conductor``, ``agent``, ``db``, ``status``) builds one ``Root`` once its
 configuration is parsed and hands what it holds down through constructors (the
-ConductorManager, the AgentManager, ``create_app``): no module of steward keeps an
-engine, a transport, a policy enforcer, a metrics registry or a client of its own.
+ConductorManager through its ``conductor_deps()``, the AgentManager,
+``create_app``): no module of steward keeps an engine, a transport, a policy
+enforcer, a metrics registry or a client of its own, and none outside
+steward/cmd builds a Database, a Transport, a PlacementClient or the conductor's
+Deps (tests/unit/test_conductor_wiring.py).
 oslo.config's ``CONF`` stays the one project-wide configuration object, as in
 every OpenStack service.
 """
@@ -50,14 +53,26 @@ class Root:
     def placement_client(self):
         """The Placement client of a conductor: [placement] names the service, or
         the embedded one of this host (steward/placement/handle.py)."""
+        from steward.placement import client
         from steward.placement import handle
-        return handle.placement_client()
+        endpoint = handle.embedded_url(CONF) if handle.is_embedded(CONF) else None
+        return client.PlacementClient.from_conf(CONF, endpoint=endpoint)
 
-    def nova_notifier(self):
-        """The Nova client a conductor sends external events with (off when
-        [nova] names no endpoint)."""
+    def conductor_deps(self, agent_version_cap=None):
+        """What a conductor's operations work with (steward/conductor/deps.py):
+        this root's database, metrics and transport (build the Root with
+        ``metrics`` and ``transport``), a Placement client, Nova's server lookup
+        and event notifier (off when [nova] names no endpoint), and the agent
+        API, pinned to ``agent_version_cap`` when given."""
+        from steward.agent import rpcapi as agent_rpcapi
+        from steward.conductor import deps
         from steward.conductor import nova
-        return nova.NovaNotifier()
+        return deps.Deps(
+            database=self.database, metrics=self.metrics,
+            placement_client=self.placement_client(),
+            nova=nova.ServerLookup(), notifier=nova.NovaNotifier(),
+            agent_api=agent_rpcapi.AgentAPI(self.transport,
+                                            version_cap=agent_version_cap))
 
     def sync_database(self):
         """At a service's start: wait for the database ([database] max_retries,

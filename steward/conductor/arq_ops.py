@@ -36,8 +36,8 @@ def accelerator_count(group):
 
 
 @retry.on_deadlock
-def create(database, ctx, device_profile_name, project_id):
-    with database.writer() as s:
+def create(deps, ctx, device_profile_name, project_id):
+    with deps.database.writer() as s:
         dp = db.device_profile_get(s, name=device_profile_name)
         return db.arqs_create(s, dp, [
             group_id for group_id, group in enumerate(db.device_profile_groups(dp))
@@ -58,7 +58,7 @@ def validate_binding(b):
                                          reason='a non-empty host name is required')
 
 
-def bind(clients, ctx, bindings):
+def bind(deps, ctx, bindings):
     """Bind ARQs: ``bindings`` is a list of dicts with uuid, hostname,
     device_rp_uuid, instance_uuid and optionally project_id. Returns the bound
     records. All or nothing."""
@@ -68,24 +68,24 @@ def bind(clients, ctx, bindings):
     if len(set(uuids)) != len(uuids):
         raise exception.PatchInvalid(reason='an ARQ appears twice')
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
-    records, reserve = _bind_in_db(clients, ctx, bindings, uuids, project_scope)
+    records, reserve = _bind_in_db(deps, ctx, bindings, uuids, project_scope)
     try:
         for dep in reserve:
-            device_ops.reserve(clients, dep, reserve=True)
+            device_ops.reserve(deps, dep, reserve=True)
     except exception.StewardError as err:
         LOG.error('Bind of %s failed after commit (%s); rolling back', uuids, err)
-        _fail_bound(clients, ctx, uuids, reason=str(err))
+        _fail_bound(deps, ctx, uuids, reason=str(err))
         err.failed_arqs = [(r['uuid'], r['instance_uuid']) for r in records]
         raise
     return records
 
 
 @retry.on_deadlock
-def _bind_in_db(clients, ctx, bindings, uuids, project_scope):
+def _bind_in_db(deps, ctx, bindings, uuids, project_scope):
     """The bind's transaction: (records, deployables whose device must be
     reserved in Placement once it is committed)."""
     reserve, handles = [], {}
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         arqs = db.arq_get_many(s, uuids, project_scope)
         for arq in arqs:
             if arq.state not in states.ARQ_BINDABLE:
@@ -137,18 +137,18 @@ def _check_second_set(s, arqs, bindings, deployables, locked):
                                                       host=host)
 
 
-def _fail_bound(clients, ctx, uuids, reason):
+def _fail_bound(deps, ctx, uuids, reason):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
-    released = _fail_bound_in_db(clients, ctx, uuids, reason)
+    released = _fail_bound_in_db(deps, ctx, uuids, reason)
     # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
-    after_release(clients,
+    after_release(deps,
                   [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
 
 
 @retry.on_deadlock
-def _fail_bound_in_db(clients, ctx, uuids, reason):
+def _fail_bound_in_db(deps, ctx, uuids, reason):
     released = []
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         for arq in db.arq_get_many(s, uuids):
             handle_id = arq.attach_handle_id
             if arq.state in (states.ARQ_BOUND, states.ARQ_BIND_STARTED):
@@ -175,15 +175,15 @@ def _unbind_one(s, ctx, arq):
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
-def unbind(clients, ctx, arq_uuids):
-    after_release(clients, _unbind_in_db(clients, ctx, arq_uuids), ctx)
+def unbind(deps, ctx, arq_uuids):
+    after_release(deps, _unbind_in_db(deps, ctx, arq_uuids), ctx)
 
 
 @retry.on_deadlock
-def _unbind_in_db(clients, ctx, arq_uuids):
+def _unbind_in_db(deps, ctx, arq_uuids):
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
     released = []
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         for arq in db.arq_get_many(s, arq_uuids, project_scope):
             if arq.state == states.ARQ_UNBOUND:
                 continue
@@ -191,21 +191,21 @@ def _unbind_in_db(clients, ctx, arq_uuids):
     return released
 
 
-def delete(clients, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
+def delete(deps, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
     """Delete ARQs by uuid list (all must exist: 404 otherwise, nothing deleted) or
     by instance (idempotent). Each goes through Deleting (the state machine's way
     out) and is removed in the same transaction, with its handle freed; a row
     found in Deleting already (a crash of an older release between its two
     transactions, or reconciliation) is finished here too."""
-    count, released = _delete_in_db(clients, ctx, arq_uuids, instance_uuid, project_id)
-    after_release(clients, released, ctx)
+    count, released = _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id)
+    after_release(deps, released, ctx)
     return count
 
 
 @retry.on_deadlock
-def _delete_in_db(clients, ctx, arq_uuids, instance_uuid, project_id):
+def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
     released = []
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         if arq_uuids is not None:
             arqs = db.arq_get_many(s, arq_uuids, project_id)
         else:
@@ -271,8 +271,8 @@ def _remove(s, ctx, arq):
 
 
 @retry.on_deadlock
-def _finish_deleting_in_db(clients, ctx, uuids):
-    with clients.database.writer() as s:
+def _finish_deleting_in_db(deps, ctx, uuids):
+    with deps.database.writer() as s:
         return _finish_in(s, ctx, uuids)
 
 
@@ -283,21 +283,21 @@ def _finish_in(s, ctx, uuids):
     return released
 
 
-def finish_deleting(clients, ctx, uuids):
+def finish_deleting(deps, ctx, uuids):
     """Remove ARQs left in Deleting (reconciliation); returns how many were asked."""
-    after_release(clients, _finish_deleting_in_db(clients, ctx, uuids), ctx)
+    after_release(deps, _finish_deleting_in_db(deps, ctx, uuids), ctx)
     return len(uuids)
 
 
-def after_release(clients, released, ctx):
+def after_release(deps, released, ctx):
     """After a release is committed: lift the reservations of the deployables in
     ``released`` and dispatch the cleanups (its CleanupRequests)."""
     for dep in released:
         if isinstance(dep, device_ops.CleanupRequest):
-            _dispatch_cleanup(clients, ctx, dep.device_uuid)
+            _dispatch_cleanup(deps, ctx, dep.device_uuid)
             continue
         try:
-            device_ops.reserve(clients, dep, reserve=False)
+            device_ops.reserve(deps, dep, reserve=False)
         except exception.StewardError as err:
             # Safe direction: the device stays unschedulable until the next sync
             # puts reserved back in line with device_state.
@@ -305,9 +305,9 @@ def after_release(clients, released, ctx):
                       dep.rp_uuid, err)
 
 
-def _dispatch_cleanup(clients, ctx, device_uuid):
+def _dispatch_cleanup(deps, ctx, device_uuid):
     try:
-        cleanup_ops.release_for_cleaning(clients, ctx, device_uuid)
+        cleanup_ops.release_for_cleaning(deps, ctx, device_uuid)
     except (exception.StewardError, messaging_exc.MessagingException) as err:
         # The release stands (it is committed); the device stays reserved, and the
         # conductor's periodic tasks or the agent's next start finish its cleanup.

@@ -47,21 +47,21 @@ def payload(s, device):
 
 
 def _single_deployables(s, device):
-    deps = db.deployable_list(s, {'device_id': device.id})
-    if not reservation.policy(s, device, deps).single:
+    deployables = db.deployable_list(s, {'device_id': device.id})
+    if not reservation.policy(s, device, deployables).single:
         return []
-    for d in deps:
+    for d in deployables:
         s.expunge(d)
-    return deps
+    return deployables
 
 
-def reserve_whole(clients, deps, reserve):
+def reserve_whole(deps, deployables, reserve):
     """Returns False when Placement could not be brought in line (the next report
     of the host retries: see the caller)."""
     ok = True
-    for dep in deps:
+    for dep in deployables:
         try:
-            device_ops.reserve(clients, dep, reserve=reserve)
+            device_ops.reserve(deps, dep, reserve=reserve)
         except exception.StewardError as err:
             LOG.error('Placement reservation of %s (reserve=%s) failed: %s',
                       dep.rp_uuid, reserve, err)
@@ -79,10 +79,10 @@ def agent_actor(host):
     return f'agent {host}'
 
 
-def agent_answers(clients, ctx, host):
+def agent_answers(deps, ctx, host):
     """Does ``host``'s agent answer ping within [conductor] agent_ping_timeout?
     What it answers also tells its RPC version."""
-    api = clients.agent_api
+    api = deps.agent_api
     try:
         answer = api.ping(ctx, host, timeout=CONF.conductor.agent_ping_timeout)
     except messaging.MessagingException as err:
@@ -91,14 +91,14 @@ def agent_answers(clients, ctx, host):
     return True, None
 
 
-def release_for_cleaning(clients, ctx, device_uuid, recovery=False):
+def release_for_cleaning(deps, ctx, device_uuid, recovery=False):
     """A device that needs cleaning lost its last accelerator request (an unbind
     committed, or a periodic task found one): if its agent answers, allocated ->
     pending_cleaning and cleanup_device is cast; if not, it stays allocated and
     reserved (its agent's start-up recovery, or the next periodic run, cleans it).
     ``recovery``: the periodic task found the release, not an unbind. Returns True
     when the cleanup was asked for."""
-    with clients.database.reader() as s:
+    with deps.database.reader() as s:
         device = db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
@@ -108,13 +108,13 @@ def release_for_cleaning(clients, ctx, device_uuid, recovery=False):
                     'allocated and reserved and is cleaned once it is back',
                     device_uuid, host, missing.isoformat())
         return False
-    alive, err = agent_answers(clients, ctx, host)
+    alive, err = agent_answers(deps, ctx, host)
     if not alive:
         LOG.warning('device %s needs cleaning but the agent of %s is unreachable (%s); '
                     'it stays allocated and reserved and will be cleaned when its agent '
                     'starts', device_uuid, host, type(err).__name__)
         return False
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
@@ -127,7 +127,7 @@ def release_for_cleaning(clients, ctx, device_uuid, recovery=False):
             states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
                            event='release_for_cleaning', reason=reason,
                            request_id=ctx.request_id)
-    return dispatch(clients, ctx, device_uuid,
+    return dispatch(deps, ctx, device_uuid,
                     trigger='recovery' if recovery else 'unbind')
 
 
@@ -140,27 +140,27 @@ def _released(s, device):
 
 
 # --- from the conductor itself (unbind) and the API (operator) -----------------------
-def dispatch(clients, ctx, device_uuid, trigger='unbind'):
+def dispatch(deps, ctx, device_uuid, trigger='unbind'):
     """Ask the device's agent to clean it (device in pending_cleaning). An agent too
     old for cleanup_device leaves the device in error: never handed out uncleaned."""
-    with clients.database.reader() as s:
+    with deps.database.reader() as s:
         device = db.device_get(s, device_uuid)
         host, device_dict = device.hostname, payload(s, device)
-    api = clients.agent_api
+    api = deps.agent_api
     if not api.can_send_version(CLEANUP_RPC, host=host):
         err = exception.AgentTooOld(host=host, feature='cleanup_device',
                                     version=CLEANUP_RPC)
         LOG.error('device %s needs cleaning but %s; moving it to error', device_uuid, err)
-        with clients.database.writer() as s:
+        with deps.database.writer() as s:
             device = db.device_get(s, device_uuid)
-            deps = fail_device(s, device, f'{err.code}: {err}', ctx)
+            deployables = fail_device(s, device, f'{err.code}: {err}', ctx)
             db.erase_record_create(s, device_uuid, hostname=host, trigger=trigger,
                                    status='failed', started_at=timeutils.utcnow(),
                                    finished_at=timeutils.utcnow(),
                                    action=board_of(device).get('cleanup_action'),
                                    error_code=err.code, error_message=str(err))
-        reserve_whole(clients, deps, True)
-        clients.metrics.cleanup_ended(board_of(device).get('cleanup_action'),
+        reserve_whole(deps, deployables, True)
+        deps.metrics.cleanup_ended(board_of(device).get('cleanup_action'),
                                       'not_dispatched')
         return False
     api.cleanup_device(ctx, host, device_dict, trigger=trigger)
@@ -169,27 +169,27 @@ def dispatch(clients, ctx, device_uuid, trigger='unbind'):
     return True
 
 
-def operator_clean(clients, ctx, device_uuid):
+def operator_clean(deps, ctx, device_uuid):
     """POST /v2/devices/{uuid}/clean: error -> pending_cleaning, then dispatch.
     400 cannot clean / agent too old, 404, 409 any state but error."""
-    with clients.database.reader() as s:
+    with deps.database.reader() as s:
         device = db.device_get(s, device_uuid)
         _check_cleanable(device)
         host = device.hostname
-    if not clients.agent_api.can_send_version(CLEANUP_RPC, host=host):
+    if not deps.agent_api.can_send_version(CLEANUP_RPC, host=host):
         raise exception.AgentTooOld(host=host, feature='cleanup_device (device clean)',
                                     version=CLEANUP_RPC)
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         _check_cleanable(device)
         states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
                        event='operator_clean', reason='POST /clean',
                        request_id=ctx.request_id, actor=states.actor_of(ctx))
     try:
-        dispatch(clients, ctx, device_uuid, trigger='operator')
+        dispatch(deps, ctx, device_uuid, trigger='operator')
     except messaging.MessagingException as err:
         # Nobody was asked: put the device back where the operator found it.
-        with clients.database.writer() as s:
+        with deps.database.writer() as s:
             device = db.device_get(s, device_uuid)
             if device.device_state == states.DEV_PENDING_CLEANING:
                 fail_device(s, device, f'cleanup_device could not be sent: {err}', ctx)
@@ -217,10 +217,10 @@ def _check_cleanable(device):
         raise exception.DeviceCannotClean(uuid=device.uuid, reason=reason)
 
 
-def plan(database, ctx, device_uuid):
+def plan(deps, ctx, device_uuid):
     """What POST /clean would run on the device and why; executes nothing."""
     from steward.drivers import nvme_policy
-    with database.reader() as s:
+    with deps.database.reader() as s:
         device = db.device_get(s, device_uuid)
         board = board_of(device)
         last = db.erase_record_list(s, device_uuid, limit=1)
@@ -249,11 +249,11 @@ def plan(database, ctx, device_uuid):
 
 # --- from the agent, while it cleans ----------------------------------------------
 @retry.on_deadlock
-def start(database, ctx, device_uuid, host, trigger):
+def start(deps, ctx, device_uuid, host, trigger):
     """pending_cleaning -> cleaning and a running erase record. Raises
     InvalidStateTransition when the device is not pending_cleaning (a duplicate or
     stale request): the agent then does nothing."""
-    with database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.hostname != host:
             raise exception.Invalid(reason=f'device {device_uuid} belongs to '
@@ -269,8 +269,8 @@ def start(database, ctx, device_uuid, host, trigger):
 
 
 @retry.on_deadlock
-def progress(database, ctx, record_uuid, phase, percent, detail):
-    with database.writer() as s:
+def progress(deps, ctx, record_uuid, phase, percent, detail):
+    with deps.database.writer() as s:
         rec = db.erase_record_get(s, record_uuid)
         if rec.status == 'running':
             db.erase_record_update(s, record_uuid, phase=phase, progress=percent,
@@ -287,7 +287,7 @@ def _result_values(record):
 
 
 @retry.on_deadlock
-def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
+def finish(deps, ctx, device_uuid, record_uuid, succeeded, record, error_code=None,
            error_message=None):
     """cleaning -> available (reserved 0) or error (reserved total). Returns
     {'device_state', 'applied', 'placement_ok'}; ``applied`` is False when the device
@@ -300,7 +300,7 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
     else:
         values.update(error_code=error_code, error_message=error_message,
                       assurance_level='none')
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         rec = db.erase_record_get(s, record_uuid)
         if device.device_state != states.DEV_CLEANING or \
@@ -315,7 +315,7 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
                 else:
                     states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED,
                                    event='fail', values=db.erase_values(values))
-                clients.metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
+                deps.metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
             return {'device_state': device.device_state, 'applied': False,
                     'placement_ok': True}
         if succeeded:
@@ -328,13 +328,13 @@ def finish(clients, ctx, device_uuid, record_uuid, succeeded, record, error_code
             states.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
                            reason=f'{values.get("action")} verified',
                            request_id=ctx.request_id, actor=agent_actor(device.hostname))
-            deps = _single_deployables(s, device)
+            deployables = _single_deployables(s, device)
         else:
             reason = ': '.join(p for p in (error_code or 'cleanup failed', error_message)
                                if p)
-            deps = fail_device(s, device, reason, ctx, actor=agent_actor(device.hostname))
+            deployables = fail_device(s, device, reason, ctx, actor=agent_actor(device.hostname))
         state = device.device_state
-    ok = reserve_whole(clients, deps, not succeeded)
-    clients.metrics.cleanup_ended(values.get('action') or rec.action,
+    ok = reserve_whole(deps, deployables, not succeeded)
+    deps.metrics.cleanup_ended(values.get('action') or rec.action,
                           'succeeded' if succeeded else 'failed', rec.started_at, now)
     return {'device_state': state, 'applied': True, 'placement_ok': ok}

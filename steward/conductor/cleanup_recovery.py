@@ -40,7 +40,7 @@ def cleanup_started(s, device):
                 and last[0].started_at >= since)
 
 
-def recovery_info(database, ctx, host, placement=None):
+def recovery_info(deps, ctx, host):
     """What an agent starting on ``host`` must reconcile: cleanups it did not see
     finish (cleaning, or pending_cleaning with a cleanup started: interrupted),
     cleanups it was asked for but never started (pending_cleaning with none
@@ -48,7 +48,7 @@ def recovery_info(database, ctx, host, placement=None):
     an active ARQ (a missed cleanup), and Placement reservations that disagree
     with device_state."""
     interrupted, lost, missed, checks = [], [], [], []
-    with database.reader() as s:
+    with deps.database.reader() as s:
         for device in db.devices_in_states(s, host, (states.DEV_PENDING_CLEANING,
                                                      states.DEV_CLEANING)):
             if device.device_state == states.DEV_PENDING_CLEANING and \
@@ -61,15 +61,16 @@ def recovery_info(database, ctx, host, placement=None):
                     not db.device_has_active_arq(s, device.id):
                 missed.append(cleanup_ops.payload(s, device))
         for device in db.device_list(s, {'hostname': host}):
-            deps = db.deployable_list(s, {'device_id': device.id})
-            rule = reservation.policy(s, device, deps)
-            attrs = db.attributes_by_deployable(s, [d.id for d in deps])
-            for dep in deps:
+            deployables = db.deployable_list(s, {'device_id': device.id})
+            rule = reservation.policy(s, device, deployables)
+            attrs = db.attributes_by_deployable(s, [d.id for d in deployables])
+            for dep in deployables:
                 rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
                 want = rule.reserved_for(dep)
                 if dep.rp_uuid and rc and want is not None:
                     checks.append((device.uuid, device.device_state, dep.rp_uuid, rc, want))
     mismatches = []
+    placement = deps.placement_client
     if placement is not None:
         for device_uuid, state, rp, rc, want in checks:
             try:
@@ -86,15 +87,15 @@ def recovery_info(database, ctx, host, placement=None):
 
 
 @retry.on_deadlock
-def fail_interrupted(clients, ctx, device_uuid, reason):
+def fail_interrupted(deps, ctx, device_uuid, reason):
     """A cleanup the agent did not see finish (it was restarted): -> error, with
     what the hardware says recorded in the erase record."""
     code = 'cyb.cleanup.interrupted'
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
             return {'device_state': device.device_state, 'applied': False}
-        deps = cleanup_ops.fail_device(s, device, f'{code}: {reason}', ctx,
+        deployables = cleanup_ops.fail_device(s, device, f'{code}: {reason}', ctx,
                                        actor=cleanup_ops.agent_actor(device.hostname))
         action = cleanup_ops.board_of(device).get('cleanup_action')
         now = timeutils.utcnow()
@@ -105,22 +106,22 @@ def fail_interrupted(clients, ctx, device_uuid, reason):
                            event='interrupt', values=db.erase_values(dict(
                                finished_at=now, error_code=code, error_message=message,
                                assurance_level='none')))
-            clients.metrics.cleanup_ended(rec.action, 'interrupted')
+            deps.metrics.cleanup_ended(rec.action, 'interrupted')
         if not running:
             db.erase_record_create(s, device_uuid, hostname=device.hostname,
                                    trigger='recovery', status='interrupted',
                                    action=action, started_at=now, finished_at=now,
                                    error_code=code, error_message=message,
                                    assurance_level='none')
-            clients.metrics.cleanup_ended(action, 'interrupted')
-    cleanup_ops.reserve_whole(clients, deps, True)
+            deps.metrics.cleanup_ended(action, 'interrupted')
+    cleanup_ops.reserve_whole(deps, deployables, True)
     return {'device_state': states.DEV_ERROR, 'applied': True}
 
 
 @retry.on_deadlock
-def recover_missed(database, ctx, device_uuid):
+def recover_missed(deps, ctx, device_uuid):
     """allocated with no active ARQ -> pending_cleaning; the agent then cleans it."""
-    with database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if db.device_has_active_arq(s, device.id):
             raise exception.Conflict(reason=f'device {device_uuid} has an active ARQ')
@@ -157,12 +158,12 @@ def _step(rec):
 
 
 @retry.on_deadlock
-def fail_stuck(clients, ctx, device_uuid, limit, now=None):
+def fail_stuck(deps, ctx, device_uuid, limit, now=None):
     """pending_cleaning or cleaning with no progress for ``limit`` seconds -> error,
     its running erase record failed with cyb.cleanup.stuck, reserved = total.
     Returns True when this call moved it."""
     now = now or timeutils.utcnow()
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
             return False
@@ -171,7 +172,7 @@ def fail_stuck(clients, ctx, device_uuid, limit, now=None):
             return False
         err = exception.CleanupStuck(device=device_uuid, since=db.timestamp(since),
                                      step=_step(rec))
-        deps = cleanup_ops.fail_device(s, device, str(err), ctx)
+        deployables = cleanup_ops.fail_device(s, device, str(err), ctx)
         action = cleanup_ops.board_of(device).get('cleanup_action')
         values = dict(finished_at=now, error_code=err.code, error_message=str(err),
                       assurance_level='none')
@@ -186,6 +187,6 @@ def fail_stuck(clients, ctx, device_uuid, limit, now=None):
                                    status=states.ERASE_FAILED, **values)
     LOG.error('device %s: %s; moved to error (re-clean with POST /v2/devices/%s/clean)',
               device_uuid, err, device_uuid)
-    cleanup_ops.reserve_whole(clients, deps, True)
-    clients.metrics.cleanup_ended(action, 'failed', rec.started_at if rec else None, now)
+    cleanup_ops.reserve_whole(deps, deployables, True)
+    deps.metrics.cleanup_ended(action, 'failed', rec.started_at if rec else None, now)
     return True

@@ -138,37 +138,37 @@ def current_reserved(database, deployable_id, fallback=None):
     return fallback if wanted is None else wanted
 
 
-def reserve(clients, deployable, reserve):
+def reserve(deps, deployable, reserve):
     """Reserve (or free) a single-accelerator deployable whole in Placement, to
     whatever its device's state asks for when the write happens."""
     if not deployable.rp_uuid:
         return
-    rc = _rc_of(clients.database, deployable)
+    rc = _rc_of(deps.database, deployable)
     if rc is None:
         LOG.warning('Deployable %s has no resource class; nothing to reserve',
                     deployable.uuid)
         return
-    clients.placement().set_reserved(
+    deps.placement().set_reserved(
         deployable.rp_uuid, rc,
-        functools.partial(current_reserved, clients.database, deployable.id,
+        functools.partial(current_reserved, deps.database, deployable.id,
                           'total' if reserve else 0))
 
 
 @retry.on_deadlock
-def set_status(clients, ctx, device_uuid, status):
+def set_status(deps, ctx, device_uuid, status):
     """Enable/disable (maintaining): persist, then reserve or free in Placement."""
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         device = db.device_get(s, device_uuid)
         if device.status != status:
             device.status = status
             LOG.info('device %s: status -> %s request_id=%s', device.uuid, status,
                      ctx.request_id)
-        deps = db.deployable_list(s, {'device_id': device.id})
-        for d in deps:
+        deployables = db.deployable_list(s, {'device_id': device.id})
+        for d in deployables:
             s.expunge(d)
-    for dep in deps:
-        rc = _rc_of(clients.database, dep) if dep.rp_uuid else None
-        if rc and current_reserved(clients.database, dep.id) is not None:
-            clients.placement().set_reserved(dep.rp_uuid, rc,
+    for dep in deployables:
+        rc = _rc_of(deps.database, dep) if dep.rp_uuid else None
+        if rc and current_reserved(deps.database, dep.id) is not None:
+            deps.placement().set_reserved(dep.rp_uuid, rc,
                                              functools.partial(current_reserved,
-                                                               clients.database, dep.id))
+                                                               deps.database, dep.id))

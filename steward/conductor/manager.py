@@ -1,14 +1,13 @@
-"""The conductor: the RPC endpoint behind ConductorAPI, and the one object that owns
-what its operations use (Placement client, agent API, reporter, Nova notifier,
-periodic worker). The operation modules hold no client of their own: each call
-hands them this conductor's ``clients``."""
+"""The conductor: the RPC endpoint behind ConductorAPI, over the operations
+(arq_ops, cleanup_ops, device_ops, cleanup_recovery), the reporter and the
+periodic worker. What they all work with (database, Placement, Nova, agent API,
+metrics) is one ``deps.Deps`` the composition root builds and hands in; each
+operation gets it as its first parameter, and nothing here builds one."""
 import functools
 import logging
 
 import oslo_messaging as messaging
 
-from steward import metrics as steward_metrics
-from steward.agent import rpcapi as agent_rpcapi
 from steward.common import context
 from steward.common import exception
 from steward.common import rpc
@@ -16,9 +15,7 @@ from steward.common import states
 from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
-from steward.conductor import clients as conductor_clients
 from steward.conductor import device_ops
-from steward.conductor import nova
 from steward.conductor import periodic
 from steward.conductor import report
 from steward.conductor import rpcapi
@@ -58,34 +55,36 @@ def expected(*classes):
 class ConductorManager:
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
-    def __init__(self, database, placement_client=None, notifier=None, agent_api=None,
-                 metrics=None, transport=None):
-        # agent_api None: the default AgentAPI on ``transport`` (the process's
-        # steward.common.rpc.Transport), which learns each host's version;
-        # metrics None: a Metrics of this conductor's own (nobody serves it).
-        self.database = database
-        self.metrics = metrics or steward_metrics.Metrics(database)
-        self.clients = conductor_clients.Clients(
-            database=database, metrics=self.metrics,
-            placement_client=placement_client,
-            agent_api=agent_api or agent_rpcapi.AgentAPI(transport))
-        self.reporter = report.Reporter(database, placement_client,
-                                        CONF.placement.create_compute_node)
-        self.notifier = notifier or nova.NovaNotifier()
-        self.periodic = periodic.PeriodicTasks(self.clients, self.reporter)
+    def __init__(self, deps):
+        """``deps``: the steward.conductor.deps.Deps of this conductor."""
+        self.deps = deps
+        self.reporter = report.Reporter(deps, CONF.placement.create_compute_node)
+        self.periodic = periodic.PeriodicTasks(deps, self.reporter)
+
+    @property
+    def database(self):
+        return self.deps.database
+
+    @property
+    def metrics(self):
+        return self.deps.metrics
+
+    @property
+    def notifier(self):
+        return self.deps.notifier
 
     @property
     def placement(self):
-        return self.clients.placement_client
+        return self.deps.placement_client
 
     @property
     def agent_api(self):
-        return self.clients.agent_api
+        return self.deps.agent_api
 
     def placement_stats(self):
         """What metrics report about this conductor's Placement client (None:
         it has none)."""
-        client = self.clients.placement_client
+        client = self.deps.placement_client
         return None if client is None else dict(client.stats)
 
     def init_host(self):
@@ -94,7 +93,7 @@ class ConductorManager:
         done = data_migrations.run_all(self.database)
         if any(done.values()):
             LOG.info('Online data migrations at start: %s', done)
-        periodic.finish_stale_deletes(self.clients, context.get_admin_context(),
+        periodic.finish_stale_deletes(self.deps, context.get_admin_context(),
                                       grace=0)
         self.metrics.register_placement_stats(self.placement_stats)
 
@@ -120,12 +119,12 @@ class ConductorManager:
     # -- API -----------------------------------------------------------------------
     @expected(*ROUTINE)
     def arq_create(self, ctx, device_profile_name, project_id):
-        return arq_ops.create(self.database, ctx, device_profile_name, project_id)
+        return arq_ops.create(self.deps, ctx, device_profile_name, project_id)
 
     @expected(*ROUTINE)
     def arq_bind(self, ctx, bindings):
         try:
-            records = arq_ops.bind(self.clients, ctx, bindings)
+            records = arq_ops.bind(self.deps, ctx, bindings)
         except exception.StewardError as err:
             failed = getattr(err, 'failed_arqs', None)
             if failed:
@@ -137,11 +136,11 @@ class ConductorManager:
 
     @expected(*ROUTINE)
     def arq_unbind(self, ctx, arq_uuids):
-        return arq_ops.unbind(self.clients, ctx, arq_uuids)
+        return arq_ops.unbind(self.deps, ctx, arq_uuids)
 
     @expected(*ROUTINE)
     def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
-        return arq_ops.delete(self.clients, ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
+        return arq_ops.delete(self.deps, ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
                               project_id=project_id)
 
     @expected(*ROUTINE)
@@ -149,7 +148,7 @@ class ConductorManager:
         if status not in states.DEVICE_STATUSES:
             raise exception.InvalidParameter(name='status', value=status,
                                              reason='expected enabled or maintaining')
-        return device_ops.set_status(self.clients, ctx, device_uuid, status)
+        return device_ops.set_status(self.deps, ctx, device_uuid, status)
 
     @expected(*ROUTINE)
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
@@ -163,24 +162,24 @@ class ConductorManager:
     # -- device cleanup (1.1) --------------------------------------------------------
     @expected(*ROUTINE)
     def device_clean(self, ctx, device_uuid):
-        return cleanup_ops.operator_clean(self.clients, ctx, device_uuid)
+        return cleanup_ops.operator_clean(self.deps, ctx, device_uuid)
 
     @expected(*ROUTINE)
     def device_clean_plan(self, ctx, device_uuid):
-        return cleanup_ops.plan(self.database, ctx, device_uuid)
+        return cleanup_ops.plan(self.deps, ctx, device_uuid)
 
     @expected(*ROUTINE)
     def device_cleanup_start(self, ctx, device_uuid, host, trigger):
-        return cleanup_ops.start(self.database, ctx, device_uuid, host, trigger)
+        return cleanup_ops.start(self.deps, ctx, device_uuid, host, trigger)
 
     @expected(*ROUTINE)
     def device_cleanup_progress(self, ctx, record_uuid, phase, percent, detail):
-        return cleanup_ops.progress(self.database, ctx, record_uuid, phase, percent, detail)
+        return cleanup_ops.progress(self.deps, ctx, record_uuid, phase, percent, detail)
 
     @expected(*ROUTINE)
     def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
                               error_code=None, error_message=None):
-        result = cleanup_ops.finish(self.clients, ctx, device_uuid, record_uuid,
+        result = cleanup_ops.finish(self.deps, ctx, device_uuid, record_uuid,
                                     succeeded, record, error_code, error_message)
         if not result['placement_ok']:
             # Make the host's next report re-sync Placement even if unchanged.
@@ -193,16 +192,16 @@ class ConductorManager:
         """An agent is starting: remember its RPC version, run the online data
         migrations (spec 1 lists agent start among their entry points) and tell it
         what to reconcile."""
-        self.clients.agent_api.record_host_version(host, agent_version)
+        self.deps.agent_api.record_host_version(host, agent_version)
         done = data_migrations.run_all(self.database)
         if any(done.values()):
             LOG.info('Online data migrations at agent %s start: %s', host, done)
-        return cleanup_recovery.recovery_info(self.database, ctx, host, self.clients.placement_client)
+        return cleanup_recovery.recovery_info(self.deps, ctx, host)
 
     @expected(*ROUTINE)
     def device_fail_interrupted(self, ctx, device_uuid, reason):
-        return cleanup_recovery.fail_interrupted(self.clients, ctx, device_uuid, reason)
+        return cleanup_recovery.fail_interrupted(self.deps, ctx, device_uuid, reason)
 
     @expected(*ROUTINE)
     def device_recover_missed_cleanup(self, ctx, device_uuid):
-        return cleanup_recovery.recover_missed(self.database, ctx, device_uuid)
+        return cleanup_recovery.recover_missed(self.deps, ctx, device_uuid)

@@ -62,19 +62,19 @@ def _age(now, then):
     return (now - then).total_seconds()
 
 
-def fail_stuck_cleanups(clients, ctx, now=None):
+def fail_stuck_cleanups(deps, ctx, now=None):
     """Returns the uuids of the devices moved to error."""
     now = now or timeutils.utcnow()
     limit = CONF.nvme.cleanup_timeout + CONF.conductor.cleanup_grace
-    with clients.database.reader() as s:
+    with deps.database.reader() as s:
         stuck = [d.uuid for d in db.devices_in_states_anywhere(
             s, (states.DEV_PENDING_CLEANING, states.DEV_CLEANING))
             if _age(now, cleanup_recovery.last_progress(s, d)[0]) > limit]
     return [u for u in stuck
-            if _one(cleanup_recovery.fail_stuck, clients, ctx, u, limit, now)]
+            if _one(cleanup_recovery.fail_stuck, deps, ctx, u, limit, now)]
 
 
-def finish_stale_deletes(clients, ctx, grace=None, now=None):
+def finish_stale_deletes(deps, ctx, grace=None, now=None):
     """Rows left in Deleting: releases before this one committed Deleting, then
     removed the row in a second transaction, and a crash in between left the row
     (a delete is one transaction now). Only rows older than ``grace`` are
@@ -82,21 +82,21 @@ def finish_stale_deletes(clients, ctx, grace=None, now=None):
     their number."""
     grace = CONF.conductor.stale_delete_grace if grace is None else grace
     cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=grace)
-    with clients.database.reader() as s:
+    with deps.database.reader() as s:
         stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])
                  if a.updated_at is None or a.updated_at <= cutoff]
     if stale:
         LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
                  len(stale), grace)
-        arq_ops.finish_deleting(clients, ctx, stale)
+        arq_ops.finish_deleting(deps, ctx, stale)
     return len(stale)
 
 
-def _one(task, clients, ctx, device_uuid, *args):
+def _one(task, deps, ctx, device_uuid, *args):
     """Run ``task`` for one device; a device another conductor (or the agent) moved
     meanwhile, or an outage, is logged and skipped."""
     try:
-        return task(clients, ctx, device_uuid, *args)
+        return task(deps, ctx, device_uuid, *args)
     except EXPECTED as err:
         LOG.warning('device %s: %s skipped: %s', device_uuid, task.__name__, err)
         return False
@@ -106,8 +106,8 @@ class PeriodicTasks:
     """The tasks that remember something between runs (when a device was last
     asked, or first seen released) and the worker that runs them all."""
 
-    def __init__(self, clients, reporter=None):
-        self.clients = clients
+    def __init__(self, deps, reporter):
+        self.deps = deps
         self.reporter = reporter    # the conductor's report.Reporter (drift repair)
         self._resent = {}       # device uuid -> when cleanup_device was last re-sent
         self._released = {}     # device uuid -> when first seen allocated without ARQ
@@ -119,23 +119,22 @@ class PeriodicTasks:
         # the one Nova said the instance is on, while not moving}
         self._left = {}
         self._unknown_hosts = set()     # (instance, host) said once
-        self._servers = None    # nova.ServerLookup, built on first use
         self._thread = None     # the Ticker running every task in turn
 
     # -- tasks ---------------------------------------------------------------------
     def fail_stuck_cleanups(self, ctx, now=None):
         """Returns the uuids of the devices moved to error."""
-        return fail_stuck_cleanups(self.clients, ctx, now)
+        return fail_stuck_cleanups(self.deps, ctx, now)
 
     def finish_stale_deletes(self, ctx, grace=None, now=None):
-        return finish_stale_deletes(self.clients, ctx, grace, now)
+        return finish_stale_deletes(self.deps, ctx, grace, now)
 
     def resend_lost_cleanups(self, ctx, now=None):
         """Returns the uuids cleanup_device was sent again for."""
         now = now or timeutils.utcnow()
         interval = CONF.conductor.cleanup_resend_interval
         todo = []
-        with self.clients.database.reader() as s:
+        with self.deps.database.reader() as s:
             pending = db.devices_in_states_anywhere(s, (states.DEV_PENDING_CLEANING,))
             for device in pending:
                 if device.missing_since is not None or \
@@ -156,7 +155,7 @@ class PeriodicTasks:
                         'started; sending cleanup_device to the agent of %s again',
                         device_uuid, db.timestamp(since), host)
             self._resent[device_uuid] = now
-            if _one(cleanup_ops.dispatch, self.clients, ctx, device_uuid, trigger):
+            if _one(cleanup_ops.dispatch, self.deps, ctx, device_uuid, trigger):
                 sent.append(device_uuid)
         return sent
 
@@ -165,7 +164,7 @@ class PeriodicTasks:
         now = now or timeutils.utcnow()
         interval = CONF.conductor.cleanup_resend_interval
         todo, released = [], {}
-        with self.clients.database.reader() as s:
+        with self.deps.database.reader() as s:
             for device in db.devices_in_states_anywhere(s, (states.DEV_ALLOCATED,)):
                 if not device_ops.supports_cleaning(device) or \
                         device.missing_since is not None or \
@@ -183,7 +182,7 @@ class PeriodicTasks:
                         db.timestamp(first), host)
             # Not answered: asked again one interval later.
             self._released[device_uuid] = now
-            if _one(cleanup_ops.release_for_cleaning, self.clients, ctx, device_uuid,
+            if _one(cleanup_ops.release_for_cleaning, self.deps, ctx, device_uuid,
                     True):
                 asked.append(device_uuid)
         return asked
@@ -204,7 +203,7 @@ class PeriodicTasks:
             return []
         now = now or timeutils.utcnow()
         grace = CONF.conductor.orphan_grace
-        with self.clients.database.reader() as s:
+        with self.deps.database.reader() as s:
             bound = db.arq_bound_instances(s)
         held = {inst for inst, _ in bound}
         self._gone = {i: t for i, t in self._gone.items() if i in held}
@@ -213,13 +212,11 @@ class PeriodicTasks:
         self._unknown_hosts = {k for k in self._unknown_hosts if k[0] in held}
         never = datetime.datetime.min
         batch = sorted(bound, key=lambda b: (self._asked.get(b[0], never), b[1]))
-        if self._servers is None:
-            self._servers = nova.ServerLookup()
         unknown, reason, todo, moved = 0, None, [], []
         for inst, _ in batch[:ORPHAN_BATCH]:
             self._asked[inst] = now
             try:
-                server = self._servers.server(inst)
+                server = self.deps.nova.server(inst)
             except nova.ServerStatusUnknown as err:
                 unknown, reason = unknown + 1, str(err)
                 if err.unreachable:
@@ -240,12 +237,12 @@ class PeriodicTasks:
                         '(%s); their accelerator requests are kept', unknown, reason)
         released = []
         for inst, first in todo:
-            with self.clients.database.reader() as s:
+            with self.deps.database.reader() as s:
                 arqs = [a.uuid for a in db.arq_list(s, instance_uuid=inst)]
             if not arqs:
                 continue
             try:
-                arq_ops.delete(self.clients, ctx, instance_uuid=inst)
+                arq_ops.delete(self.deps, ctx, instance_uuid=inst)
             except EXPECTED as err:
                 LOG.warning('instance %s: its orphaned accelerator requests %s could '
                             'not be deleted: %s', inst, ', '.join(arqs), err)
@@ -255,7 +252,7 @@ class PeriodicTasks:
                         'its accelerator request(s) %s (Nova\'s delete of them was '
                         'lost), releasing their devices', inst, db.timestamp(first),
                         ', '.join(arqs))
-            self.clients.metrics.orphan_arqs_released(len(arqs))
+            self.deps.metrics.orphan_arqs_released(len(arqs))
             released.append(inst)
         released += [inst for inst, host, arqs, hosts, first in moved
                      if self._release_left_behind(ctx, inst, host, arqs, hosts, first)]
@@ -270,7 +267,7 @@ class PeriodicTasks:
             # Both sets may be needed until the move is confirmed or reverted.
             self._left.pop(inst, None)
             return None
-        with self.clients.database.reader() as s:
+        with self.deps.database.reader() as s:
             stray = {arq: host for arq, host in db.arq_bound_hosts(s, inst)
                      if host != server.host}
             known = bool(stray) and db.device_host_known(s, server.host)
@@ -300,7 +297,7 @@ class PeriodicTasks:
 
     def _release_left_behind(self, ctx, inst, host, arqs, hosts, first):
         try:
-            arq_ops.delete(self.clients, ctx, arq_uuids=arqs)
+            arq_ops.delete(self.deps, ctx, arq_uuids=arqs)
         except EXPECTED as err:
             LOG.warning('instance %s: its accelerator requests %s left on %s by a '
                         'finished move could not be deleted: %s', inst,
@@ -312,17 +309,17 @@ class PeriodicTasks:
                     'by a finished move: Nova\'s delete of them was lost), releasing '
                     'their devices', inst, db.timestamp(first), host, ', '.join(arqs),
                     ', '.join(hosts))
-        self.clients.metrics.orphan_arqs_released(len(arqs))
+        self.deps.metrics.orphan_arqs_released(len(arqs))
         return True
 
     # Self-healing (steward/conductor/selfheal.py).
     def remove_stale_initial_arqs(self, ctx, now=None):
         """Returns the uuids of the Initial ARQs deleted."""
-        return selfheal.remove_stale_initial_arqs(self.clients, ctx, now)
+        return selfheal.remove_stale_initial_arqs(self.deps, ctx, now)
 
     def repair_placement_drift(self, ctx, now=None):
         """Returns [(provider uuid, what)] repaired."""
-        return selfheal.repair_placement_drift(self.clients, ctx, self.reporter, now)
+        return selfheal.repair_placement_drift(self.deps, ctx, self.reporter, now)
 
     def run_once(self, now=None):
         """Every task once, in order (the worker's runs, and tests)."""

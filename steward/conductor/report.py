@@ -165,9 +165,9 @@ def reserved_now(database, deployable_ids):
 
 
 class Reporter:
-    def __init__(self, database, placement_client, create_compute_node=True):
-        self.database = database
-        self.placement = placement_client
+    def __init__(self, deps, create_compute_node):
+        self.database = deps.database
+        self.placement = deps.placement_client
         self.create_compute_node = create_compute_node
         self._digests = {}
         self._compute_nodes = {}

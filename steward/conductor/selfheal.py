@@ -63,23 +63,23 @@ def _contained(task):
 
 # -- stale Initial ARQs -----------------------------------------------------------------
 @_contained
-def remove_stale_initial_arqs(clients, ctx, now=None):
+def remove_stale_initial_arqs(deps, ctx, now=None):
     """Delete the ARQs Initial with no instance for longer than [conductor]
     initial_arq_max_age; returns their uuids."""
     max_age = CONF.conductor.initial_arq_max_age
     cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=max_age)
-    with clients.database.reader() as s:
+    with deps.database.reader() as s:
         stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_INITIAL])
                  if a.instance_uuid is None and _last_change(a) <= cutoff]
     if not stale:
         return []
-    removed = _remove_initial(clients, ctx, stale, cutoff)
+    removed = _remove_initial(deps, ctx, stale, cutoff)
     for uuid in removed:
         LOG.warning('ARQ %s: Initial with no instance for over %ss (its create was '
                     'never answered, or its client forgot it); deleted', uuid,
                     max_age)
     if removed:
-        clients.metrics.healed('initial_arq_removed', len(removed))
+        deps.metrics.healed('initial_arq_removed', len(removed))
     return removed
 
 
@@ -88,12 +88,12 @@ def _last_change(arq):
 
 
 @retry.on_deadlock
-def _remove_initial(clients, ctx, uuids, cutoff):
+def _remove_initial(deps, ctx, uuids, cutoff):
     """Only rows still Initial, instance-less and old when locked: a bind that
     got there first keeps its ARQ. An Initial ARQ holds no handle: removing the
     row releases nothing."""
     removed = []
-    with clients.database.writer() as s:
+    with deps.database.writer() as s:
         for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_INITIAL):
             if arq.instance_uuid is not None or _last_change(arq) > cutoff:
                 continue
@@ -146,12 +146,12 @@ def _wanted_providers(database):
 
 
 @_contained
-def repair_placement_drift(clients, ctx, reporter=None, now=None):
+def repair_placement_drift(deps, ctx, reporter=None, now=None):
     """Compare every device provider's inventory and reserved in Placement with
     Steward's rows and repair what differs. Returns [(rp_uuid, what)] repaired.
     ``reporter``: the conductor's Reporter, told to sync a host again when one of
     its providers is missing from Placement altogether."""
-    client = clients.placement_client
+    client = deps.placement_client
     if client is None:
         return []
     repaired = []
@@ -160,9 +160,9 @@ def repair_placement_drift(clients, ctx, reporter=None, now=None):
     # from memory, so a run in a quiet cloud costs Placement one read.
     generations = {rp['uuid']: rp['generation']
                    for rp in client.list_providers(required=os_traits.OWNER_CYBORG)}
-    for want in _wanted_providers(clients.database):
+    for want in _wanted_providers(deps.database):
         try:
-            what = _repair_one(clients, client, want, reporter,
+            what = _repair_one(deps, client, want, reporter,
                                generations.get(want.rp_uuid))
         except exception.PlacementUnavailable:
             raise               # the whole run: the next one tries again
@@ -175,7 +175,7 @@ def repair_placement_drift(clients, ctx, reporter=None, now=None):
     return repaired
 
 
-def _repair_one(clients, client, want, reporter, generation):
+def _repair_one(deps, client, want, reporter, generation):
     inventories = None if generation is None else \
         client.remembered_inventory(want.rp_uuid, generation)
     moved = inventories is None     # changed since this client last saw it
@@ -195,8 +195,8 @@ def _repair_one(clients, client, want, reporter, generation):
     if want.total <= 0:
         return None             # no inventory wanted: the report's sync's business
     if have is None or have.get('total') != want.total:
-        _repair_inventory(clients, client, want, have)
-        clients.metrics.healed('placement_inventory')
+        _repair_inventory(deps, client, want, have)
+        deps.metrics.healed('placement_inventory')
         return 'inventory'
     if moved:
         # Placement moves the generation on a change of traits too: only a
@@ -206,7 +206,7 @@ def _repair_one(clients, client, want, reporter, generation):
             client.add_traits(want.rp_uuid, lost)
             LOG.warning('Placement drift: provider %s (%s) had lost its trait(s) %s; '
                         'repaired', want.name, want.rp_uuid, ', '.join(sorted(lost)))
-            clients.metrics.healed('placement_traits')
+            deps.metrics.healed('placement_traits')
             return 'traits'
     if want.reserved is None:
         return None
@@ -217,25 +217,25 @@ def _repair_one(clients, client, want, reporter, generation):
     client.forget(want.rp_uuid)
     was = (client.get_inventory(want.rp_uuid).get(want.resource_class) or {}).get(
         'reserved')
-    wanted = device_ops.current_reserved(clients.database, want.deployable_id)
+    wanted = device_ops.current_reserved(deps.database, want.deployable_id)
     if wanted is None or was == min(wanted, want.total):
         return None
     # Evaluated again when written: the value written is what the device's state
     # asks for then.
     written = client.set_reserved(
         want.rp_uuid, want.resource_class,
-        functools.partial(device_ops.current_reserved, clients.database,
+        functools.partial(device_ops.current_reserved, deps.database,
                           want.deployable_id, was))
     if written == was:
         return None
     LOG.warning('Placement drift: provider %s (%s) %s reserved was %s, Steward\'s '
                 'device asks for %s; repaired', want.name, want.rp_uuid,
                 want.resource_class, was, written)
-    clients.metrics.healed('placement_reserved')
+    deps.metrics.healed('placement_reserved')
     return 'reserved'
 
 
-def _repair_inventory(clients, client, want, have):
+def _repair_inventory(deps, client, want, have):
     from steward.placement.client import ProviderSpec
     provider = client.get_provider(want.rp_uuid)
     client.forget(want.rp_uuid)
@@ -245,7 +245,7 @@ def _repair_inventory(clients, client, want, have):
         uuid=want.rp_uuid, name=want.name,
         parent_uuid=provider['parent_provider_uuid'],
         resource_class=want.resource_class, total=want.total, traits=want.traits,
-        reserved=functools.partial(device_ops.current_reserved, clients.database,
+        reserved=functools.partial(device_ops.current_reserved, deps.database,
                                    want.deployable_id)))
     LOG.warning('Placement drift: provider %s (%s) %s inventory was %s, Steward has '
                 '%d accelerator(s); repaired', want.name, want.rp_uuid,

@@ -182,16 +182,6 @@ def embedded_url(conf=None):
     return f'http://{conf.placement.embedded_host}:{conf.placement.embedded_port}'
 
 
-def placement_client(endpoint=None):
-    """The conductor's Placement client: the embedded Placement when this
-    configuration starts one, else [placement]."""
-    from steward.placement import client
-    conf = _conf()
-    if endpoint is None and is_embedded(conf):
-        endpoint = embedded_url(conf)
-    return client.PlacementClient.from_conf(conf, endpoint=endpoint)
-
-
 def start_embedded(wait=True):
     """The embedded Placement child; ``wait=False``: started, not yet answering
     (call its ``wait_ready()`` before using it)."""

@@ -1,6 +1,10 @@
 """Helpers to stand up a conductor + fake agent on the test database."""
+from steward import metrics as steward_metrics
+from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
 from steward.common import context
+from steward.conductor import deps as conductor_deps
+from steward.conductor import nova
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import api as db
@@ -21,9 +25,19 @@ class RecordingNotifier:
         pass
 
 
+def deps(database, transport, placement=None, metrics=None, agent_api=None):
+    """A conductor's Deps as the composition root (steward/cmd/root.py) builds
+    them, with a RecordingNotifier for Nova's events; ``metrics`` None: a Metrics
+    of this conductor's own; ``agent_api`` None: an AgentAPI on ``transport``."""
+    return conductor_deps.Deps(
+        database=database,
+        metrics=metrics if metrics is not None else steward_metrics.Metrics(database),
+        placement_client=placement, nova=nova.ServerLookup(), notifier=RecordingNotifier(),
+        agent_api=agent_api if agent_api is not None else agent_rpcapi.AgentAPI(transport))
+
+
 def stack(database, transport, conf, placement=None, host='host-a', drivers=None):
-    conductor = ConductorManager(database, placement, notifier=RecordingNotifier(),
-                                 transport=transport)
+    conductor = ConductorManager(deps(database, transport, placement))
     conductor.init_host()
     agent = AgentManager(conf, ConductorAPI(conductor), host=host,
                          drivers=drivers if drivers is not None

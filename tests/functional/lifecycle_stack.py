@@ -94,9 +94,7 @@ class LifeStack:
         self.placement = placement_client.PlacementClient.from_conf(
             endpoint=self.placement_url)
         self.transport = transport
-        self.conductor = ConductorManager(database, self.placement,
-                                          notifier=cf.RecordingNotifier(),
-                                          transport=transport)
+        self.conductor = ConductorManager(cf.deps(database, transport, self.placement))
         self.conductor.init_host()
         self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor),
                                                             database),

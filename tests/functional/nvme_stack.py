@@ -44,10 +44,9 @@ class Stack:
         # One Metrics for the conductor and the API, as steward serve's root builds.
         self.metrics = steward_metrics.Metrics(database)
         self.metrics_server = None
-        self.conductor = ConductorManager(database, self.placement,
-                                          notifier=cf.RecordingNotifier(),
-                                          agent_api=agent_api, metrics=self.metrics,
-                                          transport=transport)
+        self.conductor = ConductorManager(cf.deps(database, transport, self.placement,
+                                                  metrics=self.metrics,
+                                                  agent_api=agent_api))
         self.transport = transport
         self.conductor.init_host()
         self.app = api_app.create_app(ConductorAPI(self.conductor), database,

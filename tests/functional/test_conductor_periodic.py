@@ -222,8 +222,7 @@ def test_deletes_left_in_deleting_are_finished_by_the_periodic_task(transport, d
     with database.writer() as s:         # what a conductor that died mid-delete leaves
         row = db_api.arq_get_many(s, [arq['uuid']])[0]
         states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
-    other = ConductorManager(database, None, notifier=cf.RecordingNotifier(),
-                             transport=transport)
+    other = ConductorManager(cf.deps(database, transport))
     other.start()
     try:
         wait_for(lambda: _arqs(database) == [], 'the Deleting ARQ to be finished')

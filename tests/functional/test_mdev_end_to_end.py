@@ -21,7 +21,7 @@ from steward.drivers import mdev
 from steward.drivers import nvidia_gpu
 from steward.placement import client as placement_client
 from tests import placement_fixture
-from tests.functional.conductor_fixtures import RecordingNotifier
+from tests.functional import conductor_fixtures as cf
 from tests.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
 URL = '/v2/accelerator_requests'
@@ -41,8 +41,7 @@ class Env:
     def __init__(self, conf, tree, placement, server, database, transport):
         self.conf, self.tree, self.placement, self.server = conf, tree, placement, server
         self.host = placement_fixture.unique_name('mdev-host')
-        self.conductor = ConductorManager(database, placement, notifier=RecordingNotifier(),
-                                          transport=transport)
+        self.conductor = ConductorManager(cf.deps(database, transport, placement))
         self.conductor.init_host()
         self.agent = AgentManager(conf, ConductorAPI(self.conductor), host=self.host,
                                   drivers=[mdev.MdevDriver(conf, self.host)])
@@ -297,8 +296,7 @@ def test_nvidia_and_mdev_drivers_on_one_gpu_first_listed_wins(transport, databas
         json.dumps({'address': 'mtty', 'mdev_type': 'mtty-2'})], group='mdev')
     conf.set_override('enabled_vgpu_types', ['nvidia-222'], group='nvidia_gpu')
     nvidia_conf.register_vgpu_groups(conf)
-    conductor = ConductorManager(database, None, notifier=RecordingNotifier(),
-                                 transport=transport)
+    conductor = ConductorManager(cf.deps(database, transport))
     host = 'host-a'
     agent = AgentManager(conf, ConductorAPI(conductor), host=host,
                          drivers=[nvidia_gpu.NvidiaGpuDriver(conf, host),

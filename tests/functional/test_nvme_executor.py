@@ -70,8 +70,7 @@ class GatedDriver(base.Driver):
 
 @pytest.fixture
 def conductor(transport, database, db):
-    mgr = ConductorManager(database, None, notifier=cf.RecordingNotifier(),
-                           transport=transport)
+    mgr = ConductorManager(cf.deps(database, transport))
     yield mgr
 
 

@@ -178,6 +178,6 @@ def test_only_old_instanceless_initial_arqs_are_removed(life, conf, caplog):  # 
     fresh = st.api.post('/v2/accelerator_requests',
                         json={'device_profile_name': 'life'}).json()['arqs'][0]['uuid']
     from steward.conductor import selfheal
-    assert selfheal._remove_initial(st.conductor.clients, ctx, [fresh],
+    assert selfheal._remove_initial(st.conductor.deps, ctx, [fresh],
                                     timeutils.utcnow() - datetime.timedelta(days=1)) == []
     assert fresh in {a['uuid'] for a in st.api.get('/v2/accelerator_requests').json()['arqs']}

@@ -103,15 +103,15 @@ def _arq_in_deleting(database, age_seconds):
 
 
 def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(transport, database, db):
-    from steward.conductor.manager import ConductorManager
-    clients = ConductorManager(database, transport=transport).clients
+    from tests.functional import conductor_fixtures as cf
+    deps = cf.deps(database, transport)
     old = _arq_in_deleting(database, age_seconds=CONF.conductor.stale_delete_grace + 5)
     recent = _arq_in_deleting(database, age_seconds=1)
-    assert periodic.finish_stale_deletes(clients, context.get_admin_context()) == 1
+    assert periodic.finish_stale_deletes(deps, context.get_admin_context()) == 1
     with database.reader() as s:
         left = [a.uuid for a in db_api.arq_list(s)]
     assert left == [recent] and old not in left
     # What the grace protects: the delete in progress finishes it itself.
-    arq_ops.finish_deleting(clients, context.get_admin_context(), [recent])
+    arq_ops.finish_deleting(deps, context.get_admin_context(), [recent])
     with database.reader() as s:
         assert db_api.arq_list(s) == []

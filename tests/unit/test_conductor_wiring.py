@@ -1,15 +1,30 @@
-"""The conductor's clients belong to the conductor object: no module of
-steward/conductor keeps one, and metrics learn about them only through what a
-conductor registers."""
+"""What the conductor works with is one Deps (steward/conductor/deps.py), built
+by the composition root (steward/cmd) alone and owned by one conductor object: no
+module of steward/conductor keeps or builds a client, no module outside
+steward/cmd builds a Database, a Transport, a PlacementClient or the Deps, and
+metrics learn about a conductor only through what it registers."""
 import ast
+import dataclasses
 import pathlib
+
+import pytest
 
 import steward
 from steward import metrics
+from steward.conductor import deps as conductor_deps
 from steward.conductor.manager import ConductorManager
 from tests.unit.test_import_cycles import import_graph
 
-CONDUCTOR = pathlib.Path(steward.__file__).parent / 'conductor'
+STEWARD = pathlib.Path(steward.__file__).parent
+CONDUCTOR = STEWARD / 'conductor'
+# What only the composition root builds, anywhere in steward.
+ROOT_ONLY = {'Deps', 'Database', 'Transport', 'PlacementClient'}
+# Besides, what the conductor is handed and never builds (the Deps' fields).
+HANDED_TO_THE_CONDUCTOR = ROOT_ONLY | {'Metrics', 'NovaNotifier', 'ServerLookup',
+                                       'AgentAPI', 'ConductorAPI'}
+# Alembic's own command line (``alembic upgrade`` without steward-manage) is a
+# composition root of its own: it builds the configured Database.
+OTHER_ROOTS = {'db/migrations/env.py'}
 
 
 def test_no_module_of_the_conductor_holds_state():
@@ -35,29 +50,103 @@ def test_metrics_import_nothing_of_the_conductor():
     assert not {m for m in graph['steward.metrics'] if m.startswith('steward.conductor')}
 
 
+def _built(path, names):
+    """Where ``path`` calls one of ``names`` (``Name(...)``, ``module.Name(...)``)
+    or its ``from_conf`` (``Name.from_conf(...)``): (line, name)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == 'from_conf':
+            func = func.value
+        name = func.id if isinstance(func, ast.Name) else (
+            func.attr if isinstance(func, ast.Attribute) else None)
+        if name in names:
+            found.append((node.lineno, name))
+    return found
+
+
+def test_only_the_composition_root_builds_the_database_transport_placement_and_deps():
+    found = []
+    for path in sorted(STEWARD.rglob('*.py')):
+        rel = path.relative_to(STEWARD).as_posix()
+        if rel.startswith('cmd/') or rel in OTHER_ROOTS:
+            continue
+        found += [f'{rel}:{line} {name}(...)' for line, name in _built(path, ROOT_ONLY)]
+    assert not found, found
+
+
+def test_no_module_of_the_conductor_builds_what_it_is_handed():
+    found = []
+    for path in sorted(CONDUCTOR.glob('*.py')):
+        found += [f'{path.name}:{line} {name}(...)'
+                  for line, name in _built(path, HANDED_TO_THE_CONDUCTOR)]
+    assert not found, found
+
+
+def test_the_rule_sees_each_way_of_building(tmp_path):
+    """The check above is not blind: each spelling it must catch, caught."""
+    source = tmp_path / 'wiring_probe.py'
+    source.write_text('a = Database()\nb = rpc.Transport(x)\n'
+                      'c = client.PlacementClient.from_conf(conf)\n'
+                      'd = deps.Deps(database=None)\ne = PlacementClient.other()\n')
+    assert sorted(_built(source, ROOT_ONLY)) == [(1, 'Database'), (2, 'Transport'),
+                                                 (3, 'PlacementClient'), (4, 'Deps')]
+
+
 class _Client:
     def __init__(self, reads):
         self.stats = {'reads': reads, 'writes': 0, 'errors': 0}
+
+
+def _deps(placement_client, metrics_=None, agent_api=None):
+    return conductor_deps.Deps(database=None, metrics=metrics_ or metrics.Metrics(),
+                               placement_client=placement_client, nova=object(),
+                               notifier=object(), agent_api=agent_api or object())
 
 
 def _family(provider=None):
     return {m.name: m for m in metrics.PlacementCollector(provider).collect()}
 
 
-def test_each_conductor_owns_its_clients_and_the_last_started_one_reports():
-    first = ConductorManager(None, _Client(1))
-    second = ConductorManager(None, None, metrics=first.metrics)
-    assert first.clients.placement() is first.placement
-    assert second.clients.placement_client is None
-    assert first.agent_api is not second.agent_api
+def test_a_missing_dependency_is_a_type_error_not_a_client_of_its_own():
+    with pytest.raises(TypeError):
+        ConductorManager()
+    fields = {f.name for f in dataclasses.fields(conductor_deps.Deps)}
+    assert fields == {'database', 'metrics', 'placement_client', 'nova', 'notifier',
+                      'agent_api'}
+    for left_out in fields:
+        with pytest.raises(TypeError):
+            conductor_deps.Deps(**{f: None for f in fields - {left_out}})
+
+
+def test_a_conductor_uses_the_deps_it_is_given():
+    given = _deps(_Client(1))
+    conductor = ConductorManager(given)
+    assert conductor.deps is given
+    assert (conductor.database, conductor.metrics, conductor.placement, conductor.notifier,
+            conductor.agent_api) == (given.database, given.metrics, given.placement_client,
+                                     given.notifier, given.agent_api)
+    assert conductor.reporter.placement is given.placement_client
+    assert conductor.periodic.deps is given
+    assert given.placement() is given.placement_client
+    from steward.common import exception
+    with pytest.raises(exception.ServiceUnavailable):
+        _deps(None).placement()
+
+
+def test_each_conductor_reports_its_own_placement_and_the_last_started_one_reports():
+    shared = metrics.Metrics()
+    first = ConductorManager(_deps(_Client(1), shared))
+    second = ConductorManager(_deps(None, shared))
     got = _family(first.placement_stats)['steward_placement_requests']
     assert {s.labels['kind']: s.value for s in got.samples} == {'read': 1, 'write': 0}
     # A conductor without Placement reports no family.
     assert _family(second.placement_stats) == {}
     # Both report to the Metrics the composition root gave them; the last
     # conductor registered is the one reported.
-    shared = first.metrics
-    assert second.metrics is shared
+    assert first.metrics is second.metrics is shared
     shared.register_placement_stats(first.placement_stats)
     assert shared.placement.registered() == first.placement_stats
     shared.register_placement_stats(second.placement_stats)
@@ -66,7 +155,3 @@ def test_each_conductor_owns_its_clients_and_the_last_started_one_reports():
     assert shared.placement.registered() == first.placement_stats
     shared.unregister_placement_stats(first.placement_stats)
     assert shared.placement.registered() is None
-
-
-def test_a_conductor_built_alone_has_metrics_of_its_own():
-    assert ConductorManager(None).metrics is not ConductorManager(None).metrics

@@ -17,6 +17,7 @@ from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import models as m
+from tests.functional import conductor_fixtures as cf
 
 
 MEMBER_PROJECT = 'p-member'
@@ -26,17 +27,6 @@ MEMBER_PROJECT = 'p-member'
 def _parsed_conf(parsed_conf):
     """Every API test runs on a parsed CONF (tests/conftest.py)."""
     yield
-
-
-class RecordingNotifier:
-    def __init__(self):
-        self.events = []
-
-    def notify(self, events):
-        self.events.extend(events)
-
-    def stop(self):
-        pass
 
 
 class FakePlacement:
@@ -92,8 +82,7 @@ def manager(database, transport, request):
     # A test that asks for ``placement`` gets a conductor that uses it.
     fake = (request.getfixturevalue('placement') if 'placement' in request.fixturenames
             else None)
-    mgr = ConductorManager(database, fake, notifier=RecordingNotifier(),
-                           transport=transport)
+    mgr = ConductorManager(cf.deps(database, transport, fake))
     mgr.init_host()
     yield mgr
     mgr.stop()

@@ -23,7 +23,7 @@ from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from tests import stack
-from tests.functional.api.conftest import RecordingNotifier
+from tests.functional import conductor_fixtures as cf
 from tests.functional.api.conftest import make_profile
 from tests.multihost import rabbit
 
@@ -46,8 +46,7 @@ def remote_api(broker, database, seed):
     """(API client, the API's Transport, the conductor manager): the API and a
     conductor apart, over the real broker."""
     conductor_side = rpc.Transport()
-    manager = ConductorManager(database, None, notifier=RecordingNotifier(),
-                               transport=conductor_side)
+    manager = ConductorManager(cf.deps(database, conductor_side))
     manager.init_host()
     server = conductor_side.start_server(CONF.rpc_topic_conductor, 'conductor-1',
                                          [manager])
@@ -123,8 +122,7 @@ def test_an_exhausted_database_pool_answers_503(db, conf, transport, caplog):
     conf.set_override('max_overflow', 0, group='database')
     conf.set_override('pool_timeout', 1, group='database')
     database = session.Database(db)
-    manager = ConductorManager(database, None, notifier=RecordingNotifier(),
-                               transport=transport)
+    manager = ConductorManager(cf.deps(database, transport))
     app = api_app.create_app(ConductorAPI(manager), database)
     try:
         with testclient.TestClient(app, raise_server_exceptions=False) as client:

@@ -13,7 +13,7 @@ from steward.db import migration
 from steward.db import session
 from tests import mariadb_fixture
 from tests import requirements
-from tests.functional.conductor_fixtures import RecordingNotifier
+from tests.functional import conductor_fixtures as cf
 from tests.stack import free_port
 
 
@@ -35,8 +35,7 @@ def test_a_database_outage_answers_503(transport, conf):
         conf.set_override('connection', url, group='database')
         database = session.Database(url)
         migration.upgrade(database)
-        manager = ConductorManager(database, None, notifier=RecordingNotifier(),
-                                   transport=transport)
+        manager = ConductorManager(cf.deps(database, transport))
         manager.init_host()
         app = api_app.create_app(ConductorAPI(manager), database)
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
