@@ -215,13 +215,11 @@ def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
             raise exception.ServiceTokenRequired()
         leftovers = []
         for arq in arqs:
-            arq = _start_deleting(s, ctx, arq)
-            if arq is None:
-                continue
-            if arq.state == states.ARQ_DELETING:
+            arq, moved = _start_deleting(s, ctx, arq)
+            if moved:
+                released += _remove(s, ctx, arq)
+            elif arq is not None:
                 leftovers.append(arq.uuid)
-                continue
-            released += _remove(s, ctx, arq)
         released += _finish_in(s, ctx, leftovers)
     return len(arqs), released
 
@@ -232,8 +230,8 @@ _DELETE_FOLLOWS = 5
 
 
 def _start_deleting(s, ctx, arq):
-    """Move ``arq`` to Deleting and return it, or return it as found when already
-    Deleting, or None when another request deleted it first.
+    """Move ``arq`` to Deleting: (arq, True); (arq, False) when it was found in
+    Deleting already; (None, False) when another request deleted it first.
 
     A delete whose answer was lost is sent again while the first may still be
     running (or a bind completes under it): the loser of advance()'s
@@ -241,17 +239,17 @@ def _start_deleting(s, ctx, arq):
     so that a delete stays idempotent."""
     for _ in range(_DELETE_FOLLOWS):
         if arq.state == states.ARQ_DELETING:
-            return arq
+            return arq, False
         try:
             # The conditional UPDATE holds the row (PostgreSQL, MariaDB) until the
             # commit: nobody else finishes it under us.
             states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
                            request_id=ctx.request_id)
-            return arq
+            return arq, True
         except exception.ConcurrentUpdate:
             arq = db.arq_reread(s, arq.id)
             if arq is None:
-                return None
+                return None, False
     raise exception.ConcurrentUpdate(kind=m.ExtARQ.__state_kind__, uuid=arq.uuid)
 
 
