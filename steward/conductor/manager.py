@@ -22,9 +22,10 @@ from steward.conductor import nova
 from steward.conductor import periodic
 from steward.conductor import report
 from steward.conductor import rpcapi
-from steward.db import api as db
 from steward.db import data_migrations
 from steward.conf import CONF
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
 
 LOG = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class ConductorManager:
     @expected(*ROUTINE)
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
         with self.database.reader() as s:
-            dep = db.deployable_get(s, deployable_uuid)
+            dep = deployable_db.deployable_get(s, deployable_uuid)
         # No enabled driver can program an FPGA image: say so instead of pretending.
         raise exception.NotProgrammable(
             uuid=dep.uuid, reason=f'driver {dep.driver_name or "unknown"} does not '
@@ -181,11 +182,11 @@ class ConductorManager:
     def device_cleanup_finish(self, ctx, device_uuid, record_uuid, succeeded, record,
                               error_code=None, error_message=None):
         result = cleanup_ops.finish(self.clients, ctx, device_uuid, record_uuid,
-                                    succeeded, record, error_code, error_message)
+                                               succeeded, record, error_code, error_message)
         if not result['placement_ok']:
             # Make the host's next report re-sync Placement even if unchanged.
             with self.database.reader() as s:
-                self.reporter.forget(db.device_get(s, device_uuid).hostname)
+                self.reporter.forget(device_db.device_get(s, device_uuid).hostname)
         return result
 
     @expected(*ROUTINE)

@@ -289,5 +289,5 @@ class DeviceHistory(Base):
     actor = orm.mapped_column(sa.String(255))
 
 
-# states.advance() records every device transition here.
+# transitions.advance() records every device transition here.
 Device.__history__ = DeviceHistory

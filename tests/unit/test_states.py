@@ -4,6 +4,7 @@ import pytest
 from steward.common import exception
 from steward.common import states
 from steward.db import models as m
+from steward.db import transitions
 
 
 def test_every_state_is_reachable_or_initial():
@@ -46,13 +47,13 @@ def _device(s, state):
 def test_advance_persists_and_rejects_undeclared(database, db):
     with database.writer() as s:
         dev = _device(s, states.DEV_AVAILABLE)
-        states.advance(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')
+        transitions.advance(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')
         dev_id = dev.id
     with database.reader() as s:
         assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
     with pytest.raises(exception.InvalidStateTransition):
         with database.writer() as s:
-            states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_CLEANING)
+            transitions.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_CLEANING)
     with database.reader() as s:
         assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
 
@@ -63,16 +64,16 @@ def test_advance_detects_concurrent_change(database, db):
     with database.reader() as s:
         stale = s.get(m.Device, dev_id)
     with database.writer() as s:
-        states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_ALLOCATED,
-                       event='bind')
+        transitions.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_ALLOCATED,
+                            event='bind')
     with pytest.raises(exception.ConcurrentUpdate):
         with database.writer() as s:
             # ``stale`` still believes the device is available.
-            states.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')
+            transitions.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')
 
 
 def test_a_transaction_logs_its_transitions_as_one_line_in_order():
-    line = states._transitions_line([
+    line = transitions._transitions_line([
         ('arq', 'a1', 'Initial', 'BindStarted', 'bind', None, 'req-1'),
         ('arq', 'a1', 'BindStarted', 'Bound', 'bind_done', None, 'req-1'),
         ('device', 'd1', 'available', 'allocated', 'bind', None, 'req-1')])
@@ -82,7 +83,7 @@ def test_a_transaction_logs_its_transitions_as_one_line_in_order():
 
 
 def test_transitions_of_several_requests_keep_each_its_request_id():
-    line = states._transitions_line([
+    line = transitions._transitions_line([
         ('device', 'd1', 'cleaning', 'error', 'fail', 'cyb.cleanup.x', 'req-1'),
         ('device', 'd2', 'cleaning', 'available', 'cleaned', None, 'req-2'),
         ('device', 'd3', 'cleaning', 'available', 'cleaned', None, None)])
