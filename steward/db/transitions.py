@@ -20,7 +20,9 @@ from sqlalchemy.orm.attributes import set_committed_value
 from steward.common import exception
 from steward.common import states
 
-LOG = logging.getLogger(__name__)
+# The name operators know the transition lines by (doc/troubleshooting.md): the
+# state machine's, wherever its persistence lives.
+LOG = logging.getLogger('steward.common.states')
 
 
 def advance(session, model, row, target, *, event=None, reason='', values=None,
