@@ -90,3 +90,19 @@ def test_transitions_of_several_requests_keep_each_its_request_id():
     assert line == ('device d1: cleaning -> error (fail) reason=cyb.cleanup.x '
                     'request_id=req-1; device d2: cleaning -> available (cleaned) '
                     'request_id=req-2; device d3: cleaning -> available (cleaned)')
+
+
+def test_transition_listeners_are_on_stewards_sessions_only(database, db):
+    """advance()'s commit log and created-device history listen on the sessions of
+    a Database, not on every SQLAlchemy Session and Mapper of the process."""
+    from sqlalchemy import event
+    from sqlalchemy import orm
+    listeners = (('after_flush', transitions._created_history),
+                 ('after_commit', transitions._flush_logs),
+                 ('after_rollback', transitions._drop_logs))
+    for name, listener in listeners:
+        assert not event.contains(orm.Session, name, listener), name
+        for factory in (database._reader_factory, database._writer_factory):
+            assert event.contains(factory, name, listener), name
+    assert not any(event.contains(orm.Mapper, 'after_insert', f) for f in
+                   vars(transitions).values() if callable(f))
