@@ -9,7 +9,8 @@ import json
 
 from steward.api import microversion
 from steward.common import moves
-from steward.db import api as db
+from steward.db import device_profiles as profile_db
+from steward.db import query as db_query
 
 
 def _link(req, *parts, rel='self', versioned=True):
@@ -55,7 +56,7 @@ def json_list(name, texts):
 
 def devices_json(req, rows):
     """``{"devices": [...]}`` as bytes, each row's JSON built once (see _ENCODED).
-    ``rows``: db.device_rows() (hashable named tuples)."""
+    ``rows``: device_db.device_rows() (hashable named tuples)."""
     flags = ('device', req.version >= microversion.DEVICE_STATUS,
              req.version >= microversion.DEVICE_STATE,
              req.version >= microversion.DEVICE_HISTORY, req.base_url)
@@ -80,7 +81,7 @@ def devices(req, rows):
     state = req.version >= microversion.DEVICE_STATE
     history = req.version >= microversion.DEVICE_HISTORY
     prefix = f'{req.base_url}/v2/devices/'
-    ts = db.timestamp
+    ts = db_query.timestamp
     result = []
     for row in rows:
         out = {
@@ -111,10 +112,10 @@ def deployable(req, row, attributes):
 
 def deployables(req, rows, attributes):
     """``rows``: Deployable rows or models; ``attributes``: {deployable id:
-    [(key, value), ...]} (db.attribute_pairs_by_deployable)."""
+    [(key, value), ...]} (attribute_db.attribute_pairs_by_deployable)."""
     versioned = f'{req.base_url}/v2/deployables/'
     bookmark = f'{req.base_url}/deployables/'
-    ts = db.timestamp
+    ts = db_query.timestamp
     dumps = json.dumps
     result = []
     for row in rows:
@@ -136,8 +137,8 @@ def deployables(req, rows, attributes):
 def attribute(req, row):
     return {
         'uuid': row.uuid, 'deployable_id': row.deployable_id, 'key': row.key,
-        'value': row.value, 'created_at': db.timestamp(row.created_at),
-        'updated_at': db.timestamp(row.updated_at),
+        'value': row.value, 'created_at': db_query.timestamp(row.created_at),
+        'updated_at': db_query.timestamp(row.updated_at),
         'links': [_link(req, 'attributes', row.uuid)],
     }
 
@@ -147,9 +148,9 @@ def device_profile(req, row):
     # with a space) and its list with ISO "T"; every view here uses ISO 8601.
     return {
         'uuid': row.uuid, 'name': row.name, 'description': row.description,
-        'groups': db.device_profile_groups(row),
-        'created_at': db.timestamp(row.created_at),
-        'updated_at': db.timestamp(row.updated_at),
+        'groups': profile_db.device_profile_groups(row),
+        'created_at': db_query.timestamp(row.created_at),
+        'updated_at': db_query.timestamp(row.updated_at),
         'links': [_link(req, 'device_profiles', row.uuid)],
     }
 
@@ -161,7 +162,7 @@ ARQ_FIELDS = ('uuid', 'state', 'device_profile_name', 'device_profile_group_id',
 
 
 def arq(req, record):
-    """``record``: ``db.arq_record()`` output (also what the conductor returns).
+    """``record``: ``arq_db.arq_record()`` output (also what the conductor returns).
     Only the wire fields are copied: a key added to records for internal use
     does not leak."""
     out = {k: record.get(k) for k in ARQ_FIELDS}
@@ -189,7 +190,7 @@ def _attach_handle_info(req, record):
 
 
 def device_history(req, record):
-    """``record``: ``db.device_history_record()`` output (2.6)."""
+    """``record``: ``history_db.device_history_record()`` output (2.6)."""
     return {k: record[k] for k in HISTORY_FIELDS}
 
 
@@ -198,7 +199,7 @@ HISTORY_FIELDS = ('uuid', 'created_at', 'event', 'source_state', 'target_state',
 
 
 def erase_record(req, record):
-    """``record``: ``db.erase_record_record()`` output (2.5)."""
+    """``record``: ``erase_db.erase_record_record()`` output (2.5)."""
     out = dict(record)
     # what Identify advertised, the action chosen and why (issue 21); None on
     # records written before it was kept

@@ -1,5 +1,5 @@
 """The command line of `steward db import-cyborg` (the import is
-steward/db/cyborg_import.py)."""
+steward/cyborg_import/)."""
 import argparse
 import sys
 
@@ -35,7 +35,8 @@ def main(argv):
                      'would be used): point it at the Placement Cyborg used, whose '
                      'providers the import adopts')
     from steward.cmd import root as command_root
-    from steward.db import cyborg_import
+    from steward.cyborg_import import importer
+    from steward.cyborg_import import source
     from steward.db import migration
     root = command_root.Root()
     try:
@@ -43,17 +44,17 @@ def main(argv):
             process.fail("Steward's database is not at the current schema: run "
                          '`steward db sync` first')
         try:
-            result = cyborg_import.run(root.database, args.cyborg_connection,
-                                       dry_run=args.dry_run, merge=args.merge,
-                                       placement=root.placement_client(),
-                                       fake_devices=fake_driver_devices)
+            result = importer.run(root.database, args.cyborg_connection,
+                                  dry_run=args.dry_run, merge=args.merge,
+                                  placement=root.placement_client(),
+                                  fake_devices=fake_driver_devices)
         except exception.StewardError as err:
             if getattr(err, 'result', None) is not None:
                 report(err.result, args.dry_run,
-                       cyborg_import.url_for_humans(args.cyborg_connection), failed=True)
+                       source.url_for_humans(args.cyborg_connection), failed=True)
             print(f'steward: {err.code}: {err}', file=sys.stderr)
             return 1
-        report(result, args.dry_run, cyborg_import.url_for_humans(args.cyborg_connection))
+        report(result, args.dry_run, source.url_for_humans(args.cyborg_connection))
         return 0
     finally:
         root.close()

@@ -1,6 +1,6 @@
 """Accelerator request lifecycle: create, bind, unbind, delete.
 
-Every ARQ state change goes through ``states.advance``. A bind validates all of its
+Every ARQ state change goes through ``transitions.advance``. A bind validates all of its
 input before touching anything, and runs in one write transaction: if any ARQ of a
 multi-ARQ bind cannot get a handle, the whole transaction rolls back and every ARQ
 is exactly where it was (never left in BindStarted). Work outside the database
@@ -23,9 +23,13 @@ from steward.common import states
 from steward.conductor import cleanup_ops
 from steward.conductor import device_ops
 from steward.conductor import reservation
-from steward.db import api as db
+from steward.db import arqs as arq_db
+from steward.db import attach_handles as handle_db
+from steward.db import deployables as deployable_db
+from steward.db import device_profiles as profile_db
 from steward.db import models as m
 from steward.db import retry
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
@@ -38,9 +42,9 @@ def accelerator_count(group):
 @retry.on_deadlock
 def create(deps, ctx, device_profile_name, project_id):
     with deps.database.writer() as s:
-        dp = db.device_profile_get(s, name=device_profile_name)
-        return db.arqs_create(s, dp, [
-            group_id for group_id, group in enumerate(db.device_profile_groups(dp))
+        dp = profile_db.device_profile_get(s, name=device_profile_name)
+        return arq_db.arqs_create(s, dp, [
+            group_id for group_id, group in enumerate(profile_db.device_profile_groups(dp))
             for _ in range(accelerator_count(group))], project_id)
 
 
@@ -86,13 +90,13 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope):
     reserved in Placement once it is committed)."""
     reserve, handles = [], {}
     with deps.database.writer() as s:
-        arqs = db.arq_get_many(s, uuids, project_scope)
+        arqs = arq_db.arq_get_many(s, uuids, project_scope)
         for arq in arqs:
             if arq.state not in states.ARQ_BINDABLE:
                 raise exception.ARQBadState(uuid=arq.uuid, state=arq.state,
                                             action='bind',
                                             expected=list(states.ARQ_BINDABLE))
-        deployables = db.deployables_by_rp_uuids(
+        deployables = deployable_db.deployables_by_rp_uuids(
             s, list(dict.fromkeys(b['device_rp_uuid'] for b in bindings)))
         # Every device of the bind locked up front, in id order (see lock_devices),
         # with its accelerator count; the lock holds until the commit.
@@ -106,18 +110,18 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope):
                       'instance_uuid': b['instance_uuid'], 'deployable_id': dep.id}
             if b.get('project_id'):
                 values['project_id'] = b['project_id']
-            states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
-                           values=values, request_id=ctx.request_id)
+            transitions.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
+                                values=values, request_id=ctx.request_id)
             device = device_ops.check_bindable(s, dep, locked[dep.device_id])
-            handle = db.attach_handle_allocate(s, dep)
-            states.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
-                           values={'attach_handle_id': handle.id},
-                           request_id=ctx.request_id)
+            handle = handle_db.attach_handle_allocate(s, dep)
+            transitions.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
+                                values={'attach_handle_id': handle.id},
+                                request_id=ctx.request_id)
             handles[arq.id] = (handle, device.type)
             if device_ops.mark_allocated(s, device, ctx) and reservation.policy(
                     s, device, accelerators=locked[dep.device_id][1]).single:
                 reserve.append(dep)
-        return [db.arq_record(a, *handles[a.id]) for a in arqs], reserve
+        return [arq_db.arq_record(a, *handles[a.id]) for a in arqs], reserve
 
 
 def _check_second_set(s, arqs, bindings, deployables, locked):
@@ -125,7 +129,7 @@ def _check_second_set(s, arqs, bindings, deployables, locked):
     moves (resize, cold or live migration) it holds a second set of ARQs on the
     destination: a bind on another host than every other ARQ of the instance
     (by its device's agent host) is that set, and is allowed."""
-    held = db.arq_instances_with_binding(
+    held = arq_db.arq_instances_with_binding(
         s, {b['instance_uuid'] for b in bindings}, exclude_ids=[a.id for a in arqs])
     for b in bindings:
         hosts = held.get(b['instance_uuid'])
@@ -149,15 +153,15 @@ def _fail_bound(deps, ctx, uuids, reason):
 def _fail_bound_in_db(deps, ctx, uuids, reason):
     released = []
     with deps.database.writer() as s:
-        for arq in db.arq_get_many(s, uuids):
+        for arq in arq_db.arq_get_many(s, uuids):
             handle_id = arq.attach_handle_id
             if arq.state in (states.ARQ_BOUND, states.ARQ_BIND_STARTED):
-                states.advance(s, m.ExtARQ, arq, states.ARQ_BIND_FAILED,
-                               event='bind_fail', reason=reason,
-                               values={'attach_handle_id': None},
-                               request_id=ctx.request_id)
+                transitions.advance(s, m.ExtARQ, arq, states.ARQ_BIND_FAILED,
+                                    event='bind_fail', reason=reason,
+                                    values={'attach_handle_id': None},
+                                    request_id=ctx.request_id)
             if handle_id is not None:
-                db.attach_handle_release(s, handle_id)
+                handle_db.attach_handle_release(s, handle_id)
                 released += device_ops.release_after_unbind(s, arq.deployable_id, ctx)
     return released
 
@@ -166,12 +170,12 @@ def _unbind_one(s, ctx, arq):
     """Move ``arq`` to Unbound freeing what it holds; returns what after_release
     must do once committed."""
     handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
-    states.advance(s, m.ExtARQ, arq, states.ARQ_UNBOUND, event='unbind', values={
+    transitions.advance(s, m.ExtARQ, arq, states.ARQ_UNBOUND, event='unbind', values={
         'attach_handle_id': None, 'hostname': None, 'device_rp_uuid': None,
         'instance_uuid': None, 'deployable_id': None}, request_id=ctx.request_id)
     if handle_id is None:
         return []
-    db.attach_handle_release(s, handle_id)
+    handle_db.attach_handle_release(s, handle_id)
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
@@ -184,7 +188,7 @@ def _unbind_in_db(deps, ctx, arq_uuids):
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
     released = []
     with deps.database.writer() as s:
-        for arq in db.arq_get_many(s, arq_uuids, project_scope):
+        for arq in arq_db.arq_get_many(s, arq_uuids, project_scope):
             if arq.state == states.ARQ_UNBOUND:
                 continue
             released += _unbind_one(s, ctx, arq)
@@ -207,9 +211,9 @@ def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
     released = []
     with deps.database.writer() as s:
         if arq_uuids is not None:
-            arqs = db.arq_get_many(s, arq_uuids, project_id)
+            arqs = arq_db.arq_get_many(s, arq_uuids, project_id)
         else:
-            arqs = db.arq_list(s, project_id=project_id, instance_uuid=instance_uuid)
+            arqs = arq_db.arq_list(s, project_id=project_id, instance_uuid=instance_uuid)
         if any(a.state == states.ARQ_BOUND for a in arqs) and not ctx.is_service \
                 and not ctx.is_admin:
             raise exception.ServiceTokenRequired()
@@ -243,11 +247,11 @@ def _start_deleting(s, ctx, arq):
         try:
             # The conditional UPDATE holds the row (PostgreSQL, MariaDB) until the
             # commit: nobody else finishes it under us.
-            states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
-                           request_id=ctx.request_id)
+            transitions.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
+                                request_id=ctx.request_id)
             return arq, True
         except exception.ConcurrentUpdate:
-            arq = db.arq_reread(s, arq.id)
+            arq = arq_db.arq_reread(s, arq.id)
             if arq is None:
                 return None, False
     raise exception.ConcurrentUpdate(kind=m.ExtARQ.__state_kind__, uuid=arq.uuid)
@@ -264,7 +268,7 @@ def _remove(s, ctx, arq):
     s.execute(_DELETE_ARQ, {'arq_id': arq.id})
     if handle_id is None:
         return []
-    db.attach_handle_release(s, handle_id)
+    handle_db.attach_handle_release(s, handle_id)
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
@@ -276,7 +280,7 @@ def _finish_deleting_in_db(deps, ctx, uuids):
 
 def _finish_in(s, ctx, uuids):
     released = []
-    for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
+    for arq in arq_db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_DELETING):
         released += _remove(s, ctx, arq)
     return released
 

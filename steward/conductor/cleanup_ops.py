@@ -4,7 +4,7 @@ ask for while they clean (agents reach the database only through here), erase
 records, and the plan ("what would a clean do, and why"). Cleanups that went wrong
 are healed by cleanup_recovery.py.
 
-States move only through ``states.advance`` and each transition checks the state it
+States move only through ``transitions.advance`` and each transition checks the state it
 expects, so a late answer (a cleanup that finishes after its timeout moved the device
 to error, a duplicate cast) cannot undo a newer decision: it is recorded and ignored.
 Placement follows the state: reserved = total for every state but available.
@@ -19,9 +19,13 @@ from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import reservation
-from steward.db import api as db
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
+from steward.db import erase_records as erase_db
 from steward.db import models as m
+from steward.db import query as db_query
 from steward.db import retry
+from steward.db import transitions
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
@@ -43,11 +47,11 @@ def board_of(device):
 
 def payload(s, device):
     from steward.agent import rpcapi as agent_rpcapi
-    return agent_rpcapi.device_payload(device, db.device_driver_name(s, device.id))
+    return agent_rpcapi.device_payload(device, device_db.device_driver_name(s, device.id))
 
 
 def _single_deployables(s, device):
-    deployables = db.deployable_list(s, {'device_id': device.id})
+    deployables = deployable_db.deployable_list(s, {'device_id': device.id})
     if not reservation.policy(s, device, deployables).single:
         return []
     for d in deployables:
@@ -70,8 +74,8 @@ def reserve_whole(deps, deployables, reserve):
 
 
 def fail_device(s, device, reason, ctx=None, actor=None):
-    states.advance(s, m.Device, device, states.DEV_ERROR, event='fail', reason=reason,
-                   request_id=getattr(ctx, 'request_id', None), actor=actor)
+    transitions.advance(s, m.Device, device, states.DEV_ERROR, event='fail', reason=reason,
+                        request_id=getattr(ctx, 'request_id', None), actor=actor)
     return _single_deployables(s, device)
 
 
@@ -99,7 +103,7 @@ def release_for_cleaning(deps, ctx, device_uuid, recovery=False):
     ``recovery``: the periodic task found the release, not an unbind. Returns True
     when the cleanup was asked for."""
     with deps.database.reader() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
         host, missing = device.hostname, device.missing_since
@@ -115,18 +119,18 @@ def release_for_cleaning(deps, ctx, device_uuid, recovery=False):
                     'starts', device_uuid, host, type(err).__name__)
         return False
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         if not _released(s, device):
             return False
         reason = 'no accelerator request holds it'
         if recovery:
-            states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
-                           event='recover_missed_cleanup', reason=reason,
-                           request_id=ctx.request_id)
+            transitions.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                                event='recover_missed_cleanup', reason=reason,
+                                request_id=ctx.request_id)
         else:
-            states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
-                           event='release_for_cleaning', reason=reason,
-                           request_id=ctx.request_id)
+            transitions.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                                event='release_for_cleaning', reason=reason,
+                                request_id=ctx.request_id)
     return dispatch(deps, ctx, device_uuid,
                     trigger='recovery' if recovery else 'unbind')
 
@@ -135,8 +139,8 @@ def _released(s, device):
     """Allocated, cleanable, and no handle or active request holds it."""
     return (device.device_state == states.DEV_ALLOCATED
             and device_ops.supports_cleaning(device)
-            and not db.device_handles_in_use(s, device.id)
-            and not db.device_has_active_arq(s, device.id))
+            and not device_db.device_handles_in_use(s, device.id)
+            and not device_db.device_has_active_arq(s, device.id))
 
 
 # --- from the conductor itself (unbind) and the API (operator) -----------------------
@@ -144,7 +148,7 @@ def dispatch(deps, ctx, device_uuid, trigger='unbind'):
     """Ask the device's agent to clean it (device in pending_cleaning). An agent too
     old for cleanup_device leaves the device in error: never handed out uncleaned."""
     with deps.database.reader() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         host, device_dict = device.hostname, payload(s, device)
     api = deps.agent_api
     if not api.can_send_version(CLEANUP_RPC, host=host):
@@ -152,13 +156,13 @@ def dispatch(deps, ctx, device_uuid, trigger='unbind'):
                                     version=CLEANUP_RPC)
         LOG.error('device %s needs cleaning but %s; moving it to error', device_uuid, err)
         with deps.database.writer() as s:
-            device = db.device_get(s, device_uuid)
+            device = device_db.device_get(s, device_uuid)
             deployables = fail_device(s, device, f'{err.code}: {err}', ctx)
-            db.erase_record_create(s, device_uuid, hostname=host, trigger=trigger,
-                                   status='failed', started_at=timeutils.utcnow(),
-                                   finished_at=timeutils.utcnow(),
-                                   action=board_of(device).get('cleanup_action'),
-                                   error_code=err.code, error_message=str(err))
+            erase_db.erase_record_create(s, device_uuid, hostname=host, trigger=trigger,
+                                         status='failed', started_at=timeutils.utcnow(),
+                                         finished_at=timeutils.utcnow(),
+                                         action=board_of(device).get('cleanup_action'),
+                                         error_code=err.code, error_message=str(err))
         reserve_whole(deps, deployables, True)
         deps.metrics.cleanup_ended(board_of(device).get('cleanup_action'),
                                       'not_dispatched')
@@ -173,24 +177,24 @@ def operator_clean(deps, ctx, device_uuid):
     """POST /v2/devices/{uuid}/clean: error -> pending_cleaning, then dispatch.
     400 cannot clean / agent too old, 404, 409 any state but error."""
     with deps.database.reader() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         _check_cleanable(device)
         host = device.hostname
     if not deps.agent_api.can_send_version(CLEANUP_RPC, host=host):
         raise exception.AgentTooOld(host=host, feature='cleanup_device (device clean)',
                                     version=CLEANUP_RPC)
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         _check_cleanable(device)
-        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
-                       event='operator_clean', reason='POST /clean',
-                       request_id=ctx.request_id, actor=states.actor_of(ctx))
+        transitions.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                            event='operator_clean', reason='POST /clean',
+                            request_id=ctx.request_id, actor=states.actor_of(ctx))
     try:
         dispatch(deps, ctx, device_uuid, trigger='operator')
     except messaging.MessagingException as err:
         # Nobody was asked: put the device back where the operator found it.
         with deps.database.writer() as s:
-            device = db.device_get(s, device_uuid)
+            device = device_db.device_get(s, device_uuid)
             if device.device_state == states.DEV_PENDING_CLEANING:
                 fail_device(s, device, f'cleanup_device could not be sent: {err}', ctx)
         raise exception.ServiceUnavailable(service=f'the agent of {host}',
@@ -205,7 +209,7 @@ def _check_cleanable(device):
                                      f'(only {cleanable})')
     if device.missing_since is not None:
         raise exception.DeviceMissing(uuid=device.uuid, host=device.hostname,
-                                      since=db.timestamp(device.missing_since),
+                                      since=db_query.timestamp(device.missing_since),
                                       action='cleaned')
     if device.device_state != states.DEV_ERROR:
         raise exception.DeviceCleaningConflict(uuid=device.uuid,
@@ -221,10 +225,10 @@ def plan(deps, ctx, device_uuid):
     """What POST /clean would run on the device and why; executes nothing."""
     from steward.drivers import nvme_policy
     with deps.database.reader() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         board = board_of(device)
-        last = db.erase_record_list(s, device_uuid, limit=1)
-        last = db.erase_record_record(last[0]) if last else None
+        last = erase_db.erase_record_list(s, device_uuid, limit=1)
+        last = erase_db.erase_record_record(last[0]) if last else None
     cleanup = board.get('cleanup') or {}
     action = board.get('cleanup_action')
     out = {'device_uuid': device.uuid, 'device_state': device.device_state,
@@ -254,14 +258,14 @@ def start(deps, ctx, device_uuid, host, trigger):
     InvalidStateTransition when the device is not pending_cleaning (a duplicate or
     stale request): the agent then does nothing."""
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         if device.hostname != host:
             raise exception.Invalid(reason=f'device {device_uuid} belongs to '
                                            f'{device.hostname}, not {host}')
-        states.advance(s, m.Device, device, states.DEV_CLEANING, event='start_cleaning',
-                       request_id=ctx.request_id, actor=agent_actor(host))
+        transitions.advance(s, m.Device, device, states.DEV_CLEANING, event='start_cleaning',
+                            request_id=ctx.request_id, actor=agent_actor(host))
         board = board_of(device)
-        rec = db.erase_record_create(
+        rec = erase_db.erase_record_create(
             s, device_uuid, hostname=host, trigger=trigger, status='running',
             action=board.get('cleanup_action'), pci_address=board.get('pci_address'),
             started_at=timeutils.utcnow(), phase='starting')
@@ -271,10 +275,10 @@ def start(deps, ctx, device_uuid, host, trigger):
 @retry.on_deadlock
 def progress(deps, ctx, record_uuid, phase, percent, detail):
     with deps.database.writer() as s:
-        rec = db.erase_record_get(s, record_uuid)
+        rec = erase_db.erase_record_get(s, record_uuid)
         if rec.status == 'running':
-            db.erase_record_update(s, record_uuid, phase=phase, progress=percent,
-                                   progress_detail=detail)
+            erase_db.erase_record_update(s, record_uuid, phase=phase, progress=percent,
+                                         progress_detail=detail)
 
 
 def _result_values(record):
@@ -301,8 +305,8 @@ def finish(deps, ctx, device_uuid, record_uuid, succeeded, record, error_code=No
         values.update(error_code=error_code, error_message=error_message,
                       assurance_level='none')
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
-        rec = db.erase_record_get(s, record_uuid)
+        device = device_db.device_get(s, device_uuid)
+        rec = erase_db.erase_record_get(s, record_uuid)
         if device.device_state != states.DEV_CLEANING or \
                 rec.status != states.ERASE_RUNNING:
             LOG.warning('device %s: cleanup result (%s) arrived while the device is %s; '
@@ -310,24 +314,24 @@ def finish(deps, ctx, device_uuid, record_uuid, succeeded, record, error_code=No
                         'succeeded' if succeeded else error_code, device.device_state)
             if rec.status == states.ERASE_RUNNING:
                 if succeeded:
-                    states.advance(s, m.EraseRecord, rec, states.ERASE_INTERRUPTED,
-                                   event='interrupt', values=db.erase_values(values))
+                    transitions.advance(s, m.EraseRecord, rec, states.ERASE_INTERRUPTED,
+                                        event='interrupt', values=erase_db.erase_values(values))
                 else:
-                    states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED,
-                                   event='fail', values=db.erase_values(values))
+                    transitions.advance(s, m.EraseRecord, rec, states.ERASE_FAILED,
+                                        event='fail', values=erase_db.erase_values(values))
                 deps.metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
             return {'device_state': device.device_state, 'applied': False,
                     'placement_ok': True}
         if succeeded:
-            states.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
-                           values=db.erase_values(values))
+            transitions.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
+                                values=erase_db.erase_values(values))
         else:
-            states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
-                           values=db.erase_values(values))
+            transitions.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
+                                values=erase_db.erase_values(values))
         if succeeded:
-            states.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
-                           reason=f'{values.get("action")} verified',
-                           request_id=ctx.request_id, actor=agent_actor(device.hostname))
+            transitions.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
+                                reason=f'{values.get("action")} verified',
+                                request_id=ctx.request_id, actor=agent_actor(device.hostname))
             deployables = _single_deployables(s, device)
         else:
             reason = ': '.join(p for p in (error_code or 'cleanup failed', error_message)

@@ -20,9 +20,15 @@ from steward.common import states
 from steward.conductor import cleanup_ops
 from steward.conductor import device_ops
 from steward.conductor import reservation
-from steward.db import api as db
+from steward.db import attributes as attribute_db
+from steward.db import deployables as deployable_db
+from steward.db import device_history as history_db
+from steward.db import devices as device_db
+from steward.db import erase_records as erase_db
 from steward.db import models as m
+from steward.db import query as db_query
 from steward.db import retry
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
@@ -31,11 +37,11 @@ LOG = logging.getLogger(__name__)
 def cleanup_started(s, device):
     """Has a cleanup of ``device`` (in pending_cleaning) started since it entered
     that state? False means the request to its agent was lost."""
-    if db.erase_record_list(s, device.uuid, limit=1, status='running'):
+    if erase_db.erase_record_list(s, device.uuid, limit=1, status='running'):
         return True
-    entered = db.device_entered(s, device.uuid, states.DEV_PENDING_CLEANING)
+    entered = history_db.device_entered(s, device.uuid, states.DEV_PENDING_CLEANING)
     since = entered.created_at if entered is not None else device.updated_at
-    last = db.erase_record_list(s, device.uuid, limit=1)
+    last = erase_db.erase_record_list(s, device.uuid, limit=1)
     return bool(last and since is not None and last[0].started_at is not None
                 and last[0].started_at >= since)
 
@@ -49,21 +55,21 @@ def recovery_info(deps, ctx, host):
     with device_state."""
     interrupted, lost, missed, checks = [], [], [], []
     with deps.database.reader() as s:
-        for device in db.devices_in_states(s, host, (states.DEV_PENDING_CLEANING,
+        for device in device_db.devices_in_states(s, host, (states.DEV_PENDING_CLEANING,
                                                      states.DEV_CLEANING)):
             if device.device_state == states.DEV_PENDING_CLEANING and \
                     not cleanup_started(s, device):
                 lost.append(cleanup_ops.payload(s, device))
             else:
                 interrupted.append(cleanup_ops.payload(s, device))
-        for device in db.devices_in_states(s, host, (states.DEV_ALLOCATED,)):
+        for device in device_db.devices_in_states(s, host, (states.DEV_ALLOCATED,)):
             if device_ops.supports_cleaning(device) and \
-                    not db.device_has_active_arq(s, device.id):
+                    not device_db.device_has_active_arq(s, device.id):
                 missed.append(cleanup_ops.payload(s, device))
-        for device in db.device_list(s, {'hostname': host}):
-            deployables = db.deployable_list(s, {'device_id': device.id})
+        for device in device_db.device_list(s, {'hostname': host}):
+            deployables = deployable_db.deployable_list(s, {'device_id': device.id})
             rule = reservation.policy(s, device, deployables)
-            attrs = db.attributes_by_deployable(s, [d.id for d in deployables])
+            attrs = attribute_db.attributes_by_deployable(s, [d.id for d in deployables])
             for dep in deployables:
                 rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
                 want = rule.reserved_for(dep)
@@ -92,27 +98,27 @@ def fail_interrupted(deps, ctx, device_uuid, reason):
     what the hardware says recorded in the erase record."""
     code = 'cyb.cleanup.interrupted'
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
             return {'device_state': device.device_state, 'applied': False}
         deployables = cleanup_ops.fail_device(s, device, f'{code}: {reason}', ctx,
                                        actor=cleanup_ops.agent_actor(device.hostname))
         action = cleanup_ops.board_of(device).get('cleanup_action')
         now = timeutils.utcnow()
-        running = db.erase_record_list(s, device_uuid, status='running')
+        running = erase_db.erase_record_list(s, device_uuid, status='running')
         message = f'agent restarted during cleanup; {reason}'
         for rec in running:
-            states.advance(s, m.EraseRecord, rec, states.ERASE_INTERRUPTED,
-                           event='interrupt', values=db.erase_values(dict(
+            transitions.advance(s, m.EraseRecord, rec, states.ERASE_INTERRUPTED,
+                                event='interrupt', values=erase_db.erase_values(dict(
                                finished_at=now, error_code=code, error_message=message,
                                assurance_level='none')))
             deps.metrics.cleanup_ended(rec.action, 'interrupted')
         if not running:
-            db.erase_record_create(s, device_uuid, hostname=device.hostname,
-                                   trigger='recovery', status='interrupted',
-                                   action=action, started_at=now, finished_at=now,
-                                   error_code=code, error_message=message,
-                                   assurance_level='none')
+            erase_db.erase_record_create(s, device_uuid, hostname=device.hostname,
+                                         trigger='recovery', status='interrupted',
+                                         action=action, started_at=now, finished_at=now,
+                                         error_code=code, error_message=message,
+                                         assurance_level='none')
             deps.metrics.cleanup_ended(action, 'interrupted')
     cleanup_ops.reserve_whole(deps, deployables, True)
     return {'device_state': states.DEV_ERROR, 'applied': True}
@@ -122,13 +128,13 @@ def fail_interrupted(deps, ctx, device_uuid, reason):
 def recover_missed(deps, ctx, device_uuid):
     """allocated with no active ARQ -> pending_cleaning; the agent then cleans it."""
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
-        if db.device_has_active_arq(s, device.id):
+        device = device_db.device_get(s, device_uuid)
+        if device_db.device_has_active_arq(s, device.id):
             raise exception.Conflict(reason=f'device {device_uuid} has an active ARQ')
-        states.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
-                       event='recover_missed_cleanup', reason='allocated without an ARQ',
-                       request_id=ctx.request_id,
-                       actor=cleanup_ops.agent_actor(device.hostname))
+        transitions.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
+                            event='recover_missed_cleanup', reason='allocated without an ARQ',
+                            request_id=ctx.request_id,
+                            actor=cleanup_ops.agent_actor(device.hostname))
         return cleanup_ops.payload(s, device)
 
 
@@ -142,7 +148,7 @@ def last_progress(s, device):
     """(when the cleanup of ``device`` last showed progress, its running erase
     record or None): the newest of the device's and the record's updates, which
     the agent's progress reports touch."""
-    running = db.erase_record_list(s, device.uuid, limit=1, status='running')
+    running = erase_db.erase_record_list(s, device.uuid, limit=1, status='running')
     rec = running[0] if running else None
     stamps = [device.updated_at, device.created_at]
     if rec is not None:
@@ -164,13 +170,13 @@ def fail_stuck(deps, ctx, device_uuid, limit, now=None):
     Returns True when this call moved it."""
     now = now or timeutils.utcnow()
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         if device.device_state not in (states.DEV_PENDING_CLEANING, states.DEV_CLEANING):
             return False
         since, rec = last_progress(s, device)
         if (now - since).total_seconds() <= limit:
             return False
-        err = exception.CleanupStuck(device=device_uuid, since=db.timestamp(since),
+        err = exception.CleanupStuck(device=device_uuid, since=db_query.timestamp(since),
                                      step=_step(rec))
         deployables = cleanup_ops.fail_device(s, device, str(err), ctx)
         action = cleanup_ops.board_of(device).get('cleanup_action')
@@ -178,13 +184,13 @@ def fail_stuck(deps, ctx, device_uuid, limit, now=None):
                       assurance_level='none')
         if rec is not None:
             action = rec.action or action
-            states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
-                           values=db.erase_values(values))
+            transitions.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
+                                values=erase_db.erase_values(values))
         else:
             # No attempt ran: the record still tells auditors why the device failed.
-            db.erase_record_create(s, device_uuid, hostname=device.hostname,
-                                   trigger='recovery', action=action, started_at=now,
-                                   status=states.ERASE_FAILED, **values)
+            erase_db.erase_record_create(s, device_uuid, hostname=device.hostname,
+                                         trigger='recovery', action=action, started_at=now,
+                                         status=states.ERASE_FAILED, **values)
     LOG.error('device %s: %s; moved to error (re-clean with POST /v2/devices/%s/clean)',
               device_uuid, err, device_uuid)
     cleanup_ops.reserve_whole(deps, deployables, True)

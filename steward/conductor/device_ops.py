@@ -9,9 +9,13 @@ import sqlalchemy as sa
 
 from steward.common import states
 from steward.conductor import reservation
-from steward.db import api as db
+from steward.db import attributes as attribute_db
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
 from steward.db import models as m
+from steward.db import perf
 from steward.db import retry
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ def lock_devices(session, device_ids):
     return [device for device, _ in lock_devices_counted(session, device_ids)]
 
 
-_LOCK_COUNTED = db.OneOrMany(
+_LOCK_COUNTED = perf.OneOrMany(
     m.Device.id, 'ids',
     lambda clause: sa.select(m.Device, reservation.accelerators_column(m.Device.id))
     .where(clause).order_by(m.Device.id).with_for_update(of=m.Device)
@@ -74,8 +78,8 @@ def mark_allocated(session, device, ctx):
     """After a handle was taken: available -> allocated. True if it changed."""
     if device.device_state == states.DEV_ALLOCATED:
         return False
-    states.advance(session, m.Device, device, states.DEV_ALLOCATED, event='bind',
-                   request_id=ctx.request_id)
+    transitions.advance(session, m.Device, device, states.DEV_ALLOCATED, event='bind',
+                        request_id=ctx.request_id)
     return True
 
 
@@ -110,8 +114,8 @@ def release_after_unbind(session, deployable_id, ctx):
         # Whether its agent can be asked is known only by asking (a ping after
         # the commit): holding this transaction open for it would hold the row.
         return [CleanupRequest(device.uuid)]
-    states.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
-                   request_id=ctx.request_id)
+    transitions.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
+                        request_id=ctx.request_id)
     if reservation.policy(session, device, accelerators=accelerators).single:
         dep = session.get(m.Deployable, deployable_id)
         session.expunge(dep)
@@ -121,7 +125,7 @@ def release_after_unbind(session, deployable_id, ctx):
 
 def _rc_of(database, deployable):
     with database.reader() as s:
-        attrs = db.attribute_list(s, {'deployable_id': deployable.id, 'key': 'rc'})
+        attrs = attribute_db.attribute_list(s, {'deployable_id': deployable.id, 'key': 'rc'})
     return attrs[0].value if attrs else None
 
 
@@ -158,12 +162,12 @@ def reserve(deps, deployable, reserve):
 def set_status(deps, ctx, device_uuid, status):
     """Enable/disable (maintaining): persist, then reserve or free in Placement."""
     with deps.database.writer() as s:
-        device = db.device_get(s, device_uuid)
+        device = device_db.device_get(s, device_uuid)
         if device.status != status:
             device.status = status
             LOG.info('device %s: status -> %s request_id=%s', device.uuid, status,
                      ctx.request_id)
-        deployables = db.deployable_list(s, {'device_id': device.id})
+        deployables = deployable_db.deployable_list(s, {'device_id': device.id})
         for d in deployables:
             s.expunge(d)
     for dep in deployables:

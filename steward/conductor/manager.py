@@ -19,8 +19,9 @@ from steward.conductor import device_ops
 from steward.conductor import periodic
 from steward.conductor import report
 from steward.conductor import rpcapi
-from steward.db import api as db
 from steward.db import data_migrations
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ class ConductorManager:
     @expected(*ROUTINE)
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
         with self.database.reader() as s:
-            dep = db.deployable_get(s, deployable_uuid)
+            dep = deployable_db.deployable_get(s, deployable_uuid)
         # No enabled driver can program an FPGA image: say so instead of pretending.
         raise exception.NotProgrammable(
             uuid=dep.uuid, reason=f'driver {dep.driver_name or "unknown"} does not '
@@ -184,7 +185,7 @@ class ConductorManager:
         if not result['placement_ok']:
             # Make the host's next report re-sync Placement even if unchanged.
             with self.database.reader() as s:
-                self.reporter.forget(db.device_get(s, device_uuid).hostname)
+                self.reporter.forget(device_db.device_get(s, device_uuid).hostname)
         return result
 
     @expected(*ROUTINE)

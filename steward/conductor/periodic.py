@@ -26,7 +26,7 @@ reload changes it), in one thread per conductor (``steward conductor`` and
   source's set, or a revert's of the destination's, was lost).
 
 Several conductors may run them at once: every state change is a compare-and-swap
-through ``states.advance`` and the agent's start of a cleanup is one too, so the
+through ``transitions.advance`` and the agent's start of a cleanup is one too, so the
 loser of a race changes nothing. An expected condition (a device that moved on
 meanwhile, an unreachable agent or database) is one log line, never a traceback.
 """
@@ -49,7 +49,10 @@ from steward.conductor import device_ops
 from steward.conductor import nova
 from steward.conductor import selfheal
 from steward.conf import CONF
-from steward.db import api as db
+from steward.db import arqs as arq_db
+from steward.db import device_history as history_db
+from steward.db import devices as device_db
+from steward.db import query as db_query
 
 LOG = logging.getLogger(__name__)
 EXPECTED = (exception.StewardError, messaging.MessagingException, sa.exc.DBAPIError,
@@ -67,7 +70,7 @@ def fail_stuck_cleanups(deps, ctx, now=None):
     now = now or timeutils.utcnow()
     limit = CONF.nvme.cleanup_timeout + CONF.conductor.cleanup_grace
     with deps.database.reader() as s:
-        stuck = [d.uuid for d in db.devices_in_states_anywhere(
+        stuck = [d.uuid for d in device_db.devices_in_states_anywhere(
             s, (states.DEV_PENDING_CLEANING, states.DEV_CLEANING))
             if _age(now, cleanup_recovery.last_progress(s, d)[0]) > limit]
     return [u for u in stuck
@@ -83,7 +86,7 @@ def finish_stale_deletes(deps, ctx, grace=None, now=None):
     grace = CONF.conductor.stale_delete_grace if grace is None else grace
     cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=grace)
     with deps.database.reader() as s:
-        stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_DELETING])
+        stale = [a.uuid for a in arq_db.arq_list(s, states_in=[states.ARQ_DELETING])
                  if a.updated_at is None or a.updated_at <= cutoff]
     if stale:
         LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
@@ -135,12 +138,12 @@ class PeriodicTasks:
         interval = CONF.conductor.cleanup_resend_interval
         todo = []
         with self.deps.database.reader() as s:
-            pending = db.devices_in_states_anywhere(s, (states.DEV_PENDING_CLEANING,))
+            pending = device_db.devices_in_states_anywhere(s, (states.DEV_PENDING_CLEANING,))
             for device in pending:
                 if device.missing_since is not None or \
                         cleanup_recovery.cleanup_started(s, device):
                     continue
-                entered = db.device_entered(s, device.uuid, states.DEV_PENDING_CLEANING)
+                entered = history_db.device_entered(s, device.uuid, states.DEV_PENDING_CLEANING)
                 since = entered.created_at if entered else device.updated_at
                 last = self._resent.get(device.uuid, since)
                 if _age(now, since) >= interval and _age(now, last) >= interval:
@@ -153,7 +156,7 @@ class PeriodicTasks:
         for device_uuid, host, since, trigger in todo:
             LOG.warning('device %s: pending_cleaning since %s and its cleanup never '
                         'started; sending cleanup_device to the agent of %s again',
-                        device_uuid, db.timestamp(since), host)
+                        device_uuid, db_query.timestamp(since), host)
             self._resent[device_uuid] = now
             if _one(cleanup_ops.dispatch, self.deps, ctx, device_uuid, trigger):
                 sent.append(device_uuid)
@@ -165,11 +168,11 @@ class PeriodicTasks:
         interval = CONF.conductor.cleanup_resend_interval
         todo, released = [], {}
         with self.deps.database.reader() as s:
-            for device in db.devices_in_states_anywhere(s, (states.DEV_ALLOCATED,)):
+            for device in device_db.devices_in_states_anywhere(s, (states.DEV_ALLOCATED,)):
                 if not device_ops.supports_cleaning(device) or \
                         device.missing_since is not None or \
-                        db.device_has_active_arq(s, device.id) or \
-                        db.device_handles_in_use(s, device.id):
+                        device_db.device_has_active_arq(s, device.id) or \
+                        device_db.device_handles_in_use(s, device.id):
                     continue
                 released[device.uuid] = first = self._released.get(device.uuid, now)
                 if _age(now, first) >= interval:
@@ -179,7 +182,7 @@ class PeriodicTasks:
         for device_uuid, host, first in todo:
             LOG.warning('device %s: allocated with no accelerator request since %s; '
                         'asking the agent of %s to clean it', device_uuid,
-                        db.timestamp(first), host)
+                        db_query.timestamp(first), host)
             # Not answered: asked again one interval later.
             self._released[device_uuid] = now
             if _one(cleanup_ops.release_for_cleaning, self.deps, ctx, device_uuid,
@@ -204,7 +207,7 @@ class PeriodicTasks:
         now = now or timeutils.utcnow()
         grace = CONF.conductor.orphan_grace
         with self.deps.database.reader() as s:
-            bound = db.arq_bound_instances(s)
+            bound = arq_db.arq_bound_instances(s)
         held = {inst for inst, _ in bound}
         self._gone = {i: t for i, t in self._gone.items() if i in held}
         self._asked = {i: t for i, t in self._asked.items() if i in held}
@@ -238,7 +241,7 @@ class PeriodicTasks:
         released = []
         for inst, first in todo:
             with self.deps.database.reader() as s:
-                arqs = [a.uuid for a in db.arq_list(s, instance_uuid=inst)]
+                arqs = [a.uuid for a in arq_db.arq_list(s, instance_uuid=inst)]
             if not arqs:
                 continue
             try:
@@ -250,7 +253,7 @@ class PeriodicTasks:
             self._gone.pop(inst, None)
             LOG.warning('instance %s: Nova has answered 404 for it since %s; deleted '
                         'its accelerator request(s) %s (Nova\'s delete of them was '
-                        'lost), releasing their devices', inst, db.timestamp(first),
+                        'lost), releasing their devices', inst, db_query.timestamp(first),
                         ', '.join(arqs))
             self.deps.metrics.orphan_arqs_released(len(arqs))
             released.append(inst)
@@ -268,9 +271,9 @@ class PeriodicTasks:
             self._left.pop(inst, None)
             return None
         with self.deps.database.reader() as s:
-            stray = {arq: host for arq, host in db.arq_bound_hosts(s, inst)
+            stray = {arq: host for arq, host in arq_db.arq_bound_hosts(s, inst)
                      if host != server.host}
-            known = bool(stray) and db.device_host_known(s, server.host)
+            known = bool(stray) and device_db.device_host_known(s, server.host)
         if not stray:
             self._left.pop(inst, None)
             return None
@@ -307,7 +310,7 @@ class PeriodicTasks:
         LOG.warning('instance %s: Nova has said since %s that it is on %s and not '
                     'moving; deleted its accelerator request(s) %s on %s (left behind '
                     'by a finished move: Nova\'s delete of them was lost), releasing '
-                    'their devices', inst, db.timestamp(first), host, ', '.join(arqs),
+                    'their devices', inst, db_query.timestamp(first), host, ', '.join(arqs),
                     ', '.join(hosts))
         self.deps.metrics.orphan_arqs_released(len(arqs))
         return True

@@ -32,9 +32,11 @@ from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
-from steward.db import api as db
+from steward.db import attributes as attribute_db
+from steward.db import devices as device_db
 from steward.db import models as m
 from steward.db import retry
+from steward.db import transitions
 from steward.drivers import objects
 
 LOG = logging.getLogger(__name__)
@@ -273,7 +275,7 @@ class Reporter:
             deps = s.execute(sa.select(m.Deployable).where(
                 m.Deployable.device_id.in_(dev_ids))).scalars().all() if dev_ids else []
             dep_ids = [d.id for d in deps]
-            attrs = db.attributes_by_deployable(s, dep_ids)
+            attrs = attribute_db.attributes_by_deployable(s, dep_ids)
             handles = {}
             if dep_ids:
                 for h in s.execute(sa.select(m.AttachHandle).where(
@@ -450,9 +452,9 @@ class Reporter:
         reason = excluded_reason(device.std_board_info)
         if reason and device.device_state == states.DEV_AVAILABLE:
             s.flush()
-            states.advance(s, m.Device, device, states.DEV_ERROR, event='fail',
-                           reason=f'excluded: {reason}', request_id=ctx.request_id,
-                           actor=f'agent {host}')
+            transitions.advance(s, m.Device, device, states.DEV_ERROR, event='fail',
+                                reason=f'excluded: {reason}', request_id=ctx.request_id,
+                                actor=f'agent {host}')
 
     def _diff_deployables(self, s, device, cpid, reported, existing, attrs, handles):
         removed = []
@@ -633,7 +635,7 @@ class Reporter:
         for dep in deps:
             removed += self._remove_deployable(s, dep, attrs, handles)
         s.flush()
-        if db.device_handles_in_use(s, device.id) or s.execute(
+        if device_db.device_handles_in_use(s, device.id) or s.execute(
                 sa.select(sa.func.count()).select_from(m.Deployable)
                 .where(m.Deployable.device_id == device.id)).scalar():
             return removed
@@ -681,7 +683,7 @@ class Reporter:
                 sa.select(m.Deployable, m.Device)
                 .join(m.Device, m.Deployable.device_id == m.Device.id)
                 .where(m.Device.hostname == host)).all()
-            attrs = db.attributes_by_deployable(s, [d.id for d, _ in rows])
+            attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
             specs, dep_of = [], {}
             for dep, _ in rows:
                 rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)

@@ -24,8 +24,8 @@ import sqlalchemy as sa
 
 from steward.common import exception
 from steward.common import states
-from steward.db import api as db
 from steward.db import models as m
+from steward.db import query as db_query
 
 # States in which a device reserves everything even with several accelerators.
 WHOLE_DEVICE_OUT = (states.DEV_PENDING_CLEANING, states.DEV_CLEANING, states.DEV_ERROR)
@@ -59,7 +59,7 @@ class Policy:
             return exception.DeviceMaintaining(uuid=self.device_uuid)
         if self.missing_since is not None:
             return exception.DeviceMissing(uuid=self.device_uuid, host=self.hostname,
-                                           since=db.timestamp(self.missing_since),
+                                           since=db_query.timestamp(self.missing_since),
                                            action='bound')
         allowed = (states.DEV_AVAILABLE,) if self.single else (
             states.DEV_AVAILABLE, states.DEV_ALLOCATED)

@@ -33,9 +33,11 @@ from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.conf import CONF
-from steward.db import api as db
+from steward.db import arqs as arq_db
+from steward.db import attributes as attribute_db
 from steward.db import models as m
 from steward.db import retry
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ def remove_stale_initial_arqs(deps, ctx, now=None):
     max_age = CONF.conductor.initial_arq_max_age
     cutoff = (now or timeutils.utcnow()) - datetime.timedelta(seconds=max_age)
     with deps.database.reader() as s:
-        stale = [a.uuid for a in db.arq_list(s, states_in=[states.ARQ_INITIAL])
+        stale = [a.uuid for a in arq_db.arq_list(s, states_in=[states.ARQ_INITIAL])
                  if a.instance_uuid is None and _last_change(a) <= cutoff]
     if not stale:
         return []
@@ -94,11 +96,11 @@ def _remove_initial(deps, ctx, uuids, cutoff):
     row releases nothing."""
     removed = []
     with deps.database.writer() as s:
-        for arq in db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_INITIAL):
+        for arq in arq_db.arq_list_by_uuids_in_state(s, uuids, states.ARQ_INITIAL):
             if arq.instance_uuid is not None or _last_change(arq) > cutoff:
                 continue
-            states.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
-                           reason='initial_arq_max_age', request_id=ctx.request_id)
+            transitions.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
+                                reason='initial_arq_max_age', request_id=ctx.request_id)
             s.execute(sa.delete(_ARQ_T).where(_ARQ_T.c.id == arq.id))
             removed.append(arq.uuid)
     return removed
@@ -129,7 +131,7 @@ def _wanted_providers(database):
             sa.select(m.Deployable.device_id,
                       sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
             .group_by(m.Deployable.device_id)).all())
-        attrs = db.attributes_by_deployable(s, [d.id for d, _ in rows])
+        attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
         out = []
         for dep, device in rows:
             count = counts.get(device.id, 0)

@@ -7,8 +7,9 @@ import sqlalchemy as sa
 
 from steward.common import context
 from steward.common import states
-from steward.db import api as db
+from steward.db import devices as device_db
 from steward.db import models as m
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
@@ -21,14 +22,14 @@ def backfill_device_state(session, limit):
                            .order_by(m.Device.id).limit(limit)).scalars().all()
     ctx = context.get_admin_context()
     for device in rows:
-        if db.device_has_active_arq(session, device.id):
-            states.advance(session, m.Device, device, states.DEV_ALLOCATED,
-                           event='backfill', reason='online data migration',
-                           request_id=ctx.request_id)
+        if device_db.device_has_active_arq(session, device.id):
+            transitions.advance(session, m.Device, device, states.DEV_ALLOCATED,
+                                event='backfill', reason='online data migration',
+                                request_id=ctx.request_id)
         else:
-            states.advance(session, m.Device, device, states.DEV_AVAILABLE,
-                           event='backfill', reason='online data migration',
-                           request_id=ctx.request_id)
+            transitions.advance(session, m.Device, device, states.DEV_AVAILABLE,
+                                event='backfill', reason='online data migration',
+                                request_id=ctx.request_id)
     return len(rows), len(rows)
 
 

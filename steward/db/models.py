@@ -267,7 +267,7 @@ class EraseRecord(TimestampMixin, Base):
 
 
 class DeviceHistory(Base):
-    """One row per device state change, written by ``states.advance`` in the
+    """One row per device state change, written by ``transitions.advance`` in the
     transaction of the change (Ironic's node history). Keyed by the device uuid
     without a foreign key, like erase records: it outlives the device row."""
     __tablename__ = 'device_history'
@@ -289,5 +289,5 @@ class DeviceHistory(Base):
     actor = orm.mapped_column(sa.String(255))
 
 
-# states.advance() records every device transition here.
+# transitions.advance() records every device transition here.
 Device.__history__ = DeviceHistory

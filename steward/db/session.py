@@ -27,6 +27,7 @@ from sqlalchemy import event, orm
 from steward.conf import CONF
 from steward.db import retry
 from steward.db import sqlite
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
@@ -90,6 +91,9 @@ class Database:
         self._writer_factory = orm.sessionmaker(
             bind=self.engine.execution_options(steward_writer=True),
             expire_on_commit=False)
+        # advance()'s history and commit log, on this database's sessions only.
+        for factory in (self._reader_factory, self._writer_factory):
+            transitions.register(factory)
 
     @contextlib.contextmanager
     def reader(self):

@@ -7,7 +7,8 @@ from steward.conductor import deps as conductor_deps
 from steward.conductor import nova
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
-from steward.db import api as db
+from steward.db import deployables as deployable_db
+from steward.db import device_profiles as profile_db
 from steward.drivers.fake import FakeDriver
 
 
@@ -49,12 +50,12 @@ def stack(database, transport, conf, placement=None, host='host-a', drivers=None
 
 def make_profile(database, name='dp1', groups=None):
     with database.writer() as s:
-        db.device_profile_create(s, name, groups or [{'resources:FPGA': '1'}])
+        profile_db.device_profile_create(s, name, groups or [{'resources:FPGA': '1'}])
 
 
 def deployable(database, name_like=None):
     with database.reader() as s:
-        deps = db.deployable_list(s)
+        deps = deployable_db.deployable_list(s)
     return next(d for d in deps if name_like is None or name_like in d.name)
 
 

@@ -157,9 +157,9 @@ class LifeStack:
         return deps[0]
 
     def _device_id(self, dev_uuid):
-        from steward.db import api as db
+        from steward.db import devices as device_db
         with self.conductor.database.reader() as s:
-            return db.device_get(s, dev_uuid).id
+            return device_db.device_get(s, dev_uuid).id
 
     def inventory(self, rp_uuid, rc=RC):
         with placement_fixture.admin_session(self.placement_url) as s:

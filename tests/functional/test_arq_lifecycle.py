@@ -7,8 +7,11 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
-from steward.db import api as db_api
+from steward.db import arqs as arq_db
+from steward.db import device_profiles as profile_db
+from steward.db import devices as device_db
 from steward.db import models as m
+from steward.db import transitions
 from steward.drivers.fake import FakeDriver
 from tests.functional import conductor_fixtures as cf
 
@@ -56,12 +59,12 @@ def test_bind_unbind_delete_restores_everything(transport, database, db, conf):
     assert set(bound['attach_handle_info']) == {'domain', 'bus', 'device', 'function'}
     assert conductor.notifier.events == [(inst, arq['uuid'], 'completed')]
     with database.reader() as s:
-        assert db_api.device_list(s)[0].device_state == states.DEV_ALLOCATED
+        assert device_db.device_list(s)[0].device_state == states.DEV_ALLOCATED
     conductor.arq_unbind(cf.admin(), [arq['uuid']])
     with database.reader() as s:
-        a = db_api.arq_get_many(s, [arq['uuid']])[0]
+        a = arq_db.arq_get_many(s, [arq['uuid']])[0]
         assert (a.state, a.attach_handle_id, a.instance_uuid) == (states.ARQ_UNBOUND, None, None)
-        assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
+        assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
     _bind(conductor, arq, dep)          # Unbound ARQs can be bound again
     conductor.arq_delete(cf.admin(), arq_uuids=[arq['uuid']])
     assert _snapshot(database) == before
@@ -143,7 +146,7 @@ def test_profile_in_use_cannot_be_deleted(transport, database, db, conf):
     conductor.arq_create(cf.admin(), 'dp1', 'p')
     with pytest.raises(exception.DeviceProfileInUse):
         with database.writer() as s:
-            db_api.device_profile_delete(s, db_api.device_profile_get(s, name='dp1'))
+            profile_db.device_profile_delete(s, profile_db.device_profile_get(s, name='dp1'))
 
 
 def test_leftover_deleting_rows_are_finished_at_start(transport, database, db, conf):
@@ -152,8 +155,8 @@ def test_leftover_deleting_rows_are_finished_at_start(transport, database, db, c
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     _bind(conductor, arq, cf.deployable(database))
     with database.writer() as s:      # as if the process died right after Deleting
-        row = db_api.arq_get_many(s, [arq['uuid']])[0]
-        states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
+        row = arq_db.arq_get_many(s, [arq['uuid']])[0]
+        transitions.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     conductor.init_host()
     snap = _snapshot(database)
     assert snap['arqs'] == [] and snap['in_use'] == []

@@ -20,7 +20,7 @@ from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.common import moves
 from steward.conductor.rpcapi import ConductorAPI
-from steward.db import api as db_api
+from steward.db import deployables as deployable_db
 from steward.db import models as m
 from steward.drivers import mdev
 from steward.drivers import pci
@@ -135,7 +135,7 @@ def test_pci_arqs_say_live_migratable_from_their_tag_at_2_7(transport, database,
     assert stored[TAGGED][moves.LIVE_KEY] is True
     assert moves.LIVE_KEY not in stored[UNTAGGED]
     with database.reader() as s:
-        rps = {a: d.rp_uuid for d in db_api.deployable_list(s)
+        rps = {a: d.rp_uuid for d in deployable_db.deployable_list(s)
                for a in (TAGGED, UNTAGGED) if d.name == f'{host}_{a}'}
     with _api(conductor, database) as api:
         booted = {a: _boot(api, server, host, rps[a], RC, 'vf') for a in rps}
@@ -168,7 +168,7 @@ def test_a_tag_set_later_keeps_the_handles_and_waits_for_bound_ones(transport, d
                             drivers=[PciDriver(conf, host)])
     before = _pci_handles(database)
     with database.reader() as s:
-        rp = next(d.rp_uuid for d in db_api.deployable_list(s)
+        rp = next(d.rp_uuid for d in deployable_db.deployable_list(s)
                   if d.name == f'{host}_{TAGGED}')
     with _api(conductor, database) as api:
         inst, arq = _boot(api, server, host, rp, RC, 'vf')
@@ -265,7 +265,7 @@ def test_mdev_arqs_say_live_migratable_from_their_tag_at_2_7(transport, database
     assert len(errors) == 1 and json.dumps(bad) in errors[0]
     assert 'live_migratable "sometimes" is not a boolean' in errors[0]
     with database.reader() as s:
-        rps = {t: d.rp_uuid for d in db_api.deployable_list(s)
+        rps = {t: d.rp_uuid for d in deployable_db.deployable_list(s)
                for t in ('mtty-1', 'mtty-2') if d.name == f'{host}_mdev_mtty_{t}'}
     with _api(conductor, database) as api:
         for type_name, live in (('mtty-1', True), ('mtty-2', False)):

@@ -13,8 +13,10 @@ import pytest
 from steward.common import context
 from steward.common import states
 from steward.conductor.manager import ConductorManager
-from steward.db import api as db_api
+from steward.db import arqs as arq_db
+from steward.db import devices as device_db
 from steward.db import models as m
+from steward.db import transitions
 from tests.functional import agent_doubles
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
@@ -220,8 +222,8 @@ def test_deletes_left_in_deleting_are_finished_by_the_periodic_task(transport, d
                                      'device_rp_uuid': dep.rp_uuid,
                                      'instance_uuid': str(uuid.uuid4())}])
     with database.writer() as s:         # what a conductor that died mid-delete leaves
-        row = db_api.arq_get_many(s, [arq['uuid']])[0]
-        states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
+        row = arq_db.arq_get_many(s, [arq['uuid']])[0]
+        transitions.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     other = ConductorManager(cf.deps(database, transport))
     other.start()
     try:
@@ -229,10 +231,10 @@ def test_deletes_left_in_deleting_are_finished_by_the_periodic_task(transport, d
     finally:
         other.stop()
     with database.reader() as s:
-        assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
-        assert db_api.device_handles_in_use(s, dep.device_id) == 0
+        assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
+        assert device_db.device_handles_in_use(s, dep.device_id) == 0
 
 
 def _arqs(database):
     with database.reader() as s:
-        return db_api.arq_list(s)
+        return arq_db.arq_list(s)

@@ -6,7 +6,8 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
-from steward.db import api as db_api
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
 from steward.drivers import base
 from steward.drivers import objects
 from tests import placement_fixture
@@ -57,7 +58,7 @@ def test_single_accelerator_device_is_reserved_while_bound(transport, database, 
                                      'device_rp_uuid': dep.rp_uuid, 'instance_uuid': inst}])
     assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 1
     with database.reader() as s:
-        assert db_api.device_list(s)[0].device_state == states.DEV_ALLOCATED
+        assert device_db.device_list(s)[0].device_state == states.DEV_ALLOCATED
     # The bind guard: the one accelerator is taken.
     other = conductor.arq_create(cf.admin(), 'one', 'p')[0]
     with pytest.raises(exception.DeviceNotAvailable):
@@ -67,7 +68,7 @@ def test_single_accelerator_device_is_reserved_while_bound(transport, database, 
     conductor.arq_delete(cf.admin(), instance_uuid=inst)
     assert _inventory(server, dep.rp_uuid)[rc]['reserved'] == 0
     with database.reader() as s:
-        assert db_api.device_list(s)[0].device_state == states.DEV_AVAILABLE
+        assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
 
 
 def test_disable_reserves_and_enable_frees(transport, database, db, conf, placement):
@@ -76,15 +77,15 @@ def test_disable_reserves_and_enable_frees(transport, database, db, conf, placem
     conductor, _ = cf.stack(database, transport, conf, client, host=host)
     dep = cf.deployable(database)
     with database.reader() as s:
-        device_uuid = db_api.device_list(s)[0].uuid
+        device_uuid = device_db.device_list(s)[0].uuid
     conductor.device_set_status(cf.admin(), device_uuid, 'maintaining')
     assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 16
     cf.make_profile(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     with pytest.raises(exception.DeviceMaintaining):
         conductor.arq_bind(cf.admin(), [{'uuid': arq['uuid'], 'hostname': host,
-                                         'device_rp_uuid': dep.rp_uuid,
-                                         'instance_uuid': str(uuid.uuid4())}])
+                                            'device_rp_uuid': dep.rp_uuid,
+                                            'instance_uuid': str(uuid.uuid4())}])
     conductor.device_set_status(cf.admin(), device_uuid, 'enabled')
     assert _inventory(server, dep.rp_uuid)['FPGA']['reserved'] == 0
 
@@ -124,7 +125,7 @@ def test_missing_compute_node_is_reported_not_fatal(transport, database, db, con
     host = placement_fixture.unique_name('host')
     conductor, agent = cf.stack(database, transport, conf, client, host=host)   # no exception
     with database.reader() as s:
-        assert len(db_api.deployable_list(s)) == 1          # persisted anyway
+        assert len(deployable_db.deployable_list(s)) == 1          # persisted anyway
     assert client.find_provider_by_name(f'{host}_FakeDevice') is None
     client.ensure_compute_node(host, create=True)           # nova-compute shows up
     conductor.reporter._compute_nodes.clear()
@@ -209,7 +210,7 @@ def test_many_providers_registered_in_batches(transport, database, db, conf, pla
     # read before being created.
     assert client.stats['reads'] - before['reads'] == 2
     with database.reader() as s:
-        deps = [d for d in db_api.deployable_list(s) if d.name.startswith(host)]
+        deps = [d for d in deployable_db.deployable_list(s) if d.name.startswith(host)]
     assert len(deps) == n
     for dep in deps:
         inv = _inventory(server, dep.rp_uuid)

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 
 from steward.cmd import import_cyborg
 from steward.common import exception
-from steward.db import cyborg_import
+from steward.cyborg_import import importer as cyborg_import
+from steward.cyborg_import import translation
 from steward.db import models as m
 from steward.drivers import base
 from steward.drivers import objects
@@ -380,7 +381,7 @@ def test_vgpu_handles_take_the_mdev_driver_form():
     from steward.drivers import mdev
     reported = json.dumps(dict(mdev.address_fields('0000:84:00.0'),
                                asked_type='nvidia-222'), sort_keys=True)
-    assert cyborg_import.steward_form({'attach_type': 'MDEV', 'attach_info': info}) == \
+    assert translation.steward_form({'attach_type': 'MDEV', 'attach_info': info}) == \
         reported
 
 

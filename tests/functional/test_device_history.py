@@ -1,4 +1,4 @@
-"""Device history and last_error, written by states.advance() in the transaction of
+"""Device history and last_error, written by transitions.advance() in the transaction of
 the change: one row per transition with who made it, none for a change that was
 rolled back; last_error set entering error and cleared at available."""
 import logging
@@ -8,8 +8,11 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
-from steward.db import api as db_api
+from steward.db import deployables as deployable_db
+from steward.db import device_history as history_db
+from steward.db import devices as device_db
 from steward.db import models as m
+from steward.db import transitions
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import V26, life  # noqa: F401 (fixture)
 
@@ -90,8 +93,8 @@ def _error_device(database, host):
         s.add(m.Deployable(uuid=str(uuid.uuid4()), name=f'{host}_0000:0b:00.0',
                            num_accelerators=1, device_id=dev.id,
                            rp_uuid=str(uuid.uuid4()), driver_name='nvme'))
-        states.advance(s, m.Device, dev, states.DEV_ERROR, event='fail',
-                       reason='excluded: no CES')
+        transitions.advance(s, m.Device, dev, states.DEV_ERROR, event='fail',
+                            reason='excluded: no CES')
         return dev.uuid
 
 
@@ -101,8 +104,8 @@ def test_a_rolled_back_bind_leaves_no_history_and_logs_nothing(transport, databa
     fake = cf.deployable(database, 'FakeDevice')
     broken = _error_device(database, 'host-a')
     with database.reader() as s:
-        broken_id = db_api.device_get(s, broken).id
-        broken_rp = db_api.deployable_list(s, {'device_id': broken_id})[0].rp_uuid
+        broken_id = device_db.device_get(s, broken).id
+        broken_rp = deployable_db.deployable_list(s, {'device_id': broken_id})[0].rp_uuid
     arqs = conductor.arq_create(cf.admin(), 'dp1', 'proj') + \
         conductor.arq_create(cf.admin(), 'dp1', 'proj')
     inst = str(uuid.uuid4())
@@ -116,21 +119,21 @@ def test_a_rolled_back_bind_leaves_no_history_and_logs_nothing(transport, databa
             {'uuid': arqs[1]['uuid'], 'hostname': 'host-a', 'device_rp_uuid': broken_rp,
              'instance_uuid': inst}])
     with database.reader() as s:
-        device = db_api.device_get_by_id(s, fake.device_id)
+        device = device_db.device_get_by_id(s, fake.device_id)
         assert device.device_state == states.DEV_AVAILABLE
-        assert db_api.device_history_list(s, device.uuid) == []
+        assert history_db.device_history_list(s, device.uuid) == []
         assert [(h.event, h.target_state, h.reason) for h in
-                db_api.device_history_list(s, broken)] == [('fail', 'error', 'excluded: no CES')]
-        assert db_api.device_get(s, broken).last_error == 'excluded: no CES'
+                history_db.device_history_list(s, broken)] == [('fail', 'error', 'excluded: no CES')]
+        assert device_db.device_get(s, broken).last_error == 'excluded: no CES'
     assert not [r for r in caplog.records if '->' in r.getMessage()], \
         'a rolled-back transition was logged'
     # The same bind without the refused ARQ commits, logs and records.
     conductor.arq_bind(cf.admin(), [{'uuid': arqs[0]['uuid'], 'hostname': 'host-a',
                                      'device_rp_uuid': fake.rp_uuid, 'instance_uuid': inst}])
     with database.reader() as s:
-        device = db_api.device_get_by_id(s, fake.device_id)
+        device = device_db.device_get_by_id(s, fake.device_id)
         assert [(h.source_state, h.event, h.target_state) for h in
-                db_api.device_history_list(s, device.uuid)] == [
+                history_db.device_history_list(s, device.uuid)] == [
             ('available', 'bind', 'allocated')]
     assert any(f'device {device.uuid}: available -> allocated (bind)' in r.getMessage()
                for r in caplog.records)

@@ -1,4 +1,4 @@
-"""Erase records change status only through states.advance() (declared edges,
+"""Erase records change status only through transitions.advance() (declared edges,
 compare-and-swap), and a device created in error has a history row from the
 start."""
 from oslo_utils import uuidutils
@@ -6,12 +6,13 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
-from steward.db import api as dbapi
+from steward.db import erase_records as erase_db
 from steward.db import models as m
+from steward.db import transitions
 
 
 def _running(s):
-    return dbapi.erase_record_create(s, uuidutils.generate_uuid(), hostname='h',
+    return erase_db.erase_record_create(s, uuidutils.generate_uuid(), hostname='h',
                                   trigger='unbind', status=states.ERASE_RUNNING)
 
 
@@ -20,31 +21,31 @@ def test_a_running_record_ends_once(database, db):
         uuid = _running(s).uuid
     # Two conductors read it running; the first to write wins.
     with database.reader() as s:
-        stale = dbapi.erase_record_get(s, uuid)
+        stale = erase_db.erase_record_get(s, uuid)
     with database.writer() as s:
-        rec = dbapi.erase_record_get(s, uuid)
-        states.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
-                       values=dbapi.erase_values({'phase': 'done', 'details': {'a': 1}}))
+        rec = erase_db.erase_record_get(s, uuid)
+        transitions.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
+                            values=erase_db.erase_values({'phase': 'done', 'details': {'a': 1}}))
     with database.writer() as s:
         with pytest.raises(exception.ConcurrentUpdate):
-            states.advance(s, m.EraseRecord, stale, states.ERASE_INTERRUPTED,
-                           event='interrupt')
+            transitions.advance(s, m.EraseRecord, stale, states.ERASE_INTERRUPTED,
+                                event='interrupt')
     with database.reader() as s:
-        rec = dbapi.erase_record_get(s, uuid)
+        rec = erase_db.erase_record_get(s, uuid)
         assert rec.status == states.ERASE_SUCCEEDED and rec.phase == 'done'
-        assert dbapi.erase_record_record(rec)['details'] == {'a': 1}
+        assert erase_db.erase_record_record(rec)['details'] == {'a': 1}
         # No edge leaves an ended record.
         with pytest.raises(exception.InvalidStateTransition):
-            states.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail')
+            transitions.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail')
 
 
 def test_status_is_not_a_plain_column(database, db):
     with database.writer() as s:
         rec = _running(s)
-        with pytest.raises(ValueError, match='states.advance'):
-            dbapi.erase_record_update(s, rec.uuid, status=states.ERASE_FAILED)
+        with pytest.raises(ValueError, match='transitions.advance'):
+            erase_db.erase_record_update(s, rec.uuid, status=states.ERASE_FAILED)
         with pytest.raises(exception.InvalidStateTransition):
-            dbapi.erase_record_create(s, rec.device_uuid, status=states.ERASE_SUCCEEDED)
+            erase_db.erase_record_create(s, rec.device_uuid, status=states.ERASE_SUCCEEDED)
 
 
 def test_a_device_created_in_error_has_its_history_row(database, db):

@@ -12,7 +12,8 @@ from steward.agent import cleanup
 from steward.common import exception
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
-from steward.db import api as db
+from steward.db import devices as device_db
+from steward.db import erase_records as erase_db
 from steward.db import models as m
 from steward.drivers import base
 from tests.functional import conductor_fixtures as cf
@@ -88,12 +89,12 @@ def _device(database, state='pending_cleaning'):
 
 def _state(database, uuid_):
     with database.reader() as s:
-        return db.device_get(s, uuid_).device_state
+        return device_db.device_get(s, uuid_).device_state
 
 
 def _records(database, uuid_):
     with database.reader() as s:
-        return [db.erase_record_record(r) for r in db.erase_record_list(s, uuid_)]
+        return [erase_db.erase_record_record(r) for r in erase_db.erase_record_list(s, uuid_)]
 
 
 def _executor(conductor, driver, timeout=5, workers=8):

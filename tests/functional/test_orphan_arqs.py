@@ -17,7 +17,7 @@ import pytest
 from oslo_utils import timeutils
 
 from steward.common import context
-from steward.db import api as db_api
+from steward.db import arqs as arq_db
 from tests import http_double
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
 
@@ -80,7 +80,7 @@ def _released(st):
 
 def _arqs_of(database, inst):
     with database.reader() as s:
-        return [(a.uuid, a.state) for a in db_api.arq_list(s, instance_uuid=inst)]
+        return [(a.uuid, a.state) for a in arq_db.arq_list(s, instance_uuid=inst)]
 
 
 def _task_lines(caplog):

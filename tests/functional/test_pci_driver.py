@@ -13,7 +13,9 @@ from steward.agent.manager import AgentManager
 from steward.api import app as api_app
 from steward.conductor import report
 from steward.conductor.rpcapi import ConductorAPI
-from steward.db import api as db_api
+from steward.db import arqs as arq_db
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
 from steward.db import models as m
 from steward.drivers.pci import PciDriver
 from tests import placement_fixture
@@ -63,7 +65,7 @@ def allocate(server, consumer, rp_uuid, rc):
 
 def deployables(database):
     with database.reader() as s:
-        return {d.name: d for d in db_api.deployable_list(s)}
+        return {d.name: d for d in deployable_db.deployable_list(s)}
 
 
 def handles(database):
@@ -107,7 +109,7 @@ def test_real_sysfs_device_becomes_device_rp_and_handle(transport, database, db,
     cf.stack(database, transport, conf, client, host=host, drivers=[PciDriver(conf, host)])
 
     with database.reader() as s:
-        (device,) = db_api.device_list(s)
+        (device,) = device_db.device_list(s)
     assert (device.type, device.vendor, device.model, device.hostname) == (
         'PCI', vendor, product, host)
     board = json.loads(device.std_board_info)
@@ -242,7 +244,7 @@ def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(transport
         a: h.uuid for a, (h, _) in before.items()}              # same handles
     assert any('is in use' in r.getMessage() for r in caplog.records)
     with database.reader() as s:
-        (row,) = db_api.arq_list(s, instance_uuid=inst)
+        (row,) = arq_db.arq_list(s, instance_uuid=inst)
         assert row.attach_handle_id == after[UNMANAGED][0].id
 
     second.run_cycle()                                          # still bound: still held

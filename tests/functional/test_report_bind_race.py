@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import orm
 
-from steward.db import api as db_api
+from steward.db import devices as device_db
 from steward.drivers import base
 from steward.placement import client as placement_client
 from tests import placement_fixture
@@ -109,7 +109,7 @@ def test_a_report_during_a_bind_keeps_the_locked_cleanup_action(transport, datab
     assert results['bind'][0]['state'] == 'Bound'
     assert 'report' in results
     with database.reader() as s:
-        device = db_api.device_get(s, db_api.device_list(s, {'hostname': host})[0].uuid)
+        device = device_db.device_get(s, device_db.device_list(s, {'hostname': host})[0].uuid)
         assert device.device_state == 'allocated'
         # Released now, it would be cleaned with the action it was bound with.
         assert json.loads(device.std_board_info)['cleanup_action'] == 'test_erase'

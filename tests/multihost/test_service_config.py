@@ -16,7 +16,8 @@ from steward.common import states
 from steward.conductor import arq_ops
 from steward.conductor import periodic
 from steward.conf import CONF
-from steward.db import api as db_api
+from steward.db import arqs as arq_db
+from steward.db import device_profiles as profile_db
 from steward.db import models as m
 
 BIN = os.path.dirname(sys.executable)
@@ -90,16 +91,15 @@ def test_agent_with_impossible_version_cap_exits_clearly(tmp_path):
 def _arq_in_deleting(database, age_seconds):
     with database.writer() as s:
         try:
-            dp = db_api.device_profile_get(s, name='reconcile-dp')
+            dp = profile_db.device_profile_get(s, name='reconcile-dp')
         except exception.StewardError:
-            dp = db_api.device_profile_create(s, 'reconcile-dp', [{'resources:FPGA': '1'}])
+            dp = profile_db.device_profile_create(s, 'reconcile-dp', [{'resources:FPGA': '1'}])
             s.flush()
-        arq = db_api.arq_create(s, dp, 0, 'p')
-        s.flush()
-        s.execute(sa.update(m.ExtARQ).where(m.ExtARQ.id == arq.id).values(
+        arq, = arq_db.arqs_create(s, dp, [0], 'p')
+        s.execute(sa.update(m.ExtARQ).where(m.ExtARQ.uuid == arq['uuid']).values(
             state=states.ARQ_DELETING,
             updated_at=timeutils.utcnow() - datetime.timedelta(seconds=age_seconds)))
-        return arq.uuid
+        return arq['uuid']
 
 
 def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(transport, database, db):
@@ -109,9 +109,9 @@ def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(transport
     recent = _arq_in_deleting(database, age_seconds=1)
     assert periodic.finish_stale_deletes(deps, context.get_admin_context()) == 1
     with database.reader() as s:
-        left = [a.uuid for a in db_api.arq_list(s)]
+        left = [a.uuid for a in arq_db.arq_list(s)]
     assert left == [recent] and old not in left
     # What the grace protects: the delete in progress finishes it itself.
     arq_ops.finish_deleting(deps, context.get_admin_context(), [recent])
     with database.reader() as s:
-        assert db_api.arq_list(s) == []
+        assert arq_db.arq_list(s) == []

@@ -22,11 +22,11 @@ WIRING = re.compile(
 # Module-level state that is not wiring, kept on purpose (not flagged by the scan):
 # - oslo.config's CONF (steward/conf): the one project-wide configuration object, as in
 #   every OpenStack service.
-# - caches that are pure functions of immutable inputs: steward/db/api.py _ROW_TYPES
-#   (row namedtuples per table), steward/common/states.py _UPDATES (compiled CAS
+# - caches that are pure functions of immutable inputs: steward/db/perf.py _ROW_TYPES
+#   (row namedtuples per table), steward/db/transitions.py _UPDATES (compiled CAS
 #   statements per shape), steward/api/views.py _ENCODED (a row's JSON keyed by all it
 #   is made of).
-# - process-wide by nature: steward/db/api.py's gc pause count (gc.disable() switches
+# - process-wide by nature: steward/db/perf.py's gc pause count (gc.disable() switches
 #   the whole process), steward/common/memory_transport.py's broker queues and wake-up
 #   condition (every transport of the process must meet there, as kombu's memory
 #   transport keeps its queues on the class), steward/placement/app.py _built
@@ -37,7 +37,7 @@ WIRING = re.compile(
 # (module, what) -> why it stays. ``what`` is ``global NAME`` or the name a
 # module-level instance is bound to (``<expr>`` for an unbound call).
 ALLOWED = {
-    ('steward.db.api', 'global _gc_pausers'):
+    ('steward.db.perf', 'global _gc_pausers'):
         "gc.disable() switches the whole process: overlapping bulk reads of every "
         "Database in it must share one count of who paused the collector",
     ('steward.common.memory_transport', 'global _puts'):

@@ -5,6 +5,10 @@ lazy ones included), collapsed to packages: ``steward.<first component>``, so a
 top-level module (steward/process.py, steward/metrics.py, ...) is a package of its
 own. Modules can be acyclic while their packages are not (a -> b.x, b.x -> a.y):
 such a pair of packages can be neither understood nor moved apart."""
+import ast
+import pathlib
+
+import steward
 from tests.unit.test_import_cycles import find_cycles
 from tests.unit.test_import_cycles import import_graph
 
@@ -22,7 +26,7 @@ ONLY = {
 NEVER = {
     'steward.db': ({'steward.api', 'steward.conductor', 'steward.agent',
                     'steward.compute', 'steward.placement', 'steward.drivers',
-                    'steward.cmd'},
+                    'steward.cmd', 'steward.cyborg_import'},
                    'the database layer serves the services; they hand it what it '
                    'needs'),
     'steward.drivers': ({'steward.api', 'steward.conductor', 'steward.agent',
@@ -37,6 +41,17 @@ NEVER = {
     'steward.privsep': ({'steward.drivers', 'steward.agent'},
                         'the privileged entry points: drivers call them, never the '
                         'other way'),
+    'steward.cyborg_import': ({'steward.api', 'steward.conductor', 'steward.agent',
+                               'steward.compute', 'steward.placement', 'steward.drivers',
+                               'steward.cmd'},
+                              'a one-off migration that uses the database layer and the '
+                              'Placement client it is handed, like any other caller'),
+}
+# package: (the libraries it must not import, why).
+NEVER_LIBRARIES = {
+    'steward.common': ({'sqlalchemy', 'oslo_db', 'alembic'},
+                       'the vocabulary names states; persisting them is the database '
+                       "layer's (steward/db/transitions.py)"),
 }
 
 
@@ -133,3 +148,48 @@ def test_every_layer_rule_names_a_package_that_exists():
     for package, (targets, _why) in {**ONLY, **NEVER}.items():
         assert package in packages, package
         assert targets <= set(packages), targets - set(packages)
+
+
+def library_imports(source):
+    """The top-level names of every library ``source`` imports (lazy imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split('.')[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split('.')[0])
+    return found
+
+
+def library_violations(sources):
+    """``sources``: {module: its text}. Each import of a library a package must not
+    import (NEVER_LIBRARIES)."""
+    found = []
+    for module, text in sorted(sources.items()):
+        for package, (forbidden, why) in NEVER_LIBRARIES.items():
+            if package_of(module) == package:
+                found += [f'{module} imports {lib} ({why})'
+                          for lib in sorted(library_imports(text) & forbidden)]
+    return found
+
+
+def steward_sources():
+    root = pathlib.Path(steward.__file__).parent
+    return {'.'.join(('steward',) + p.relative_to(root).with_suffix('').parts)
+            .removesuffix('.__init__'): p.read_text() for p in root.rglob('*.py')}
+
+
+def test_a_library_import_is_found():
+    found = library_violations({
+        'steward.common.states': 'def f():\n    from sqlalchemy import orm\n',
+        'steward.common.context': 'import oslo_context\n',
+        'steward.db.models': 'import sqlalchemy as sa\n'})
+    assert len(found) == 1
+    assert found[0].startswith('steward.common.states imports sqlalchemy (')
+
+
+def test_steward_keeps_libraries_in_their_layers():
+    sources = steward_sources()
+    assert 'steward.common.states' in sources and 'steward.db.transitions' in sources
+    found = library_violations(sources)
+    assert not found, 'libraries imported outside their layer:\n' + '\n'.join(found)

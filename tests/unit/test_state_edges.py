@@ -1,6 +1,6 @@
 """Every declared edge is used and every state can be reached: the transition
 table says what the code does, nothing more. The callers are found by reading
-steward/ with ``ast``: each ``states.advance(session, <model>, row, <target>,
+steward/ with ``ast``: each ``transitions.advance(session, <model>, row, <target>,
 event=<event>)`` names its model, target and event literally (the code is kept
 that way so this test can see them)."""
 import ast
@@ -16,7 +16,7 @@ ROOT = pathlib.Path(steward.__file__).parent
 def _is_advance(node):
     func = node.func
     return (isinstance(func, ast.Attribute) and func.attr == 'advance'
-            and isinstance(func.value, ast.Name) and func.value.id == 'states') or \
+            and isinstance(func.value, ast.Name) and func.value.id == 'transitions') or \
         (isinstance(func, ast.Name) and func.id == 'advance')
 
 
@@ -36,7 +36,7 @@ def advance_calls():
     """[(kind, event, target, 'file:line')] of every advance() call in steward/."""
     found = []
     for path in sorted(ROOT.rglob('*.py')):
-        if path.name == 'states.py' and path.parent.name == 'common':
+        if path.name == 'transitions.py' and path.parent.name == 'db':
             continue        # the definition, not a caller
         tree = ast.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
@@ -113,7 +113,7 @@ def test_every_kind_has_a_table_and_a_stored_column():
 
 
 def test_erase_status_is_written_only_by_advance():
-    """No code outside db/api.py's create (an initial state, checked) names an
+    """No code outside db/erase_records.py's create (an initial state, checked) names an
     erase record's status as a value to write."""
     for path in sorted(ROOT.rglob('*.py')):
         tree = ast.parse(path.read_text(), str(path))

@@ -4,6 +4,7 @@ import pytest
 from steward.common import exception
 from steward.common import states
 from steward.db import models as m
+from steward.db import transitions
 
 
 def test_every_state_is_reachable_or_initial():
@@ -46,13 +47,13 @@ def _device(s, state):
 def test_advance_persists_and_rejects_undeclared(database, db):
     with database.writer() as s:
         dev = _device(s, states.DEV_AVAILABLE)
-        states.advance(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')
+        transitions.advance(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')
         dev_id = dev.id
     with database.reader() as s:
         assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
     with pytest.raises(exception.InvalidStateTransition):
         with database.writer() as s:
-            states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_CLEANING)
+            transitions.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_CLEANING)
     with database.reader() as s:
         assert s.get(m.Device, dev_id).device_state == states.DEV_ALLOCATED
 
@@ -63,16 +64,16 @@ def test_advance_detects_concurrent_change(database, db):
     with database.reader() as s:
         stale = s.get(m.Device, dev_id)
     with database.writer() as s:
-        states.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_ALLOCATED,
-                       event='bind')
+        transitions.advance(s, m.Device, s.get(m.Device, dev_id), states.DEV_ALLOCATED,
+                            event='bind')
     with pytest.raises(exception.ConcurrentUpdate):
         with database.writer() as s:
             # ``stale`` still believes the device is available.
-            states.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')
+            transitions.advance(s, m.Device, stale, states.DEV_ALLOCATED, event='bind')
 
 
 def test_a_transaction_logs_its_transitions_as_one_line_in_order():
-    line = states._transitions_line([
+    line = transitions._transitions_line([
         ('arq', 'a1', 'Initial', 'BindStarted', 'bind', None, 'req-1'),
         ('arq', 'a1', 'BindStarted', 'Bound', 'bind_done', None, 'req-1'),
         ('device', 'd1', 'available', 'allocated', 'bind', None, 'req-1')])
@@ -82,10 +83,26 @@ def test_a_transaction_logs_its_transitions_as_one_line_in_order():
 
 
 def test_transitions_of_several_requests_keep_each_its_request_id():
-    line = states._transitions_line([
+    line = transitions._transitions_line([
         ('device', 'd1', 'cleaning', 'error', 'fail', 'cyb.cleanup.x', 'req-1'),
         ('device', 'd2', 'cleaning', 'available', 'cleaned', None, 'req-2'),
         ('device', 'd3', 'cleaning', 'available', 'cleaned', None, None)])
     assert line == ('device d1: cleaning -> error (fail) reason=cyb.cleanup.x '
                     'request_id=req-1; device d2: cleaning -> available (cleaned) '
                     'request_id=req-2; device d3: cleaning -> available (cleaned)')
+
+
+def test_transition_listeners_are_on_stewards_sessions_only(database, db):
+    """advance()'s commit log and created-device history listen on the sessions of
+    a Database, not on every SQLAlchemy Session and Mapper of the process."""
+    from sqlalchemy import event
+    from sqlalchemy import orm
+    listeners = (('after_flush', transitions._created_history),
+                 ('after_commit', transitions._flush_logs),
+                 ('after_rollback', transitions._drop_logs))
+    for name, listener in listeners:
+        assert not event.contains(orm.Session, name, listener), name
+        for factory in (database._reader_factory, database._writer_factory):
+            assert event.contains(factory, name, listener), name
+    assert not any(event.contains(orm.Mapper, 'after_insert', f) for f in
+                   vars(transitions).values() if callable(f))

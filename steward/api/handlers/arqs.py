@@ -11,7 +11,7 @@ from steward.api import views
 from steward.api.schemas import arq as schema
 from steward.common import exception
 from steward.common import states
-from steward.db import api as db
+from steward.db import arqs as arq_db
 
 BIND_STATE_RESOLVED = 'resolved'
 
@@ -60,11 +60,11 @@ def list_arqs(req):
     scope = handlers.project_scope(ctx)
     with req.database.single_read() as conn:
         if instance is not None and bind_state:
-            records = db.arq_records(conn, project_id=scope, instance_uuid=instance)
+            records = arq_db.arq_records(conn, project_id=scope, instance_uuid=instance)
             if any(r['state'] not in states.ARQ_RESOLVED for r in records):
                 return handlers.empty(423)
         else:
-            records = db.arq_records(
+            records = arq_db.arq_records(
                 conn, project_id=scope, instance_uuid=instance,
                 states_in=states.ARQ_RESOLVED if bind_state else None)
     return _render(req, records)
@@ -76,7 +76,7 @@ def get_arq(req):
     req.query_args(())
     uuid = handlers.check_uuid('accelerator request uuid', req.params['uuid'])
     with req.database.single_read() as conn:
-        record = db.arq_get_record(conn, uuid, handlers.project_scope(req.ctx))
+        record = arq_db.arq_get_record(conn, uuid, handlers.project_scope(req.ctx))
     return handlers.json_response(views.arq(req, record))
 
 

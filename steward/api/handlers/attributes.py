@@ -4,7 +4,7 @@ from steward.api import schemas
 from steward.api import views
 from steward.api.schemas import attribute as schema
 from steward.common import exception
-from steward.db import api as db
+from steward.db import attributes as attribute_db
 
 FILTERS = ('uuid', 'deployable_id', 'key', 'value')
 
@@ -16,7 +16,7 @@ def list_attributes(req):
     if filters.get('key') == '':
         del filters['key']          # upstream: ``if key:``
     with req.database.reader() as s:
-        rows = db.attribute_list(s, filters)
+        rows = attribute_db.attribute_list(s, filters)
         return handlers.json_response(
             {'attributes': [views.attribute(req, r) for r in rows]})
 
@@ -26,7 +26,7 @@ def get_attribute(req):
     req.policy.authorize(req.ctx, 'cyborg:attribute:get_one')
     uuid = handlers.check_uuid('attribute uuid', req.params['uuid'])
     with req.database.reader() as s:
-        return handlers.json_response(views.attribute(req, db.attribute_get(s, uuid)))
+        return handlers.json_response(views.attribute(req, attribute_db.attribute_get(s, uuid)))
 
 
 def create_attribute(req):
@@ -41,8 +41,8 @@ def create_attribute(req):
         body = body['attribute']
     schemas.validate(schema.CREATE_V2_0, body)
     with req.database.writer() as s:
-        row = db.attribute_create(s, int(body['deployable_id']), body['key'],
-                                  body['value'])
+        row = attribute_db.attribute_create(s, int(body['deployable_id']), body['key'],
+                                            body['value'])
         return handlers.json_response(views.attribute(req, row), status=201)
 
 
@@ -53,5 +53,5 @@ def delete_attribute(req):
     uuid = handlers.uuid_or_not_found(exception.AttributeNotFound, 'Attribute',
                                       req.params['uuid'])
     with req.database.writer() as s:
-        db.attribute_delete(s, uuid)
+        attribute_db.attribute_delete(s, uuid)
     return handlers.empty(204)

@@ -4,7 +4,8 @@ from steward.api import views
 from steward.api.schemas import deployable as schema
 from steward.api import schemas
 from steward.common import exception
-from steward.db import api as db
+from steward.db import attributes as attribute_db
+from steward.db import deployables as deployable_db
 
 FILTERS = ('uuid', 'name', 'num_accelerators', 'device_id', 'rp_uuid', 'driver_name',
            'parent_id', 'root_id')
@@ -12,7 +13,7 @@ INT_FILTERS = ('num_accelerators', 'device_id', 'parent_id', 'root_id')
 
 
 def _render(req, s, rows):
-    attrs = db.attribute_pairs_by_deployable(s, [r.id for r in rows])
+    attrs = attribute_db.attribute_pairs_by_deployable(s, [r.id for r in rows])
     return views.deployables(req, rows, attrs)
 
 
@@ -21,17 +22,17 @@ def list_deployables(req):
     req.policy.authorize(req.ctx, 'cyborg:deployable:get_all')
     filters = req.query_args(FILTERS, ints=INT_FILTERS)
     with req.database.reader() as s:
-        rows = db.deployable_rows(s, filters)
+        rows = deployable_db.deployable_rows(s, filters)
         # Without a filter, every deployable's attributes: read without an IN list
         # of thousands of ids.
-        attrs = db.attribute_pairs_by_deployable(
+        attrs = attribute_db.attribute_pairs_by_deployable(
             s, [r.id for r in rows] if filters else None)
     return handlers.encoded_response(views.deployables_json(req, rows, attrs))
 
 
 def _get(req, uuid):
     with req.database.reader() as s:
-        return _render(req, s, [db.deployable_get(s, uuid)])[0]
+        return _render(req, s, [deployable_db.deployable_get(s, uuid)])[0]
 
 
 def get_deployable(req):
@@ -58,6 +59,6 @@ def program(req):
     body = schemas.validate(schema.PROGRAM_V2_0, req.json())
     image_uuid = handlers.check_uuid('image_uuid', body[0]['value'][0]['image_uuid'])
     with req.database.reader() as s:
-        db.deployable_get(s, uuid)      # 404 before asking the conductor
+        deployable_db.deployable_get(s, uuid)      # 404 before asking the conductor
     req.conductor.deployable_program(req.ctx, uuid, image_uuid)
     return handlers.json_response(_get(req, uuid))

@@ -10,7 +10,7 @@ from steward.api import microversion
 from steward.api import views
 from steward.api.schemas import device_profile as schema
 from steward.common import exception
-from steward.db import api as db
+from steward.db import device_profiles as profile_db
 
 
 def _names(value):
@@ -27,7 +27,7 @@ def list_profiles(req):
     args = req.query_args(('name',))
     names = _names(args['name']) if 'name' in args else None
     with req.database.single_read() as conn:
-        rows = db.device_profile_list(conn, names)
+        rows = profile_db.device_profile_list(conn, names)
         return handlers.json_response(
             {'device_profiles': [views.device_profile(req, r) for r in rows]})
 
@@ -39,11 +39,11 @@ def get_profile(req):
     key = req.params['name_or_uuid']
     with req.database.reader() as s:
         if uuidutils.is_uuid_like(key):
-            row = db.device_profile_get(s, uuid=key)
+            row = profile_db.device_profile_get(s, uuid=key)
         else:
             microversion.require(req.version, microversion.DP_GET_BY_NAME,
                                  'Looking a device profile up by name')
-            row = db.device_profile_get(s, name=key)
+            row = profile_db.device_profile_get(s, name=key)
         return handlers.json_response({'device_profile': views.device_profile(req, row)})
 
 
@@ -56,9 +56,9 @@ def create_profile(req):
     if 'uuid' in dp:
         handlers.check_uuid('uuid', dp['uuid'])
     with req.database.writer() as s:
-        row = db.device_profile_create(s, dp['name'], dp['groups'],
-                                       description=dp.get('description'),
-                                       uuid=dp.get('uuid'))
+        row = profile_db.device_profile_create(s, dp['name'], dp['groups'],
+                                               description=dp.get('description'),
+                                               uuid=dp.get('uuid'))
         return handlers.json_response(views.device_profile(req, row), status=201)
 
 
@@ -66,11 +66,11 @@ def _delete(req, uuid=None, names=()):
     """All or nothing: every profile must exist (404) and be unused (409)."""
     with req.database.writer() as s:
         if uuid is not None:
-            rows = [db.device_profile_get(s, uuid=uuid)]
+            rows = [profile_db.device_profile_get(s, uuid=uuid)]
         else:
-            rows = [db.device_profile_get(s, name=n) for n in names]
+            rows = [profile_db.device_profile_get(s, name=n) for n in names]
         for row in rows:
-            db.device_profile_delete(s, row)
+            profile_db.device_profile_delete(s, row)
     return handlers.empty(204)
 
 

@@ -4,9 +4,11 @@ from steward.api import microversion
 from steward.api import views
 from steward.common import exception
 from steward.common import states
-from steward.db import api as db
+from steward.db import device_history as history_db
+from steward.db import devices as device_db
+from steward.db import erase_records as erase_db
 
-# Exact-match filters, applied in SQL (db.device_list); device_state from 2.5.
+# Exact-match filters, applied in SQL (device_db.device_list); device_state from 2.5.
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
 FILTERS_2_5 = FILTERS + ('device_state',)
 MAX_LIMIT = 2 ** 31
@@ -21,7 +23,7 @@ def list_devices(req):
     # Upstream's own parameters are ignored when empty (``if type:``).
     filters = {k: v for k, v in filters.items() if v != '' or k not in UPSTREAM_FILTERS}
     with req.database.reader() as s:
-        rows = db.device_rows(s, filters)
+        rows = device_db.device_rows(s, filters)
     return handlers.encoded_response(views.devices_json(req, rows))
 
 
@@ -31,7 +33,7 @@ def get_device(req):
     uuid = handlers.uuid_or_not_found(exception.DeviceNotFound, 'Device',
                                       req.params['uuid'])
     with req.database.reader() as s:
-        return handlers.json_response(views.device(req, db.device_get(s, uuid)))
+        return handlers.json_response(views.device(req, device_db.device_get(s, uuid)))
 
 
 def _set_status(req, rule, status):
@@ -89,11 +91,11 @@ def erase_records(req):
         limit = min(limit, MAX_LIMIT)
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     with req.database.reader() as s:
-        rows = db.erase_record_list(s, uuid, limit=limit)
+        rows = erase_db.erase_record_list(s, uuid, limit=limit)
         if not rows:
-            db.device_get(s, uuid)
+            device_db.device_get(s, uuid)
         return handlers.json_response({'erase_records': [
-            views.erase_record(req, db.erase_record_record(r)) for r in rows]})
+            views.erase_record(req, erase_db.erase_record_record(r)) for r in rows]})
 
 
 def history(req):
@@ -104,8 +106,8 @@ def history(req):
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
     with req.database.reader() as s:
-        rows = db.device_history_list(s, uuid)
+        rows = history_db.device_history_list(s, uuid)
         if not rows:
-            db.device_get(s, uuid)
+            device_db.device_get(s, uuid)
         return handlers.json_response({'history': [
-            views.device_history(req, db.device_history_record(r)) for r in rows]})
+            views.device_history(req, history_db.device_history_record(r)) for r in rows]})

@@ -6,6 +6,7 @@ import pytest
 
 from steward.common import states
 from steward.db import models as m
+from steward.db import transitions
 from tests.functional.api.conftest import MANAGER, MEMBER, identity, make_profile, mv
 
 NEW_FIELDS = {'last_error', 'missing', 'missing_since'}
@@ -42,8 +43,8 @@ def test_device_fields_only_from_2_6(client, seed, version, present):
 def test_device_fields_show_an_error_and_a_missing_device(database, client, seed):
     with database.writer() as s:
         dev = s.get(m.Device, seed['device_id'])
-        states.advance(s, m.Device, dev, states.DEV_ERROR, event='fail',
-                       reason='cyb.cleanup.verify_failed: block 7 not zero')
+        transitions.advance(s, m.Device, dev, states.DEV_ERROR, event='fail',
+                            reason='cyb.cleanup.verify_failed: block 7 not zero')
         # What the report handler does for a device that vanished while in error.
         dev.missing_since = dev.updated_at
     got = client.get(f'/v2/devices/{seed["device"]}', headers=mv('2.6')).json()

@@ -15,8 +15,10 @@ from sqlalchemy import event
 
 from steward.api import views
 from steward.common import states
-from steward.db import api as db
+from steward.db import arqs as arq_db
+from steward.db import devices as device_db
 from steward.db import models as m
+from steward.db import transitions
 from tests.functional.api.conftest import make_profile, mv
 
 URL = '/v2/accelerator_requests'
@@ -103,10 +105,10 @@ def test_a_multi_arq_bind_and_delete_are_one_transaction_each(database, client, 
     # the handles and the deletes themselves.
     assert steps['bind'].count('SELECT') == 4
     with database.reader() as s:
-        assert db.arq_list(s) == []
+        assert arq_db.arq_list(s) == []
         assert not s.execute(sa.select(m.AttachHandle).where(
             m.AttachHandle.in_use.is_(True))).first()
-        assert db.device_list(s)[0].device_state == states.DEV_AVAILABLE
+        assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
 
 
 def test_delete_finishes_an_arq_left_in_deleting(database, client, seed):
@@ -117,12 +119,12 @@ def test_delete_finishes_an_arq_left_in_deleting(database, client, seed):
     arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
     assert client.patch(URL, json=_bind_body(arqs, seed['rp'], inst)).status_code == 202
     with database.writer() as s:
-        row = db.arq_get_many(s, [arqs[0]['uuid']])[0]
-        states.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
+        row = arq_db.arq_get_many(s, [arqs[0]['uuid']])[0]
+        transitions.advance(s, m.ExtARQ, row, states.ARQ_DELETING, event='delete')
     assert client.delete(URL, params={'instance': inst}).status_code == 204
     with database.reader() as s:
-        assert db.arq_list(s) == []
-        assert db.device_list(s)[0].device_state == states.DEV_AVAILABLE
+        assert arq_db.arq_list(s) == []
+        assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
 
 
 @pytest.mark.parametrize('version', ['2.0', '2.6'])

@@ -13,7 +13,7 @@ Rules (doc/switching-from-cyborg.md says the same for operators):
 * ``device_state`` comes from what is bound, not from Cyborg's column (Cyborg
   leaves a device with a handle in use ``available``): ``allocated`` when a handle
   is in use, else ``available``; the change is a recorded transition
-  (``states.advance``, actor ``import-cyborg``). ``status`` (enabled/maintaining)
+  (``transitions.advance``, actor ``import-cyborg``). ``status`` (enabled/maintaining)
   is kept.
 * Attach handles are stored the way Steward's driver will discover them (the
   first discovery then recognises them): the fake driver's handles are paired in
@@ -44,86 +44,22 @@ Rules (doc/switching-from-cyborg.md says the same for operators):
 import dataclasses
 import json
 import logging
-import os
 
-import os_traits
 import sqlalchemy as sa
 
 from steward.common import exception
 from steward.common import states
+from steward.cyborg_import import providers
+from steward.cyborg_import import source
+from steward.cyborg_import import translation
 from steward.db import models as m
+from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
 
-# Alembic heads of upstream Cyborg whose schema this import reads.
-KNOWN_REVISIONS = {'b47c8f2d1e3a': 'Cyborg 17.0.0 (add device_state)'}
-TABLES = ('device_profiles', 'devices', 'controlpath_ids', 'deployables', 'attributes',
-          'attach_handles', 'extended_accelerator_requests')
-NOT_CARRIED = ('quota_usages', 'reservations')
 MERGE_POLICIES = ('keep-steward',)
 ACTOR = 'import-cyborg'
 IMPORTED_FROM = 'cyborg'
-
-# Cyborg driver names Steward has no driver for: their devices are kept, not offered.
-# Every FPGA but the fake one is too (intel, XILINX, INSPUR: bitstream programming);
-# their driver names say less than their type (Intel's NIC and QAT drivers are
-# "intel" as well).
-UNSUPPORTED_DRIVERS = {'spdk': 'SPDK'}
-
-
-# -- reading Cyborg ------------------------------------------------------------------
-def read_cyborg(url):
-    """{table: [row dict by column name]} and the alembic revision; refuses a
-    revision it does not know."""
-    try:
-        parsed = sa.engine.make_url(url)
-        if parsed.get_backend_name() == 'sqlite' and parsed.database not in \
-                (None, '', ':memory:') and not os.path.exists(parsed.database):
-            # Connecting would create an empty file where Cyborg's database was meant.
-            raise exception.CyborgImportError(
-                reason=f'no SQLite database at {parsed.database}')
-        engine = sa.create_engine(url)
-    except (sa.exc.ArgumentError, ImportError) as err:
-        raise exception.CyborgImportError(reason=f'--cyborg-connection: {err}')
-    try:
-        return _read(engine, url)
-    except sa.exc.OperationalError as err:
-        raise exception.CyborgImportError(
-            reason=f'cannot read {url_for_humans(url)}: {err.orig}')
-    finally:
-        engine.dispose()
-
-
-def _read(engine, url):
-    with engine.connect() as conn:
-        meta = sa.MetaData()
-        try:
-            meta.reflect(conn, only=('alembic_version',) + TABLES)
-        except sa.exc.InvalidRequestError as err:
-            raise exception.CyborgImportError(
-                reason=f'{url_for_humans(url)} is not a Cyborg database: {err}')
-        revisions = [r[0] for r in conn.execute(
-            sa.select(meta.tables['alembic_version'].c.version_num))]
-        if len(revisions) != 1 or revisions[0] not in KNOWN_REVISIONS:
-            raise exception.CyborgSchemaUnknown(
-                revision=', '.join(revisions) or 'none',
-                known=', '.join(f'{r} = {n}' for r, n in KNOWN_REVISIONS.items()))
-        data = {}
-        for name in TABLES:
-            table = meta.tables[name]
-            data[name] = [dict(row._mapping) for row in conn.execute(
-                sa.select(table).order_by(table.c.id))]
-        ignored = {}
-        present = sa.inspect(conn).get_table_names()
-        for name in NOT_CARRIED:
-            if name in present:
-                ignored[name] = conn.execute(sa.text(
-                    f'SELECT COUNT(*) FROM {name}')).scalar()
-        return revisions[0], data, ignored
-
-
-def url_for_humans(url):
-    return sa.engine.make_url(url).render_as_string(hide_password=True)
 
 
 def _json(text):
@@ -131,73 +67,6 @@ def _json(text):
         return json.loads(text)
     except (TypeError, ValueError):
         return None
-
-
-# -- attach info -------------------------------------------------------------------
-_PCI_KEYS = {'domain': 4, 'bus': 2, 'device': 2, 'function': 1}
-
-
-def normalized_info(text):
-    """A PCI attach info or control-path id in Steward's form (hex, zero-padded,
-    keys sorted; other keys such as ``physical_network`` kept), or None when it is
-    not one."""
-    try:
-        info = json.loads(text)
-        out = dict(info)
-        for key, width in _PCI_KEYS.items():
-            out[key] = '%0*x' % (width, int(str(info[key]), 16))
-    except (TypeError, ValueError, KeyError):
-        return None
-    return json.dumps(out, sort_keys=True)
-
-
-# Keys of upstream attach infos Steward's drivers do not report: upstream's NVIDIA
-# vGPU driver numbers each mdev handle (``vgpu_mark: <type>_<n>``); Steward's mdev
-# handles of one type are all alike (steward/drivers/mdev.py).
-UPSTREAM_ONLY_KEYS = {'MDEV': ('vgpu_mark',)}
-
-
-def steward_form(handle):
-    """The attach info a driver of Steward's reports for an upstream handle."""
-    text = normalized_info(handle['attach_info']) or handle['attach_info']
-    drop = UPSTREAM_ONLY_KEYS.get(handle['attach_type'], ())
-    if not drop:
-        return text
-    try:
-        info = json.loads(text)
-    except ValueError:
-        return text
-    return json.dumps({k: v for k, v in info.items() if k not in drop}, sort_keys=True)
-
-
-def _address_order(text):
-    info = json.loads(normalized_info(text) or '{}')
-    return tuple(int(info.get(k, '0'), 16) for k in _PCI_KEYS)
-
-
-def fake_driver_infos(devices, cpid_text, dep_name):
-    """The attach infos ``devices`` (what Steward's fake driver reports on a host)
-    give ``dep_name``, in address order; None when they hold no such deployable."""
-    for dev in devices:
-        if normalized_info(dev.controlpath_id.cpid_info) != normalized_info(cpid_text):
-            continue
-        for dep in dev.deployable_list:
-            if dep.name == dep_name:
-                return sorted((normalized_info(h.attach_info)
-                               for h in dep.attach_handle_list), key=_address_order)
-    return None
-
-
-def unsupported_reason(device, deployable):
-    """Why Steward has no driver for this Cyborg deployable, or None."""
-    driver = (deployable.get('driver_name') or '').lower()
-    if driver in UNSUPPORTED_DRIVERS:
-        return f'{UNSUPPORTED_DRIVERS[driver]} driver'
-    if deployable.get('bitstream_id'):
-        return f'FPGA programmed with bitstream {deployable["bitstream_id"]}'
-    if device['type'] == 'FPGA' and driver != 'fake':
-        return f'FPGA driver {deployable.get("driver_name")!r} (bitstream programming)'
-    return None
 
 
 # -- the plan ------------------------------------------------------------------------
@@ -224,8 +93,8 @@ class Importer:
         self.fake_devices = fake_devices
         self.result = Result(revision=revision, not_carried=not_carried)
         # Cyborg row id -> Steward row id, per table.
-        self.ids = {t: {} for t in TABLES}
-        self.rows = {t: {r['id']: r for r in data[t]} for t in TABLES}
+        self.ids = {t: {} for t in source.TABLES}
+        self.rows = {t: {r['id']: r for r in data[t]} for t in source.TABLES}
         self.cpid_of = {c['device_id']: c for c in data['controlpath_ids']}
         self.unsupported = {}           # Cyborg device id -> reason
 
@@ -343,7 +212,7 @@ class Importer:
             deps.setdefault(d['device_id'], []).append(d)
         for row in self.data['devices']:
             for dep in deps.get(row['id'], []):
-                reason = unsupported_reason(row, dep)
+                reason = translation.unsupported_reason(row, dep)
                 if reason:
                     self.unsupported[row['id']] = reason
             row_cpids = cpids.get(row['id'], [])
@@ -352,7 +221,7 @@ class Importer:
                               f'ids (Steward keeps one per device)')
                 continue
             cpid = row_cpids[0]
-            info = normalized_info(cpid['cpid_info']) or cpid['cpid_info']
+            info = translation.normalized_info(cpid['cpid_info']) or cpid['cpid_info']
             device = held = None
             if not self.empty:
                 device = s.execute(sa.select(m.Device).where(
@@ -464,16 +333,16 @@ class Importer:
         cpid = self.cpid_of.get(device['id'])
         if dep_row.get('driver_name') == 'fake' and cpid is not None \
                 and self.fake_devices is not None:
-            wanted = fake_driver_infos(self.fake_devices(device['hostname']),
+            wanted = translation.fake_driver_infos(self.fake_devices(device['hostname']),
                                        cpid['cpid_info'], dep_row['name'])
             if wanted is not None:
-                ordered = sorted(handles, key=lambda h: _address_order(h['attach_info']))
+                ordered = sorted(handles, key=lambda h: translation.address_order(h['attach_info']))
                 if len(wanted) != len(ordered):
                     self.conflict(f'deployable {dep_row["name"]}: Cyborg has '
                                   f'{len(ordered)} handles, Steward\'s fake driver '
                                   f'reports {len(wanted)}')
                 return {h['id']: info for h, info in zip(ordered, wanted)}
-        return {h['id']: steward_form(h) for h in handles}
+        return {h['id']: translation.steward_form(h) for h in handles}
 
     def _handles(self, s):
         by_dep = {}
@@ -607,40 +476,11 @@ class Importer:
             device = s.get(m.Device, device_id)
             if device.device_state != states.DEV_AVAILABLE:
                 continue
-            states.advance(s, m.Device, device, states.DEV_ALLOCATED, event='bind',
+            transitions.advance(s, m.Device, device, states.DEV_ALLOCATED, event='bind',
                            reason=f'imported from Cyborg with {count} attach handle(s) '
                                   f'in use', actor=ACTOR)
             self.say(f'device {device.uuid}: allocated ({count} handle(s) in use; '
                      f'Cyborg said available)')
-
-
-# -- Placement -----------------------------------------------------------------------------
-def adopt_providers(placement, data, dry_run, result):
-    """Add OWNER_CYBORG to every imported deployable's provider that lacks it; the
-    import's only Placement write. Through PlacementClient.add_traits, not
-    sync_provider(): that one would also rewrite names, inventories and reserved."""
-    for row in data['deployables']:
-        rp = row.get('rp_uuid')
-        if not rp:
-            continue
-        try:
-            traits = placement.get_traits(rp)
-        except exception.PlacementError as err:
-            if getattr(err, 'http_status', None) == 404:
-                result.warnings.append(f'deployable {row["name"]}: its provider {rp} is '
-                                       f'not in Placement; Steward creates it at the '
-                                       f'first discovery')
-            else:
-                result.conflicts.append(f'provider {rp} of {row["name"]}: {err}')
-            continue
-        if os_traits.OWNER_CYBORG in traits:
-            continue
-        result.lines.append(f'provider {rp} ({row["name"]}): add trait OWNER_CYBORG to '
-                            f'{sorted(traits)}')
-        if dry_run:
-            continue
-        if placement.add_traits(rp, {os_traits.OWNER_CYBORG}):
-            result.placement_writes += 1
 
 
 class _Rollback(Exception):
@@ -659,7 +499,7 @@ def run(database, cyborg_url, dry_run=False, merge=None, placement=None,
     if merge is not None and merge not in MERGE_POLICIES:
         raise exception.CyborgImportRefused(
             reason=f'unknown merge policy {merge!r} (known: {", ".join(MERGE_POLICIES)})')
-    revision, data, not_carried = read_cyborg(cyborg_url)
+    revision, data, not_carried = source.read_cyborg(cyborg_url)
     importer = Importer(revision, data, not_carried, merge=merge,
                         fake_devices=fake_devices)
     result = importer.result
@@ -668,7 +508,7 @@ def run(database, cyborg_url, dry_run=False, merge=None, placement=None,
             importer.run(s)
             if placement is not None:
                 # With conflicts, only said: the import will not happen.
-                adopt_providers(placement, data, dry_run or bool(result.conflicts),
+                providers.adopt_providers(placement, data, dry_run or bool(result.conflicts),
                                 result)
             if result.conflicts:
                 raise exception.CyborgImportConflict(

@@ -1,0 +1,89 @@
+"""Devices: queries on the ``devices`` table.
+
+Row shapes (``ROW``, ``READ_ROW``; every function's annotation names them):
+``m.Device`` ORM objects, which the conductor changes in place (the state only
+through steward.db.transitions.advance()); the API's bulk listing reads plain
+named tuples of the same columns (perf.plain_rows: a listing of thousands).
+Counts and checks return ints and bools.
+"""
+import sqlalchemy as sa
+
+from steward.common import exception
+from steward.common import states
+from steward.db import models as m
+from steward.db import perf
+from steward.db import query
+
+ROW = m.Device
+"""What the conductor reads to change: ORM objects."""
+READ_ROW = perf.row_type(m.Device.__table__)
+"""The API's bulk listing: plain named tuples."""
+
+
+_DEVICES_T = m.Device.__table__
+
+
+DEVICE_FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status',
+                  'device_state')
+
+
+def device_get(session, uuid) -> ROW:
+    return query.one(session, sa.select(m.Device).where(m.Device.uuid == uuid),
+                     exception.DeviceNotFound, 'Device', 'uuid', uuid)
+
+
+def device_get_by_id(session, device_id) -> ROW | None:
+    return session.get(m.Device, device_id)
+
+
+def device_list(session, filters=None) -> list[ROW]:
+    stmt = sa.select(m.Device).where(*query.exact_filters(m.Device, filters, DEVICE_FILTERS))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+def device_rows(session, filters=None) -> list[READ_ROW]:
+    """device_list as plain rows (see perf.plain_rows)."""
+    table = m.Device.__table__
+    stmt = sa.select(*perf.untyped(table.c)).where(
+        *query.exact_filters(table.c, filters, DEVICE_FILTERS))
+    return perf.plain_rows(session, table, stmt.order_by(table.c.id))
+
+
+def device_has_active_arq(session, device_id) -> bool:
+    stmt = (sa.select(sa.func.count()).select_from(m.ExtARQ)
+            .join(m.Deployable, m.ExtARQ.deployable_id == m.Deployable.id)
+            .where(m.Deployable.device_id == device_id,
+                   m.ExtARQ.state.in_(states.ARQ_HOLDS_HANDLE)))
+    return session.execute(stmt).scalar() > 0
+
+
+def device_handles_in_use(session, device_id) -> int:
+    stmt = (sa.select(sa.func.count()).select_from(m.AttachHandle)
+            .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
+            .where(m.Deployable.device_id == device_id, m.AttachHandle.in_use.is_(True)))
+    return session.execute(stmt).scalar()
+
+
+def device_host_known(session, hostname) -> bool:
+    """Does any agent report a device on ``hostname``?"""
+    return session.execute(sa.select(_DEVICES_T.c.id).where(
+        _DEVICES_T.c.hostname == hostname).limit(1)).first() is not None
+
+
+def devices_in_states(session, hostname, device_states) -> list[ROW]:
+    stmt = sa.select(m.Device).where(m.Device.hostname == hostname,
+                                     m.Device.device_state.in_(device_states))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+def device_driver_name(session, device_id) -> str | None:
+    """driver_name of the device's (first) deployable, or None."""
+    return session.execute(
+        sa.select(m.Deployable.driver_name).where(m.Deployable.device_id == device_id)
+        .order_by(m.Deployable.id).limit(1)).scalar()
+
+
+def devices_in_states_anywhere(session, device_states) -> list[ROW]:
+    """Devices of every host in ``device_states`` (the conductor's periodic tasks)."""
+    stmt = sa.select(m.Device).where(m.Device.device_state.in_(device_states))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()

@@ -1,0 +1,59 @@
+"""What every resource module's queries share: one row or a not-found error,
+exact filters that never hand the driver a value its column cannot hold, and the
+wire form of a stored time.
+
+Functions take the session from ``Database.reader()``/``writer()``
+(steward/db/session.py); they never commit.
+"""
+import sqlalchemy as sa
+
+
+
+def one(session, stmt, exc, resource, key, value):
+    row = session.execute(stmt).unique().scalar_one_or_none()
+    if row is None:
+        raise exc(resource=resource, key=key, value=value)
+    return row
+
+
+def exact_filters(model, filters, allowed):
+    """``model``: a mapped class, or a table's columns (``Table.c``). A value the
+    column cannot hold (an unknown enum value, an integer beyond 64 bits, a NUL
+    character) matches nothing, as upstream's unknown ``?type=`` does, instead of
+    reaching the driver: SQLAlchemy's enum type raises LookupError on it, SQLite
+    OverflowError, PostgreSQL refuses NUL in a string."""
+    clauses = []
+    for key, value in (filters or {}).items():
+        if key not in allowed or value is None:
+            continue
+        column = getattr(model, key)
+        clauses.append(column == value if _storable(column, value) else sa.false())
+    return clauses
+
+
+_INT64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def _storable(column, value):
+    kind = column.type
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _INT64[0] <= value <= _INT64[1]
+    if isinstance(value, str):
+        if '\x00' in value:
+            return False
+        if isinstance(kind, sa.Enum):
+            return value in kind.enums
+        if isinstance(kind, sa.Integer):
+            return False
+    return True
+
+
+def timestamp(value):
+    """Rows store naive UTC; the wire carries ISO 8601 with an explicit offset.
+    ``value``: a datetime, or SQLite's stored text of one ('YYYY-MM-DD HH:MM:SS'
+    and maybe a fraction) as untyped reads (perf.untyped) return it."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return f'{value[:10]}T{value[11:19]}+00:00'
+    return value.isoformat(timespec='seconds') + '+00:00'
