@@ -15,7 +15,7 @@ from steward.conductor import report
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import api as db_api
 from steward.db import models as m
-from steward.drivers.pci import PciDriver
+from steward.drivers.pci.driver import PciDriver
 from tests import placement_fixture
 from tests import requirements
 from tests.functional import conductor_fixtures as cf
