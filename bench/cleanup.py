@@ -97,7 +97,7 @@ def bench_zeroing(directory, size_mib, runs):
 def _nvme_driver(sim, spec='{"vendor_id": "8086"}'):
     """The production nvme driver pointed at the simulation's sysfs, /dev and nvme-cli."""
     from steward.conf import CONF
-    from steward.drivers import nvme
+    from steward.drivers.nvme import driver as nvme
     for name, value, group in (('sysfs_root', sim.sysfs_root, None),
                                ('dev_root', sim.dev_root, None),
                                ('nvme_cli', sim.nvme_cli, 'nvme'),
@@ -182,7 +182,7 @@ def _timed_cleanup(driver, device):
 
 
 def bench_big_drives(directory, big_gib, host_mib_per_s):
-    from steward.drivers import nvme_cli
+    from steward.drivers.nvme import cli as nvme_cli
     size = big_gib * GiB
     rows = []
     # write_zeroes: BLKZEROOUT in pieces (blockio.zeroout_chunks), one namespace.
@@ -252,7 +252,7 @@ def bench_big_drives(directory, big_gib, host_mib_per_s):
 
 
 def bench_presets(directory, names, size_gib, sanitize_seconds=0.2):
-    from steward.drivers import nvme_policy
+    from steward.drivers.nvme import policy as nvme_policy
 
     # auto/auto on every family; and Write Zeroes where the operator forbids Format
     # (clear_action=zero), since no family reaches it under auto/auto any more.

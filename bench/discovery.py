@@ -33,7 +33,7 @@ from steward.conductor.rpcapi import ConductorAPI  # noqa: E402
 from steward.conf import CONF  # noqa: E402
 from steward.db import migration  # noqa: E402
 from steward.db import session  # noqa: E402
-from steward.drivers import mdev  # noqa: E402
+from steward.drivers.mdev import driver as mdev  # noqa: E402
 from tests import stack  # noqa: E402
 from tests.functional import conductor_fixtures as cf  # noqa: E402
 from tests.mdev_tree import MdevTree  # noqa: E402

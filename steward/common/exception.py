@@ -408,7 +408,7 @@ class CleanupStuck(CleanupFailed):
     message = 'cleanup stuck: no progress since %(since)s (last step %(step)s)'
 
 
-# NVMe (steward/drivers/nvme_cli.py) -----------------------------------------------
+# NVMe (steward/drivers/nvme/cli.py) -----------------------------------------------
 class NvmeCliMissing(InvalidConfiguration):
     code = 'cyb.nvme.cli_missing'
     message = ('nvme-cli is not installed or not executable ([nvme] nvme_cli = '

@@ -25,7 +25,7 @@ from steward.compute import nova_devices
 from steward.compute import request as req_mod
 from steward.compute import scheduler
 from steward.compute import state
-from steward.drivers import device_spec
+from steward.drivers.pci import device_spec
 
 LOG = logging.getLogger(__name__)
 

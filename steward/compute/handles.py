@@ -1,7 +1,7 @@
 """Reading a bound ARQ's attach handle (``attach_handle_type``/``_uuid``/``_info``).
 
 The PCI fields of attach_handle_info (address, ``managed``) are parsed by
-steward.drivers.pci_sysfs, next to the code that writes them, so that every form a
+steward.drivers.pci.sysfs, next to the code that writes them, so that every form a
 Cyborg driver writes is read back; what it refuses becomes AttachHandleInvalid.
 """
 import dataclasses
@@ -9,7 +9,7 @@ import dataclasses
 from oslo_utils import uuidutils
 
 from steward.common import exception
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import sysfs as pci_sysfs
 
 PCI = 'PCI'
 MDEV = 'MDEV'

@@ -4,15 +4,15 @@ lists gets a warning. Nova and Steward would both report it to Placement and may
 hand it to two guests; the operator must give it to one of them.
 
 Nova's entries are ``[compute] nova_pci_device_spec`` (same JSON as Nova's) and are
-matched the way Nova matches them (steward.drivers.device_spec). Vendor and product
+matched the way Nova matches them (steward.drivers.pci.device_spec). Vendor and product
 ids come from sysfs (``[DEFAULT] sysfs_root``); a device sysfs does not show is
 matched on its address only.
 """
 import logging
 
 from steward.compute import handles
-from steward.drivers import device_spec
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import device_spec
+from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
 

@@ -223,7 +223,7 @@ def _check_cleanable(device):
 
 def plan(deps, ctx, device_uuid):
     """What POST /clean would run on the device and why; executes nothing."""
-    from steward.drivers import nvme_policy
+    from steward.drivers.nvme import policy as nvme_policy
     with deps.database.reader() as s:
         device = device_db.device_get(s, device_uuid)
         board = board_of(device)

@@ -52,7 +52,7 @@ def list_opts():
 
 def documented_opts():
     """(group, options) of oslo.middleware's options Steward reads, for
-    doc/configuration.md (steward/docs.py), with Steward's defaults."""
+    doc/configuration.md (tools/docs.py), with Steward's defaults."""
     set_lib_defaults()
     return [('oslo_middleware', sizelimit.OPTS + http_proxy_to_wsgi.OPTS),
             ('cors', cors.OPTS),

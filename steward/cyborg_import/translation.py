@@ -30,7 +30,7 @@ def normalized_info(text):
 
 # Keys of upstream attach infos Steward's drivers do not report: upstream's NVIDIA
 # vGPU driver numbers each mdev handle (``vgpu_mark: <type>_<n>``); Steward's mdev
-# handles of one type are all alike (steward/drivers/mdev.py).
+# handles of one type are all alike (steward/drivers/mdev/driver.py).
 UPSTREAM_ONLY_KEYS = {'MDEV': ('vgpu_mark',)}
 
 

@@ -30,10 +30,10 @@ import os_traits
 
 from steward.conf import nvidia as nvidia_conf
 from steward.drivers import base
-from steward.drivers import mdev
-from steward.drivers import mdev_bus
 from steward.drivers import objects
-from steward.drivers import pci_sysfs
+from steward.drivers.mdev import bus as mdev_bus
+from steward.drivers.mdev import driver as mdev
+from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from steward.common import moves
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import deployables as deployable_db
 from steward.db import models as m
-from steward.drivers import mdev
-from steward.drivers import pci
-from steward.drivers.pci import PciDriver
+from steward.drivers.mdev import driver as mdev
+from steward.drivers.pci import driver as pci
+from steward.drivers.pci.driver import PciDriver
 from tests import placement_fixture
 from tests import requirements
 from tests.functional import conductor_fixtures as cf
@@ -200,7 +200,7 @@ def test_a_bad_pci_tag_withholds_the_devices_with_a_clear_error(transport, datab
         cf.stack(database, transport, conf, client, host=host,
                  drivers=[PciDriver(conf, host)])
     errors = [r.getMessage() for r in caplog.records
-              if r.levelno == logging.ERROR and r.name == 'steward.drivers.pci']
+              if r.levelno == logging.ERROR and r.name == 'steward.drivers.pci.driver']
     assert len(errors) == 1, errors
     assert json.dumps(entry) in errors[0]
     assert f'live_migratable {json.dumps(value)} is not a boolean' in errors[0]
@@ -261,7 +261,7 @@ def test_mdev_arqs_say_live_migratable_from_their_tag_at_2_7(transport, database
         conductor, _ = cf.stack(database, transport, conf, client, host=host,
                                 drivers=[mdev.MdevDriver(conf, host)])
     errors = [r.getMessage() for r in caplog.records
-              if r.levelno == logging.ERROR and r.name == 'steward.drivers.mdev']
+              if r.levelno == logging.ERROR and r.name == 'steward.drivers.mdev.driver']
     assert len(errors) == 1 and json.dumps(bad) in errors[0]
     assert 'live_migratable "sometimes" is not a boolean' in errors[0]
     with database.reader() as s:

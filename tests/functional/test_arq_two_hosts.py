@@ -19,7 +19,7 @@ from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import models as m
-from steward.drivers import mdev
+from steward.drivers.mdev import driver as mdev
 from steward.placement import client as placement_client
 from tests import placement_fixture
 from tests.functional import conductor_fixtures as cf

@@ -378,7 +378,7 @@ def test_vgpu_handles_take_the_mdev_driver_form():
     """Upstream numbers each vGPU handle; Steward's mdev handles of a type are alike."""
     info = ('{"asked_type": "nvidia-222", "bus": "84", "device": "0", "domain": "0000", '
             '"function": "0", "vgpu_mark": "nvidia-222_3"}')
-    from steward.drivers import mdev
+    from steward.drivers.mdev import driver as mdev
     reported = json.dumps(dict(mdev.address_fields('0000:84:00.0'),
                                asked_type='nvidia-222'), sort_keys=True)
     assert translation.steward_form({'attach_type': 'MDEV', 'attach_info': info}) == \

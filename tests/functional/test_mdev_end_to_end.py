@@ -17,7 +17,7 @@ from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import nvidia as nvidia_conf
 from steward.db import models as m
-from steward.drivers import mdev
+from steward.drivers.mdev import driver as mdev
 from steward.drivers import nvidia_gpu
 from steward.placement import client as placement_client
 from tests import placement_fixture

@@ -9,10 +9,10 @@ import pytest
 
 from steward.common import exception
 from steward.drivers import cleanup_job
-from steward.drivers import nvme
-from steward.drivers import nvme_cleanup
-from steward.drivers import nvme_cli
-from steward.drivers import nvme_sysfs
+from steward.drivers.nvme import cleanup as nvme_cleanup
+from steward.drivers.nvme import cli as nvme_cli
+from steward.drivers.nvme import driver as nvme
+from steward.drivers.nvme import sysfs as nvme_sysfs
 from steward.privsep import blockio
 from tests import sysfs_tree
 from tests.nvme_sim import Simulation

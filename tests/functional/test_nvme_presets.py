@@ -152,7 +152,7 @@ def test_a_policy_the_family_cannot_meet_is_refused_at_discovery(nvme, caplog, p
     lines = [r for r in caplog.records if r.levelno >= logging.WARNING
              and ('excluded' in r.getMessage() or 'kept in error' in r.getMessage())]
     assert len(lines) == 1, [(r.name, r.levelname, r.getMessage()) for r in lines]
-    warnings = [r for r in lines if r.name == 'steward.drivers.nvme'
+    warnings = [r for r in lines if r.name == 'steward.drivers.nvme.driver'
                 and 'excluded from the pool' in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING, warnings
     assert missing in warnings[0].getMessage()

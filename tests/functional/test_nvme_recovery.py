@@ -31,7 +31,7 @@ def test_unmeetable_policy_excludes_the_device(nvme, caplog):
     assert _board(dev)['cleanup_action'] is None
     assert 'excluded' in _board(dev)['cleanup']['excluded']
     # a fact about the hardware, not a configuration error: one WARNING
-    assert [r.levelno for r in caplog.records if r.name == 'steward.drivers.nvme'
+    assert [r.levelno for r in caplog.records if r.name == 'steward.drivers.nvme.driver'
             and 'excluded from the pool' in r.getMessage()] == [logging.WARNING]
     dep = st.deployable(dev)
     inv = st.inventory(dep['rp_uuid'])

@@ -17,7 +17,7 @@ from steward.db import arqs as arq_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.db import models as m
-from steward.drivers.pci import PciDriver
+from steward.drivers.pci.driver import PciDriver
 from tests import placement_fixture
 from tests import requirements
 from tests.functional import conductor_fixtures as cf

@@ -17,7 +17,7 @@ import pytest
 from oslo_privsep import capabilities as caps
 
 from steward.common import exception
-from steward.drivers import nvme_cli
+from steward.drivers.nvme import cli as nvme_cli
 from steward import privsep
 from steward.privsep import blockdev
 from steward.privsep import nvme as privsep_nvme
@@ -239,7 +239,7 @@ def test_agent_given_ambient_capabilities_keeps_none_itself(tmp_path):
                     "CONF(['--config-file', sys.argv[1]], project='steward')\n"
                     'from steward.agent import privileges\n'
                     'ctxs = privileges.start(CONF)\n'
-                    'from steward.drivers import nvme_cli\n'
+                    'from steward.drivers.nvme import cli as nvme_cli\n'
                     "nvme_cli.NvmeCli('nvme').version()\n"
                     'print(json.dumps({c.name: c.pid for c in ctxs}), flush=True)\n'
                     'sys.stdin.read()\n')

@@ -25,7 +25,7 @@ import time
 import httpx
 
 from steward.api import microversion
-from steward.drivers import pci as pci_driver
+from steward.drivers.pci import driver as pci_driver
 from tests.multihost import cluster as cluster_mod
 from tests.multihost import rabbit
 from tests.nova import series

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from steward.drivers.pci_sysfs import PciAddress
+from steward.drivers.pci.sysfs import PciAddress
 from tests import sysfs_tree
 from tests.nvme_sim import build
 

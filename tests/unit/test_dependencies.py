@@ -1,8 +1,9 @@
 """Every package Steward's code imports is declared in pyproject.toml, and every
 declared package is used: the runtime code's imports against
-``[project] dependencies``, the tests' and benchmarks' against those plus the
-``test`` extra. A dependency that only a test uses (a test client) belongs in
-the extra; one that nothing imports any more is dropped, not carried."""
+``[project] dependencies``, the tests', benchmarks' and development tools' (tools/)
+against those plus the ``test`` extra. A dependency that only a test uses (a test
+client) belongs in the extra; one that nothing imports any more is dropped, not
+carried."""
 import ast
 import functools
 import importlib.metadata
@@ -63,7 +64,7 @@ def _imports(*dirs):
                 for mod in mods:
                     top = mod.split('.')[0]
                     if top not in sys.stdlib_module_names and \
-                            top not in ('steward', 'tests', 'bench', '__future__'):
+                            top not in ('steward', 'tests', 'bench', 'tools', '__future__'):
                         found.setdefault(top, f'{path.relative_to(ROOT)}:{node.lineno}')
     return found
 
@@ -98,7 +99,7 @@ def test_runtime_imports_are_declared_dependencies():
 
 def test_test_imports_are_declared():
     runtime, test = _declared()
-    undeclared = {top: where for top, where in _imports('tests', 'bench').items()
+    undeclared = {top: where for top, where in _imports('tests', 'bench', 'tools').items()
                   if not _distributions(top, where) & (runtime | test)}
     assert undeclared == {}
 
@@ -106,7 +107,7 @@ def test_test_imports_are_declared():
 def test_every_declared_dependency_is_used():
     runtime, test = _declared()
     imported = set()
-    for top, where in _imports('steward', 'tests', 'bench').items():
+    for top, where in _imports('steward', 'tests', 'bench', 'tools').items():
         imported |= _distributions(top, where)
     unused = (runtime | test) - imported - USED_WITHOUT_IMPORT
     assert unused == set()

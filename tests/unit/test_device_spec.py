@@ -2,8 +2,8 @@
 import pytest
 
 from steward.common import exception
-from steward.drivers import device_spec
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import device_spec
+from steward.drivers.pci import sysfs as pci_sysfs
 from tests.sysfs_tree import make_pci
 
 

@@ -3,13 +3,13 @@ import os
 
 import pytest
 
-from steward import docs
+from tools import docs
 
 
 @pytest.mark.parametrize('path', sorted(docs.GENERATED))
 def test_generated_document_is_current(path):
     with open(os.path.join(docs.ROOT, path)) as f:
-        assert f.read() == docs.GENERATED[path](), f'run: python -m steward.docs ({path})'
+        assert f.read() == docs.GENERATED[path](), f'run: python tools/docs.py ({path})'
 
 
 def test_every_state_is_documented():

@@ -5,7 +5,7 @@ a PCI function does not have (tests/nova/test_nova_consumes_arqs.py shows it).""
 import json
 import logging
 
-from steward.drivers import mdev
+from steward.drivers.mdev import driver as mdev
 from tests.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
 GVT = '0000:00:02.0'

@@ -10,7 +10,7 @@ import pytest
 from steward.agent import drivers as driver_loader
 from steward.conf import default
 from steward.conf import nvidia as nvidia_conf
-from steward.drivers import mdev_bus
+from steward.drivers.mdev import bus as mdev_bus
 from steward.drivers import nvidia_gpu
 from tests import sysfs_tree
 from tests.mdev_tree import MdevTree

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from steward.drivers import nvme_sysfs
+from steward.drivers.nvme import sysfs as nvme_sysfs
 from steward.privsep import blockio
 
 MiB = 2 ** 20

@@ -2,8 +2,8 @@
 nvme-cli 2.3 output and the >= 2.4 shape), and what it says a controller supports."""
 import pytest
 
-from steward.drivers import nvme_caps
-from steward.drivers import nvme_cli
+from steward.drivers.nvme import caps as nvme_caps
+from steward.drivers.nvme import cli as nvme_cli
 from tests.unit.test_nvme_cli import fixture
 
 

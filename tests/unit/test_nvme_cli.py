@@ -6,7 +6,7 @@ import os
 import pytest
 
 from steward.common import exception
-from steward.drivers import nvme_cli
+from steward.drivers.nvme import cli as nvme_cli
 from tests import requirements
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'nvme_fixtures')

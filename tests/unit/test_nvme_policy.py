@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from steward.drivers import nvme_policy as p
+from steward.drivers.nvme import policy as p
 
 CES, BES, WZ, SHRED = 'sanitize_crypto', 'sanitize_block', 'write_zeroes', 'shred'
 FC, FU = 'format_crypto', 'format_user_data'

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import sysfs as pci_sysfs
 from tests import requirements
 from tests.nvme_sim import BuildError, SimError, Simulation, build
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from steward.drivers import nvme_sysfs, pci_sysfs
+from steward.drivers.nvme import sysfs as nvme_sysfs
+from steward.drivers.pci import sysfs as pci_sysfs
 from tests.nvme_sim import SimError, Simulation
 from tests.unit.test_nvme_sim import MiB, js, ok
 

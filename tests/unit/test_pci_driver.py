@@ -11,7 +11,7 @@ from oslo_config import cfg
 from steward.conf import agent as agent_opts
 from steward.conf import default as default_opts
 from steward.conf import pci as pci_opts
-from steward.drivers import pci
+from steward.drivers.pci import driver as pci
 from tests.sysfs_tree import make_netdev, make_pci, make_sriov
 
 VFS = ['0000:25:00.4', '0000:25:00.5', '0000:25:00.6']
@@ -55,7 +55,7 @@ def attrs(device):
 
 def errors(caplog):
     return [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.ERROR and r.name == 'steward.drivers.pci']
+            if r.levelno >= logging.ERROR and r.name == 'steward.drivers.pci.driver']
 
 
 # -- what one device looks like ----------------------------------------------------
@@ -337,7 +337,7 @@ def test_the_operator_pages_ini_examples_work_verbatim(tmp_path, tree, caplog):
 def test_the_moves_pages_ini_examples_work_verbatim(tmp_path, caplog):
     """doc/moves.md's [pci] and [mdev] examples parse to live_migratable true."""
     from steward.conf import mdev as mdev_opts
-    from steward.drivers import mdev
+    from steward.drivers.mdev import driver as mdev
     page = pathlib.Path(__file__).parents[2] / 'doc' / 'moves.md'
     blocks = re.findall(r'```ini\n(.*?)```', page.read_text(), re.S)
     assert [b.splitlines()[0] for b in blocks] == ['[pci]', '[mdev]']

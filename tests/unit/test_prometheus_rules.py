@@ -381,7 +381,7 @@ def test_agent_queries_are_served_by_the_agent_endpoint(served):
 def test_rules_and_panels_select_on_labels_that_exist(served):
     from steward import metrics
     from steward.common import states
-    from steward.drivers import nvme_policy
+    from steward.drivers.nvme import policy as nvme_policy
     _, _, labels_of = served
     values_of = {
         ('steward_devices', 'state'): set(states.DEVICE_STATES) | {'unset'},

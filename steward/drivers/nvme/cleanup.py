@@ -41,10 +41,10 @@ import os
 import time
 
 from steward.common import exception
-from steward.drivers import nvme_caps
-from steward.drivers import nvme_cli
-from steward.drivers import nvme_policy as policy
-from steward.drivers import nvme_sysfs
+from steward.drivers.nvme import caps as nvme_caps
+from steward.drivers.nvme import cli as nvme_cli
+from steward.drivers.nvme import policy
+from steward.drivers.nvme import sysfs as nvme_sysfs
 from steward.privsep import blockdev
 from steward.privsep import blockio
 

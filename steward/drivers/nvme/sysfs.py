@@ -9,7 +9,7 @@ import dataclasses
 import os
 import re
 
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import sysfs as pci_sysfs
 
 _NS_RE = re.compile(r'^nvme(\d+)(?:c\d+)?n(\d+)$')
 

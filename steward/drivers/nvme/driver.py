@@ -5,7 +5,7 @@ between tenants with the one action locked in at discovery.
 * ``discover`` walks PCI sysfs, keeps the functions ``[nvme] device_spec`` matches
   that are NVMe controllers (class 0x0108 or bound to the nvme driver; never SR-IOV
   VFs: a sanitize erases the whole subsystem, so a VF cannot be cleaned on its
-  own), reads ``nvme id-ctrl`` and resolves the cleanup policy (nvme_policy).
+  own), reads ``nvme id-ctrl`` and resolves the cleanup policy (policy.py).
   A device whose policy cannot be met (or is invalid: zero + crypto) is still
   reported, with ``cleanup_action`` null and the reason: the conductor keeps it in
   error, never available.
@@ -26,14 +26,14 @@ import os_traits
 
 from steward.common import exception
 from steward.drivers import base
-from steward.drivers import device_spec
-from steward.drivers import nvme_caps
-from steward.drivers import nvme_cleanup
-from steward.drivers import nvme_cli
-from steward.drivers import nvme_policy
-from steward.drivers import nvme_sysfs
 from steward.drivers import objects
-from steward.drivers import pci_sysfs
+from steward.drivers.nvme import caps as nvme_caps
+from steward.drivers.nvme import cleanup as nvme_cleanup
+from steward.drivers.nvme import cli as nvme_cli
+from steward.drivers.nvme import policy as nvme_policy
+from steward.drivers.nvme import sysfs as nvme_sysfs
+from steward.drivers.pci import device_spec
+from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from oslo_utils import strutils
 from steward.common import exception
 from steward.common import moves
 from steward.drivers import base
-from steward.drivers import device_spec
 from steward.drivers import objects
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import device_spec
+from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ on every discovery cycle.
 import logging
 import os
 
-from steward.drivers import pci_sysfs
+from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
 

@@ -40,10 +40,10 @@ import os_resource_classes as orc
 from steward.common import exception
 from steward.common import moves
 from steward.drivers import base
-from steward.drivers import mdev_bus
 from steward.drivers import objects
-from steward.drivers import pci
-from steward.drivers import pci_sysfs
+from steward.drivers.mdev import bus as mdev_bus
+from steward.drivers.pci import driver as pci
+from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """Documents generated from the code, so they cannot drift from it:
 the state diagrams (from steward.common.states) and the configuration reference
-(from the registered oslo.config options).
+(from the registered oslo.config options). A development tool, not installed with
+Steward; tests/unit/test_docs.py fails when a generated file is out of date.
 
-    .venv/bin/python -m steward.docs            # rewrite doc/states.md, doc/configuration.md
+    .venv/bin/python tools/docs.py            # rewrite doc/states.md, doc/configuration.md
 """
 import os
 
@@ -38,9 +39,9 @@ def states_markdown():
     erase_docs = _state_docs(states.ERASE_STATES)
     return f'''# State machines
 
-Generated from `steward/common/states.py` by `python -m steward.docs`; a test fails
+Generated from `steward/common/states.py` by `python tools/docs.py`; a test fails
 when this file and the code disagree. Every change of an ARQ `state` or a device
-`device_state` goes through `states.advance()`, which checks the edge exists,
+`device_state` goes through `transitions.advance()`, which checks the edge exists,
 writes it with a compare-and-swap UPDATE, records a device's change in its history
 (`GET /v2/devices/{{uuid}}/history`, microversion 2.6) and its `last_error` (set
 entering `error`, cleared at `available`) in the same transaction, and logs one
@@ -76,7 +77,7 @@ has a history row `discovered` from the start, with its `last_error` as reason.
 ## Erase records (`status`, one cleanup attempt)
 
 Created `running` when the agent starts a cleanup, or directly `failed` /
-`interrupted` when no attempt could run; ended once, by `states.advance()` like
+`interrupted` when no attempt could run; ended once, by `transitions.advance()` like
 the other two (a result that comes after another ended it is refused).
 
 ```mermaid
@@ -111,7 +112,7 @@ def configuration_markdown():
     from steward.conf import middleware
     from steward.conf import opts as steward_opts
     out = ['# Configuration reference', '',
-           'Generated from the registered options by `python -m steward.docs`; the',
+           'Generated from the registered options by `python tools/docs.py`; the',
            'same options, with their defaults, are in `etc/steward.conf.sample`.',
            'Keystone authentication options of `[placement]` and `[nova]`',
            '(auth_type, auth_url, ...) are keystoneauth\'s; see the sample.', '',
