@@ -19,7 +19,7 @@ from keystoneauth1 import token_endpoint
 import requests
 
 from steward.common import exception
-from steward.placement import client as placement_client
+from steward.placement import transport as placement_transport
 
 LOG = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class PlacementApi:
     def from_conf(cls, conf, endpoint=None):
         # The conductor's Placement client builds the same adapter; every call
         # here passes raise_exc=False too.
-        return cls(placement_client.build_adapter(conf, endpoint, default_timeout=TIMEOUT))
+        return cls(placement_transport.build_adapter(conf, endpoint, default_timeout=TIMEOUT))
 
     def call(self, method, path, body=None, ok=(200,), params=None):
         if params:

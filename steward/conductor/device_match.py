@@ -1,6 +1,6 @@
 """Which stored device a reported one is: by identity (what survives a new PCI
 address: an NVMe drive's serial number and subsystem NQN), else by control-path id
-(its PCI address). See report.py for what happens to the rows."""
+(its PCI address). See report/diff.py for what happens to the rows."""
 import collections
 import json
 

@@ -1,9 +1,11 @@
-"""Placement client that writes only what differs.
+"""Placement client that writes only what differs: the sync of Steward's device
+providers, and the reads and single writes the conductor needs.
 
 Every device becomes one child resource provider (RP) under the compute-node RP,
 with one resource class, its traits and ``OWNER_CYBORG``. ``sync_provider`` makes
 Placement match a ``ProviderSpec``. The client remembers, per RP, the generation,
-name, parent, inventory and traits it last read or wrote:
+name, parent, inventory and traits it last read or wrote (its ``ProviderCache``,
+steward/placement/provider_cache.py):
 
 * a spec equal to that memory costs no request at all;
 * with no memory (a restart) it reads the RP, its inventory and its traits (three
@@ -19,32 +21,27 @@ different devices run in parallel.
 requests (a first registration of 4 096 mdev types): providers missing from one
 tree listing are created without being read, traits are written from a few
 threads, inventories go in ``POST /reshaper`` chunks; whatever Placement refuses
-goes through ``sync_provider``.
+goes through ``sync_provider``. ``set_reserved`` and ``add_traits`` change one
+thing of one provider.
+
+The requests themselves, and what Placement's answers mean as exceptions, are
+steward/placement/transport.py's.
 """
 from concurrent import futures
 import dataclasses
 import logging
-import threading
 import urllib.parse
 import uuid as uuidlib
 
-from keystoneauth1 import adapter as ks_adapter
-from keystoneauth1 import exceptions as ks_exc
-from keystoneauth1 import loading as ks_loading
-from keystoneauth1 import session as ks_session
-import requests
-
 from steward.common import exception
+from steward.placement import transport
+from steward.placement.provider_cache import ProviderCache, SeenProvider
 
 LOG = logging.getLogger(__name__)
 
-MICROVERSION = '1.39'
 OWNER_TRAIT = 'OWNER_CYBORG'
 # One try plus three retries after a generation conflict.
 _ATTEMPTS = 4
-# Placement (or the proxy in front of it) cannot serve now: an outage, not a bug.
-_UNAVAILABLE = frozenset({502, 503, 504})
-_EMBEDDED_TIMEOUT = 30
 # Requests in flight at once in sync_providers: Placement serves them from threads;
 # a few keep both it and this process busy without queueing on its database.
 _WORKERS = 8
@@ -52,32 +49,6 @@ _WORKERS = 8
 # here meanwhile), and the fewest changes worth one instead of a PUT each.
 _RESHAPE_CHUNK = 1024
 _RESHAPE_MIN = 4
-
-
-def build_adapter(conf, endpoint=None, default_timeout=None):
-    """A keystoneauth Adapter for Placement at MICROVERSION that never raises on an
-    HTTP status: for ``endpoint`` (embedded Placement, noauth2) or from ``[placement]``."""
-    group = 'placement'
-    if endpoint:
-        # noauth2 accepts exactly the token 'admin'; keystoneauth's 'none' plugin
-        # sends 'notused' and gets 403.
-        auth = ks_loading.get_plugin_loader('admin_token').load_from_options(
-            endpoint=endpoint.rstrip('/'), token='admin')
-        http = requests.Session()
-        http.trust_env = False   # an http_proxy from the environment must not catch loopback
-        sess = ks_session.Session(
-            auth=auth, session=http,
-            timeout=conf[group].timeout or default_timeout or _EMBEDDED_TIMEOUT)
-        # noauth2 gives 'admin' only the admin role; POST /reshaper needs the service
-        # role, which a real deployment's service user carries.
-        return ks_adapter.Adapter(sess, service_type='placement',
-                                  default_microversion=MICROVERSION, raise_exc=False,
-                                  additional_headers={'X-Roles': 'admin,service'})
-    auth = ks_loading.load_auth_from_conf_options(conf, group)
-    sess = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
-    return ks_loading.load_adapter_from_conf_options(
-        conf, group, session=sess, auth=auth, default_microversion=MICROVERSION,
-        raise_exc=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,37 +92,11 @@ class ProviderSpec:
         }}
 
 
-@dataclasses.dataclass(frozen=True)
-class _Seen:
-    """An RP as last read from or written to Placement.
-
-    ``name``/``parent``/``traits`` are None when only the inventory is known (after a
-    ``set_reserved`` on a provider this client had not synced); ``sync_provider``
-    then reloads everything.
-    """
-    generation: int
-    inventories: dict
-    name: str | None = None
-    parent: str | None = None
-    traits: frozenset | None = None
-
-    @property
-    def complete(self):
-        return self.traits is not None
-
-
 class PlacementClient:
     def __init__(self, adapter, host=None):
-        self._adapter = adapter
+        self._http = transport.Transport(adapter)
         self._host = host
-        self.stats = {'reads': 0, 'writes': 0, 'errors': 0}
-        self._stats_lock = threading.Lock()
-        self._cache = {}
-        self._locks = {}
-        self._locks_guard = threading.Lock()
-        # Names known to exist in Placement; saves a PUT per custom RC/trait per sync.
-        self._known_rcs = set()
-        self._known_traits = set()
+        self._cache = ProviderCache()
         self._reshape = True      # POST /reshaper allowed (until a 403 says not)
 
     @classmethod
@@ -159,50 +104,13 @@ class PlacementClient:
         """A client for ``endpoint`` (embedded Placement, noauth2) or from ``[placement]``."""
         if conf is None:
             from steward.conf import CONF as conf
-        adapter = build_adapter(conf, endpoint)
+        adapter = transport.build_adapter(conf, endpoint)
         return cls(adapter, host=getattr(conf, 'host', None))
 
-    # -- plumbing -------------------------------------------------------------------
-    def _count(self, key, n=1):
-        with self._stats_lock:
-            self.stats[key] += n
-
-    def _lock_for(self, rp_uuid):
-        with self._locks_guard:
-            return self._locks.setdefault(rp_uuid, threading.Lock())
-
-    def _call(self, method, path, body=None, ok=(200,), tally=None):
-        """One request; the response if its status is in ``ok``, else PlacementError."""
-        call = '%s %s' % (method, path)
-        self._count('reads' if method == 'GET' else 'writes')
-        if tally is not None and method != 'GET':
-            tally[0] += 1
-        try:
-            resp = self._adapter.request(path, method, json=body, raise_exc=False)
-        except ks_exc.ClientException as exc:   # refused, timeout, TLS, no endpoint
-            self._count('errors')
-            raise exception.PlacementUnavailable(
-                call=call, reason=str(exc) or type(exc).__name__) from exc
-        if resp.status_code in ok:
-            if resp.content or (method == 'GET' and resp.status_code == 200):
-                try:
-                    resp.json()
-                except ValueError:   # a proxy's HTML page, a truncated body
-                    self._count('errors')
-                    raise exception.PlacementError(
-                        call=call, reason='HTTP %d with a non-JSON body: %.200s'
-                                          % (resp.status_code, resp.text)) from None
-            return resp
-        self._count('errors')
-        code, detail = _error_of(resp)
-        cls = exception.PlacementError
-        if resp.status_code in _UNAVAILABLE:
-            cls = exception.PlacementUnavailable
-        elif resp.status_code == 409 and code == 'placement.concurrent_update':
-            cls = exception.PlacementGenerationConflict
-        err = cls(call=call, reason='HTTP %d: %s' % (resp.status_code, detail))
-        err.http_status, err.placement_code = resp.status_code, code
-        raise err
+    @property
+    def stats(self):
+        """Requests made: {'reads', 'writes', 'errors'} (transport.Transport)."""
+        return self._http.stats
 
     def _retrying(self, rp_uuid, what, attempt_fn):
         """Run ``attempt_fn`` until it stops hitting generation conflicts."""
@@ -210,22 +118,15 @@ class PlacementClient:
             try:
                 return attempt_fn()
             except exception.PlacementGenerationConflict:
-                self._cache.pop(rp_uuid, None)
+                self._cache.forget(rp_uuid)
                 if attempt == _ATTEMPTS - 1:
                     raise
                 LOG.debug('Generation conflict on %s of %s; re-reading (attempt %d)',
                           what, rp_uuid, attempt + 1)
             except exception.PlacementError:
                 # A timeout may have applied the write: trust Placement next time.
-                self._cache.pop(rp_uuid, None)
+                self._cache.forget(rp_uuid)
                 raise
-
-    def _drop_if_moved(self, rp_uuid, generation):
-        """Forget a provider whose generation moved under us (someone else wrote)."""
-        with self._lock_for(rp_uuid):
-            seen = self._cache.get(rp_uuid)
-            if seen is not None and seen.generation != generation:
-                del self._cache[rp_uuid]
 
     # -- reads ----------------------------------------------------------------------
     def list_providers(self, in_tree=None, name=None, required=None):
@@ -234,7 +135,7 @@ class PlacementClient:
         path = '/resource_providers'
         if query:
             path += '?' + urllib.parse.urlencode(query)
-        return self._call('GET', path).json()['resource_providers']
+        return self._http.call('GET', path).json()['resource_providers']
 
     def find_provider_by_name(self, name):
         found = self.list_providers(name=name)
@@ -244,29 +145,26 @@ class PlacementClient:
         """The inventories this client last read or wrote for ``rp_uuid`` if
         Placement's ``generation`` is still the one they were seen at (Placement
         moves it on every change of the provider), else None."""
-        seen = self._cache.get(rp_uuid)
-        if seen is None or seen.generation != generation:
-            return None
-        return seen.inventories
+        return self._cache.inventory_at(rp_uuid, generation)
 
     def get_provider(self, rp_uuid):
         """The provider's document (uuid, name, generation, parent and root
         uuids); PlacementError with http_status 404 when it does not exist."""
-        return self._call('GET', '/resource_providers/%s' % rp_uuid).json()
+        return self._http.call('GET', '/resource_providers/%s' % rp_uuid).json()
 
     def get_inventory(self, rp_uuid):
-        body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
-        self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        body = self._http.call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
+        self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
         return body['inventories']
 
     def get_traits(self, rp_uuid):
-        body = self._call('GET', '/resource_providers/%s/traits' % rp_uuid).json()
-        self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        body = self._http.call('GET', '/resource_providers/%s/traits' % rp_uuid).json()
+        self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
         return set(body['traits'])
 
     def get_usages(self, rp_uuid):
-        body = self._call('GET', '/resource_providers/%s/usages' % rp_uuid).json()
-        self._drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        body = self._http.call('GET', '/resource_providers/%s/usages' % rp_uuid).json()
+        self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
         return body['usages']
 
     def forget(self, rp_uuid=None):
@@ -275,10 +173,7 @@ class PlacementClient:
         Changes made behind the client's back are only noticed when a write fails or
         a get_* sees a new generation; forgetting makes the next sync re-read.
         """
-        if rp_uuid is None:
-            self._cache.clear()
-        else:
-            self._cache.pop(rp_uuid, None)
+        self._cache.forget(rp_uuid)
 
     # -- compute node ---------------------------------------------------------------
     def ensure_compute_node(self, name, create=True):
@@ -300,7 +195,7 @@ class PlacementClient:
         if not create:
             raise exception.PlacementProviderNotFound(name=name, host=self._host or name)
         rp_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, name))
-        resp = self._call('POST', '/resource_providers', {'name': name, 'uuid': rp_uuid},
+        resp = self._http.call('POST', '/resource_providers', {'name': name, 'uuid': rp_uuid},
                           ok=(200, 409))
         if resp.status_code == 200:
             LOG.info('Created compute-node resource provider %s (%s)', name, rp_uuid)
@@ -311,13 +206,13 @@ class PlacementClient:
             return rp['uuid'], False
         raise exception.PlacementError(
             call='POST /resource_providers',
-            reason='HTTP 409: %s' % _error_of(resp)[1])
+            reason='HTTP 409: %s' % transport.error_of(resp)[1])
 
     # -- device providers -----------------------------------------------------------
     def sync_provider(self, spec):
         """Make Placement match ``spec``; returns the number of write requests made."""
         tally = [0]
-        with self._lock_for(spec.uuid):
+        with self._cache.lock_for(spec.uuid):
             self._retrying(spec.uuid, 'sync', lambda: self._sync_once(spec, tally))
         return tally[0]
 
@@ -329,26 +224,26 @@ class PlacementClient:
 
         if seen.name != spec.name or seen.parent != spec.parent_uuid:
             # Re-parenting is allowed since 1.37; the generation is not checked here.
-            rp = self._call('PUT', path, {'name': spec.name,
+            rp = self._http.call('PUT', path, {'name': spec.name,
                                           'parent_provider_uuid': spec.parent_uuid},
                             tally=tally).json()
             LOG.info('Placement: provider %s renamed/re-parented to %s under %s',
                      spec.uuid, spec.name, spec.parent_uuid)
-            seen = self._remember(spec.uuid, seen, generation=rp['generation'],
-                                  name=spec.name, parent=spec.parent_uuid)
+            seen = self._cache.remember(spec.uuid, seen, generation=rp['generation'],
+                                        name=spec.name, parent=spec.parent_uuid)
 
         # Traits before inventory: a new RP must never be a candidate without its
         # traits, and OWNER_CYBORG marks it ours as early as possible.
         if seen.traits != spec.traits:
             self._ensure_traits(spec.traits - seen.traits, tally)
-            body = self._call('PUT', path + '/traits',
+            body = self._http.call('PUT', path + '/traits',
                               {'resource_provider_generation': seen.generation,
                                'traits': sorted(spec.traits)}, tally=tally).json()
             LOG.info('Placement: provider %s traits %s -> %s', spec.name,
                      sorted(seen.traits), sorted(spec.traits))
-            seen = self._remember(spec.uuid, seen,
-                                  generation=body['resource_provider_generation'],
-                                  traits=frozenset(body['traits']))
+            seen = self._cache.remember(spec.uuid, seen,
+                                        generation=body['resource_provider_generation'],
+                                        traits=frozenset(body['traits']))
 
         if not inventory:
             return
@@ -356,28 +251,24 @@ class PlacementClient:
         if wanted != seen.inventories:
             if spec.resource_class in wanted and spec.resource_class not in seen.inventories:
                 self._ensure_resource_class(spec.resource_class, tally)
-            body = self._call('PUT', path + '/inventories',
+            body = self._http.call('PUT', path + '/inventories',
                               {'resource_provider_generation': seen.generation,
                                'inventories': wanted}, tally=tally).json()
             LOG.info('Placement: provider %s inventory %s -> %s', spec.name,
                      seen.inventories, body['inventories'])
-            self._remember(spec.uuid, seen, generation=body['resource_provider_generation'],
-                           inventories=body['inventories'])
-
-    def _remember(self, rp_uuid, seen, **changes):
-        seen = dataclasses.replace(seen, **changes)
-        self._cache[rp_uuid] = seen
-        return seen
+            self._cache.remember(spec.uuid, seen,
+                                 generation=body['resource_provider_generation'],
+                                 inventories=body['inventories'])
 
     def _load_for_sync(self, spec, tally):
         path = '/resource_providers/%s' % spec.uuid
-        resp = self._call('GET', path, ok=(200, 404))
+        resp = self._http.call('GET', path, ok=(200, 404))
         if resp.status_code == 404:
             other = self.find_provider_by_name(spec.name)
             if other is not None:
                 self._refuse_foreign(spec, other)
             try:
-                rp = self._call('POST', '/resource_providers',
+                rp = self._http.call('POST', '/resource_providers',
                                 {'uuid': spec.uuid, 'name': spec.name,
                                  'parent_provider_uuid': spec.parent_uuid},
                                 tally=tally).json()
@@ -390,30 +281,31 @@ class PlacementClient:
                     call=exc.kwargs['call'], reason=exc.kwargs['reason']) from exc
             LOG.info('Placement: created provider %s (%s) under %s', spec.name,
                      spec.uuid, spec.parent_uuid)
-            return self._remember(spec.uuid, _Seen(rp['generation'], {}), name=spec.name,
-                                  parent=spec.parent_uuid, traits=frozenset())
+            return self._cache.remember(spec.uuid, SeenProvider(rp['generation'], {}),
+                                        name=spec.name, parent=spec.parent_uuid,
+                                        traits=frozenset())
         rp = resp.json()
-        inv = self._call('GET', path + '/inventories').json()
-        traits = self._call('GET', path + '/traits').json()
+        inv = self._http.call('GET', path + '/inventories').json()
+        traits = self._http.call('GET', path + '/traits').json()
         if inv['resource_provider_generation'] != traits['resource_provider_generation']:
             # Changed between the two reads: the pair is not one consistent state.
             raise exception.PlacementGenerationConflict(
                 call='GET %s' % path, reason='provider changed while being read')
-        seen = _Seen(inv['resource_provider_generation'], inv['inventories'],
-                     name=rp['name'], parent=rp['parent_provider_uuid'],
-                     traits=frozenset(traits['traits']))
+        seen = SeenProvider(inv['resource_provider_generation'], inv['inventories'],
+                            name=rp['name'], parent=rp['parent_provider_uuid'],
+                            traits=frozenset(traits['traits']))
         # Our uuid, but no OWNER_CYBORG: ours only if empty (a creation interrupted
         # before its traits were set); anything else belongs to another service.
         if OWNER_TRAIT not in seen.traits and (seen.traits or seen.inventories):
             raise exception.PlacementOwnershipConflict(
                 name=rp['name'], call='sync %s' % spec.uuid, reason='not owned')
-        self._known_traits.update(seen.traits)
-        self._known_rcs.update(seen.inventories)
-        return self._remember(spec.uuid, seen)
+        self._cache.known_traits.update(seen.traits)
+        self._cache.known_rcs.update(seen.inventories)
+        return self._cache.remember(spec.uuid, seen)
 
     def _refuse_foreign(self, spec, other):
         """The name is taken by another uuid: never adopt or overwrite it."""
-        traits = self._call('GET', '/resource_providers/%s/traits' % other['uuid']).json()
+        traits = self._http.call('GET', '/resource_providers/%s/traits' % other['uuid']).json()
         if OWNER_TRAIT not in traits['traits']:
             raise exception.PlacementOwnershipConflict(
                 name=spec.name, call='sync %s' % spec.uuid, reason='not owned')
@@ -424,14 +316,14 @@ class PlacementClient:
     def _ensure_traits(self, names, tally):
         # Standard traits come from os-traits and Placement syncs them at start.
         for name in sorted(names):
-            if name.startswith('CUSTOM_') and name not in self._known_traits:
-                self._call('PUT', '/traits/%s' % name, ok=(201, 204), tally=tally)
-                self._known_traits.add(name)
+            if name.startswith('CUSTOM_') and name not in self._cache.known_traits:
+                self._http.call('PUT', '/traits/%s' % name, ok=(201, 204), tally=tally)
+                self._cache.known_traits.add(name)
 
     def _ensure_resource_class(self, rc, tally):
-        if rc.startswith('CUSTOM_') and rc not in self._known_rcs:
-            self._call('PUT', '/resource_classes/%s' % rc, ok=(201, 204), tally=tally)
-            self._known_rcs.add(rc)
+        if rc.startswith('CUSTOM_') and rc not in self._cache.known_rcs:
+            self._http.call('PUT', '/resource_classes/%s' % rc, ok=(201, 204), tally=tally)
+            self._cache.known_rcs.add(rc)
 
     # -- many device providers at once ------------------------------------------------
     def sync_providers(self, specs, tree=None, reserved_now=None):
@@ -451,7 +343,7 @@ class PlacementClient:
         errors, writes = {}, 0
         slow, known = [], []
         unknown = [s for s in specs
-                   if self._cache.get(s.uuid) is None or not self._cache[s.uuid].complete]
+                   if not self._cache.complete(s.uuid)]
         if unknown:
             roots = {s.parent_uuid for s in unknown}
             if tree is None and len(roots) == 1 and None not in roots:
@@ -519,28 +411,28 @@ class PlacementClient:
     def _create_new(self, spec):
         """(created?, writes): POST a provider the tree listing did not hold."""
         tally = [0]
-        with self._lock_for(spec.uuid):
+        with self._cache.lock_for(spec.uuid):
             try:
-                rp = self._call('POST', '/resource_providers',
+                rp = self._http.call('POST', '/resource_providers',
                                 {'uuid': spec.uuid, 'name': spec.name,
                                  'parent_provider_uuid': spec.parent_uuid},
                                 tally=tally).json()
             except exception.PlacementError:
                 # Created meanwhile, elsewhere in Placement, or its name is taken:
                 # sync_provider finds out which.
-                self._cache.pop(spec.uuid, None)
+                self._cache.forget(spec.uuid)
                 return False, tally[0]
             LOG.info('Placement: created provider %s (%s) under %s', spec.name,
                      spec.uuid, spec.parent_uuid)
-            self._remember(spec.uuid, _Seen(rp['generation'], {}), name=spec.name,
-                           parent=spec.parent_uuid, traits=frozenset())
+            self._cache.remember(spec.uuid, SeenProvider(rp['generation'], {}),
+                                 name=spec.name, parent=spec.parent_uuid, traits=frozenset())
         return True, tally[0]
 
     def _sync_names_traits(self, spec):
         """(done?, writes): name, parent and traits of a provider known to the client."""
         tally = [0]
         try:
-            with self._lock_for(spec.uuid):
+            with self._cache.lock_for(spec.uuid):
                 self._retrying(spec.uuid, 'sync',
                                lambda: self._sync_once(spec, tally, inventory=False))
         except exception.StewardError:
@@ -550,7 +442,7 @@ class PlacementClient:
     def _reshape_inventories(self, specs, reserved_now):
         """Write the inventories of ``specs`` that differ in one POST /reshaper;
         returns (writes, specs to hand to sync_provider)."""
-        locks = [self._lock_for(u) for u in sorted(s.uuid for s in specs)]
+        locks = [self._cache.lock_for(u) for u in sorted(s.uuid for s in specs)]
         for lock in locks:
             lock.acquire()
         # sync_provider gets the specs as given: their own reserved callable is read
@@ -578,7 +470,7 @@ class PlacementClient:
                        'inventories': wanted}
                 for uuid, (_, seen, wanted) in changes.items()}, 'allocations': {}}
             try:
-                self._call('POST', '/reshaper', body, ok=(204,))
+                self._http.call('POST', '/reshaper', body, ok=(204,))
             except exception.PlacementError as err:
                 if getattr(err, 'http_status', None) == 403:
                     # Policy keeps the reshaper to the service role: not this
@@ -587,7 +479,7 @@ class PlacementClient:
                 LOG.info('Placement: reshape of %d inventories not applied (%s); '
                          'writing them one by one', len(changes), err)
                 for uuid in changes:
-                    self._cache.pop(uuid, None)
+                    self._cache.forget(uuid)
                 return 1, [given[uuid] for uuid in changes]
             LOG.info('Placement: inventories of %d providers written in one reshape',
                      len(changes))
@@ -611,9 +503,9 @@ class PlacementClient:
             listed = {}
         for uuid, (_spec, seen, wanted) in changes.items():
             if listed.get(uuid) == seen.generation + (2 if wanted else 1):
-                self._remember(uuid, seen, generation=listed[uuid], inventories=wanted)
+                self._cache.remember(uuid, seen, generation=listed[uuid], inventories=wanted)
             else:
-                self._cache.pop(uuid, None)
+                self._cache.forget(uuid)
 
     def set_reserved(self, rp_uuid, resource_class, reserved):
         """Set ``reserved`` (an int or 'total', or a callable returning one, evaluated
@@ -634,7 +526,7 @@ class PlacementClient:
         if not callable(reserved):
             wanted()
         path = '/resource_providers/%s/inventories' % rp_uuid
-        with self._lock_for(rp_uuid):
+        with self._cache.lock_for(rp_uuid):
             state = {'fresh': False}
 
             def attempt():
@@ -655,12 +547,12 @@ class PlacementClient:
                     return attempt()
                 record = dict(inv, reserved=target,
                               resource_provider_generation=seen.generation)
-                body = self._call('PUT', '%s/%s' % (path, resource_class), record).json()
+                body = self._http.call('PUT', '%s/%s' % (path, resource_class), record).json()
                 generation = body.pop('resource_provider_generation')
                 LOG.info('Placement: provider %s %s reserved %s -> %s', rp_uuid,
                          resource_class, inv['reserved'], body['reserved'])
-                self._remember(rp_uuid, seen, generation=generation,
-                               inventories=dict(seen.inventories, **{resource_class: body}))
+                self._cache.remember(rp_uuid, seen, generation=generation,
+                                     inventories=dict(seen.inventories, **{resource_class: body}))
                 return body['reserved']
 
             return self._retrying(rp_uuid, 'set_reserved', attempt)
@@ -676,34 +568,33 @@ class PlacementClient:
         path = '/resource_providers/%s/traits' % rp_uuid
 
         def attempt():
-            body = self._call('GET', path).json()
+            body = self._http.call('GET', path).json()
             have = frozenset(body['traits'])
             if names <= have:
                 return set()
             self._ensure_traits(names - have, None)
-            self._call('PUT', path, {
+            self._http.call('PUT', path, {
                 'resource_provider_generation': body['resource_provider_generation'],
                 'traits': sorted(have | names)})
             # The generation moved: what was remembered of the provider is stale.
-            self._cache.pop(rp_uuid, None)
+            self._cache.forget(rp_uuid)
             LOG.info('Placement: provider %s traits %s + %s', rp_uuid, sorted(have),
                      sorted(names - have))
             return set(names - have)
 
-        with self._lock_for(rp_uuid):
+        with self._cache.lock_for(rp_uuid):
             return self._retrying(rp_uuid, 'add_traits', attempt)
 
     def _reload_inventory(self, rp_uuid):
-        body = self._call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
+        body = self._http.call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
         generation = body['resource_provider_generation']
         seen = self._cache.get(rp_uuid)
         if seen is not None and seen.generation == generation:
             seen = dataclasses.replace(seen, inventories=body['inventories'])
         else:
             # Someone else wrote: what we knew of its traits may be wrong too.
-            seen = _Seen(generation, body['inventories'])
-        self._cache[rp_uuid] = seen
-        return seen
+            seen = SeenProvider(generation, body['inventories'])
+        return self._cache.remember(rp_uuid, seen)
 
     def delete_provider(self, rp_uuid):
         """Delete ``rp_uuid`` and its descendants, deepest first; returns how many.
@@ -726,9 +617,9 @@ class PlacementClient:
             visit(rp_uuid)
         deleted = 0
         for node in order:
-            with self._lock_for(node):
+            with self._cache.lock_for(node):
                 try:
-                    resp = self._call('DELETE', '/resource_providers/%s' % node,
+                    resp = self._http.call('DELETE', '/resource_providers/%s' % node,
                                       ok=(204, 404))
                 except exception.PlacementError as exc:
                     if getattr(exc, 'placement_code', None) == \
@@ -738,17 +629,9 @@ class PlacementClient:
                             reason=exc.msg) from exc
                     raise
                 finally:
-                    self._cache.pop(node, None)
+                    self._cache.forget(node)
             if resp.status_code == 204:
                 deleted += 1
                 LOG.info('Placement: deleted provider %s', node)
         return deleted
 
-
-def _error_of(resp):
-    """(Placement error code, one-line detail) of an error response."""
-    try:
-        err = resp.json()['errors'][0]
-        return err.get('code'), ' '.join(str(err.get('detail') or err.get('title')).split())
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None, ' '.join(resp.text.split())[:500] or resp.reason

@@ -128,7 +128,7 @@ def test_missing_compute_node_is_reported_not_fatal(transport, database, db, con
         assert len(deployable_db.deployable_list(s)) == 1          # persisted anyway
     assert client.find_provider_by_name(f'{host}_FakeDevice') is None
     client.ensure_compute_node(host, create=True)           # nova-compute shows up
-    conductor.reporter._compute_nodes.clear()
+    conductor.reporter.placement_sync._compute_nodes.clear()
     assert agent.run_cycle()['changed'] is True              # retried, not skipped
     assert client.find_provider_by_name(f'{host}_FakeDevice') is not None
 

@@ -121,7 +121,7 @@ def test_foreign_name_is_an_error_of_that_provider_only(client, admin, root):
 def test_without_the_service_role_inventories_go_one_by_one(placement, admin, root):
     client = PlacementClient.from_conf(endpoint=placement.url)
     # A deployment whose Steward user lacks the service role the reshaper needs.
-    client._adapter.additional_headers = {'X-Roles': 'admin'}
+    client._http.adapter.additional_headers = {'X-Roles': 'admin'}
     specs = _specs(root)
     writes, errors = client.sync_providers(specs)
     assert errors == {}

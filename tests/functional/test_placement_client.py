@@ -403,7 +403,7 @@ def test_from_conf_without_endpoint_uses_keystoneauth_options(placement, tmp_pat
     assert c.list_providers(name=unique_name()) == []
     # in_tree with an unknown uuid is an empty list, not a 404
     assert c.list_providers(in_tree=str(uuid.uuid4())) == []
-    resp = c._adapter.get('/resource_providers', raise_exc=False)
+    resp = c._http.adapter.get('/resource_providers', raise_exc=False)
     assert resp.request.headers['OpenStack-API-Version'] == 'placement 1.39'
 
 

@@ -64,11 +64,11 @@ def test_invalid_entries_are_quoted(raw, fragment):
 
 
 def test_nova_provider_names_give_the_pci_address():
-    from steward.conductor import report
-    assert report.nova_provider_address('cn1_0000:AF:00.1') == '0000:af:00.1'
-    assert report.nova_provider_address('cn1.example.org_pci_0000_84_00_0') == \
+    from steward.conductor.report import placement_sync
+    assert placement_sync.nova_provider_address('cn1_0000:AF:00.1') == '0000:af:00.1'
+    assert placement_sync.nova_provider_address('cn1.example.org_pci_0000_84_00_0') == \
         '0000:84:00.0'
-    assert report.nova_provider_address('cn1_PCI_0000_84_00_0') == '0000:84:00.0'
+    assert placement_sync.nova_provider_address('cn1_PCI_0000_84_00_0') == '0000:84:00.0'
     for other in ('cn1', 'cn1_0000:84:00', 'cn1_pci_0000_84_00', 'cn1_nova_fpga',
                   'cn1_pci_0000_84_00_8', 'cn1_0000_84_00_0'):
-        assert report.nova_provider_address(other) is None, other
+        assert placement_sync.nova_provider_address(other) is None, other

@@ -1,10 +1,10 @@
-"""Persist what an agent discovered and mirror it in Placement, as a diff.
+"""An agent's report turned into database changes: the diff of what a host's
+driver discovered against the rows stored for that host.
 
 Devices are matched by identity (an NVMe drive's serial and subsystem NQN, which
 survive a new PCI address), else by control-path id; deployables by name,
 attributes by key, attach handles by their attach_info text (upstream's
-report_data rules). An agent whose report is byte-for-byte what it sent last time
-costs one digest comparison: no database query and no Placement request.
+report_data rules).
 
 A device that vanishes while it is not ``available`` (in use, awaiting or under
 cleanup, in error) is never forgotten: its row, state, deployables and Placement
@@ -12,32 +12,29 @@ reservation stay, ``missing_since`` says since when, and it comes back in the
 state it left. Deleting it would forget that it may hold a tenant's data, or
 orphan the tenant's allocation (an upstream defect). Deployables that vanish
 while a handle is in use are kept (and logged) until released.
+
+What the diff leaves behind is mirrored to Placement afterwards
+(steward/conductor/report/placement_sync.py): the diff hands it the providers of
+the deployables it removed.
 """
 import collections
-import functools
-import hashlib
 import json
 import logging
-import re
-import threading
 import uuid as uuidlib
 
-import os_traits
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
 import sqlalchemy as sa
 
-from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import attributes as attribute_db
 from steward.db import devices as device_db
+from steward.db import transitions
 from steward.db import models as m
 from steward.db import retry
-from steward.db import transitions
-from steward.drivers import objects
 
 LOG = logging.getLogger(__name__)
 
@@ -105,160 +102,28 @@ def locked_board_info(device, reported):
     return json.dumps(new, sort_keys=True)
 
 
-_BDF = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
 
+class ReportDiff:
+    """The database side of one report, made once (``persist``).
 
-def pci_address_like(text):
-    return bool(_BDF.match(text))
+    ``deferred`` is True when a change was held back (an in-use handle or
+    deployable, a device missing but not in error): the report must be looked at
+    again next cycle even if it stays the same.
+    """
 
+    def __init__(self, database):
+        self.database = database
+        self.deferred = False
+        # The host's deployables as loaded with the report, by device id and by
+        # name (persist fills them).
+        self._deps_by_device = {}
+        self._deps_by_name = {}
 
-# Nova's libvirt driver names a vGPU parent's provider after the nodedev:
-# <host>_pci_0000_84_00_0.
-_NOVA_NODEDEV = re.compile(r'_pci_([0-9a-f]{4})_([0-9a-f]{2})_([0-9a-f]{2})_([0-7])$')
-
-
-def nova_provider_address(name):
-    """The PCI address a provider named the way Nova names one stands for, or None:
-    PCI in Placement ``<host>_<ADDRESS>`` (any case) and vGPU parents
-    ``<host>_pci_<dddd>_<bb>_<ss>_<f>``."""
-    name = name.lower()
-    tail = name.rsplit('_', 1)[-1]
-    if pci_address_like(tail):
-        return tail
-    m = _NOVA_NODEDEV.search(name)
-    return '%s:%s:%s.%s' % m.groups() if m else None
-
-
-def device_addresses(dev):
-    """The PCI addresses a reported device stands for: its own and, for a VF, its
-    PF's (Nova accounts VFs under the PF's provider)."""
-    found = []
-    try:
-        cpid = json.loads(dev.controlpath_id.cpid_info)
-        found.append('%(domain)s:%(bus)s:%(device)s.%(function)s' % cpid)
-    except (ValueError, KeyError, TypeError):
-        pass
-    try:
-        physfn = json.loads(dev.std_board_info or '{}').get('physfn')
-    except (ValueError, AttributeError):
-        physfn = None
-    if isinstance(physfn, str) and pci_address_like(physfn.lower()):
-        found.append(physfn.lower())
-    return [a.lower() for a in found]
-
-
-def reserved_now(database, deployable_ids):
-    """{provider uuid: Placement reserved (None: keep Placement's)} of many
-    deployables, the reservation rule on the rows as they are now: what
-    device_ops.current_reserved says for one, in two queries for all of them. The
-    Placement client calls it right before the write, as it calls that one."""
-    if not deployable_ids:
-        return {}
-    with database.reader() as s:
-        rows = s.execute(sa.select(m.Deployable, m.Device)
-                         .join(m.Device, m.Deployable.device_id == m.Device.id)
-                         .where(m.Deployable.id.in_(deployable_ids))).all()
-        siblings = collections.defaultdict(list)
-        for dep in s.execute(sa.select(m.Deployable).where(
-                m.Deployable.device_id.in_({d.id for _, d in rows}))).scalars():
-            siblings[dep.device_id].append(dep)
-        return {dep.rp_uuid: reservation.policy(s, device, siblings[device.id])
-                .reserved_for(dep) for dep, device in rows if dep.rp_uuid}
-
-
-class Reporter:
-    def __init__(self, deps, create_compute_node):
-        self.database = deps.database
-        self.placement = deps.placement_client
-        self.create_compute_node = create_compute_node
-        self._digests = {}
-        self._compute_nodes = {}
-        self._lock = threading.Lock()
-        self._tls = threading.local()       # per-report state; reports run in parallel
-
-    # -- entry point ---------------------------------------------------------------
-    def report(self, ctx, host, rp_name, devices):
-        digest = hashlib.sha1(json.dumps([rp_name, devices], sort_keys=True)
-                              .encode()).hexdigest()
-        with self._lock:
-            if self._digests.get(host) == digest:
-                return {'changed': False, 'placement_writes': 0}
-        parsed = [objects.DriverDevice.from_dict(d) for d in devices]
-        self._tls.deferred = False
-        self._tls.error = None
-        self._tls.tree = None
-        self._tls.new_root = None
-        parsed = self._without_nova_owned(host, rp_name, parsed)
-        removed_rps = self._persist(ctx, host, parsed)
-        deferred = self._tls.deferred
-        writes = self._sync_placement(host, rp_name, removed_rps)
-        # A change held back for an in-use handle or device must be retried on the
-        # next cycle even though the report itself will not change.
-        if writes is not None and not deferred:
-            with self._lock:
-                self._digests[host] = digest
-        result = {'changed': True, 'placement_writes': writes or 0}
-        if self._tls.error is not None:
-            # The agent logs it too: its operator reads the agent's log first.
-            err = self._tls.error
-            result['error'] = {'code': err.code, 'message': str(err)}
-        return result
-
-    def _without_nova_owned(self, host, rp_name, reported):
-        """Drop devices Nova already hands out (spec 1 and 4): a provider under the
-        compute node named the way Nova names one (nova_provider_address: PCI in
-        Placement ``<host>_<ADDRESS>``, upper-cased, VFs under their PF; vGPU
-        parents ``<host>_pci_<dddd>_<bb>_<ss>_<f>``) that does not carry
-        OWNER_CYBORG. Checked only when a report changed, so quiet cycles cost
-        nothing."""
-        if self.placement is None or not reported:
-            return reported
-        try:
-            root = self.compute_node(host, rp_name)
-            if root == self._tls.new_root:
-                # Created by this report a moment ago: nothing under it to list.
-                providers = []
-            else:
-                providers = self.placement.list_providers(in_tree=root)
-        except exception.StewardError:
-            return reported          # reported by _sync_placement with a clear error
-        # The sync after the database diff starts from this listing: a device
-        # provider not in it is new and is created without being read first.
-        self._tls.tree = providers
-        by_address = {}
-        for rp in providers:
-            address = nova_provider_address(rp['name'])
-            if rp['uuid'] != root and address:
-                by_address.setdefault(address, []).append(rp)
-        if not by_address:
-            return reported
-        kept = []
-        for dev in reported:
-            owner = None
-            for address in device_addresses(dev):
-                for rp in by_address.get(address, ()):
-                    if os_traits.OWNER_CYBORG not in self.placement.get_traits(rp['uuid']):
-                        owner = rp
-            if owner is None:
-                kept.append(dev)
-            else:
-                LOG.error('Device %s on %s is skipped: Placement provider %s (%s) '
-                          'already offers it without OWNER_CYBORG; remove it from '
-                          "Nova's [pci] device_spec or from Steward's.",
-                          ', '.join(device_addresses(dev)), host, owner['name'],
-                          owner['uuid'])
-        return kept
-
-    def forget(self, host=None):
-        with self._lock:
-            if host is None:
-                self._digests.clear()
-            else:
-                self._digests.pop(host, None)
-
-    # -- database diff -------------------------------------------------------------
     @retry.on_deadlock
-    def _persist(self, ctx, host, reported):
+    def persist(self, ctx, host, reported):
+        """Write the diff of ``reported`` (DriverDevices) against the host's rows in
+        one transaction, retried after a deadlock; returns the providers of the
+        deployables it removed, for Placement's sync to delete."""
         removed_rps = []
         with self.database.writer() as s:
             # The host's devices stay locked until this report commits: a bind
@@ -286,11 +151,11 @@ class Reporter:
             deps_by_device = {}
             for dep in deps:
                 deps_by_device.setdefault(dep.device_id, []).append(dep)
-            self._tls.deps_by_device = deps_by_device
+            self._deps_by_device = deps_by_device
             deps_by_name = {}
             for dep in deps:
                 deps_by_name.setdefault(dep.name, []).append(dep)
-            self._tls.deps_by_name = deps_by_name
+            self._deps_by_name = deps_by_name
 
             matches = match_devices(existing, cpid_by_device, reported)
             was_at = self._release_addresses(s, matches, existing, cpid_by_device)
@@ -409,7 +274,7 @@ class Reporter:
         if device.device_state != states.DEV_ERROR:
             # It may still change without a report (a release, a cleanup's end):
             # look again next cycle even if the report stays the same.
-            self._tls.deferred = True
+            self.deferred = True
 
     def _add_device(self, s, host, rep, ident=None):
         excluded = excluded_reason(rep.std_board_info)
@@ -453,8 +318,8 @@ class Reporter:
         if reason and device.device_state == states.DEV_AVAILABLE:
             s.flush()
             transitions.advance(s, m.Device, device, states.DEV_ERROR, event='fail',
-                                reason=f'excluded: {reason}', request_id=ctx.request_id,
-                                actor=f'agent {host}')
+                           reason=f'excluded: {reason}', request_id=ctx.request_id,
+                           actor=f'agent {host}')
 
     def _diff_deployables(self, s, device, cpid, reported, existing, attrs, handles):
         removed = []
@@ -473,7 +338,7 @@ class Reporter:
             if dep is None and held is not None:
                 # Two deployables would make it a two-accelerator device, whose
                 # reservation rule leaves the new one offered while it is in use.
-                self._tls.deferred = True
+                self.deferred = True
                 LOG.warning('device %s is now reported as %s but %s is in use; the new '
                             'name applies once it is released', device.uuid, rep.name,
                             held.name)
@@ -486,7 +351,7 @@ class Reporter:
                                    device_id=device.id, rp_uuid=rp_uuid_for(rep.name),
                                    driver_name=rep.driver_name)
                 s.add(dep)
-                self._tls.deps_by_name.setdefault(dep.name, []).append(dep)
+                self._deps_by_name.setdefault(dep.name, []).append(dep)
             else:
                 if dep.num_accelerators != rep.num_accelerators:
                     dep.num_accelerators = rep.num_accelerators
@@ -520,17 +385,17 @@ class Reporter:
         it up and keeps its state without it. False while it is in use there."""
         # From the host's deployables loaded with the report, not a query per name:
         # a query would flush the pending rows first, one flush per deployable.
-        others = [d for d in self._tls.deps_by_name.get(name, ())
+        others = [d for d in self._deps_by_name.get(name, ())
                   if d.device_id != device.id]
         for dep in others:
             owner = s.get(m.Device, dep.device_id)
             if any(h.in_use for h in handles.get(dep.id, [])):
-                self._tls.deferred = True
+                self.deferred = True
                 LOG.warning('deployable %s is in use by device %s; device %s gets it '
                             'once it is released', name, owner.uuid, device.uuid)
                 return False
             self._remove_deployable(s, dep, attrs, handles)
-            held = self._tls.deps_by_device.get(dep.device_id, [])
+            held = self._deps_by_device.get(dep.device_id, [])
             if dep in held:
                 held.remove(dep)
             LOG.warning('deployable %s now stands for device %s; device %s (%s), last '
@@ -583,7 +448,7 @@ class Reporter:
                     if row.in_use:
                         # Never change how a bound handle is attached (spec 4);
                         # applied on a later cycle once it is released.
-                        self._tls.deferred = True
+                        self.deferred = True
                         LOG.warning('Attach handle %s is in use; its new attach info %s '
                                     'applies once it is released', row.uuid, info)
                     else:
@@ -598,7 +463,7 @@ class Reporter:
                                      attach_info=canonical(rep.attach_info)))
             for row in rows[len(wanted):]:
                 if row.in_use:
-                    self._tls.deferred = True
+                    self.deferred = True
                     LOG.warning('Attach handle %s (%s) vanished from discovery but is '
                                 'in use; kept until released', row.uuid, row.attach_info)
                 else:
@@ -606,7 +471,7 @@ class Reporter:
 
     def _remove_deployable(self, s, dep, attrs, handles):
         if any(h.in_use for h in handles.get(dep.id, [])):
-            self._tls.deferred = True
+            self.deferred = True
             LOG.warning('Deployable %s vanished from discovery but is in use; kept '
                         'until released', dep.name)
             return []
@@ -624,7 +489,7 @@ class Reporter:
         s.flush()
         attrs.pop(dep.id, None)
         handles.pop(dep.id, None)
-        same_name = self._tls.deps_by_name.get(dep.name, [])
+        same_name = self._deps_by_name.get(dep.name, [])
         if dep in same_name:
             same_name.remove(dep)
         LOG.info('deployable %s: removed (no longer discovered)', dep.name)
@@ -646,74 +511,3 @@ class Reporter:
         LOG.info('device %s: removed (no longer discovered)', device.uuid)
         return removed
 
-    # -- Placement -----------------------------------------------------------------
-    def compute_node(self, host, rp_name):
-        with self._lock:
-            cached = self._compute_nodes.get(rp_name)
-        if cached:
-            return cached
-        rp, created = self.placement.compute_node_created(
-            rp_name, create=self.create_compute_node)
-        if created:
-            self._tls.new_root = rp
-        with self._lock:
-            self._compute_nodes[rp_name] = rp
-        return rp
-
-    def _sync_placement(self, host, rp_name, removed_rps):
-        """Returns the number of Placement writes, or None when Placement could not
-        be brought in line (the next report retries)."""
-        if self.placement is None:
-            return 0
-        from steward.placement.client import ProviderSpec
-        try:
-            root = self.compute_node(host, rp_name)
-        except exception.PlacementProviderNotFound:
-            err = exception.PlacementProviderNotFound(name=rp_name, host=host)
-            LOG.error('%s', err)
-            self._tls.error = err
-            return None
-        except exception.StewardError as err:
-            LOG.error('%s', err)
-            self._tls.error = err
-            return None
-        writes = 0
-        with self.database.reader() as s:
-            rows = s.execute(
-                sa.select(m.Deployable, m.Device)
-                .join(m.Device, m.Deployable.device_id == m.Device.id)
-                .where(m.Device.hostname == host)).all()
-            attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
-            specs, dep_of = [], {}
-            for dep, _ in rows:
-                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
-                if rc is None or not dep.rp_uuid:
-                    continue
-                traits = {a.value for a in attrs[dep.id] if a.key.startswith('trait')}
-                traits.add(os_traits.OWNER_CYBORG)
-                specs.append(ProviderSpec(
-                    uuid=dep.rp_uuid, name=dep.name, parent_uuid=root,
-                    resource_class=rc, total=dep.num_accelerators,
-                    traits=frozenset(traits),
-                    # Read when written, not now: see device_ops.current_reserved.
-                    reserved=functools.partial(device_ops.current_reserved,
-                                               self.database, dep.id)))
-                dep_of[dep.rp_uuid] = dep.id
-        ok = True
-        done, errors = self.placement.sync_providers(
-            specs, tree=getattr(self._tls, 'tree', None),
-            reserved_now=lambda chunk: reserved_now(self.database,
-                                                    [dep_of[s.uuid] for s in chunk]))
-        writes += done
-        for spec in specs:
-            if spec.uuid in errors:
-                LOG.error('Placement sync of %s failed: %s', spec.name, errors[spec.uuid])
-                ok = False
-        for rp in removed_rps:
-            try:
-                self.placement.delete_provider(rp)
-                writes += 1
-            except exception.StewardError as err:
-                LOG.error('Removing resource provider %s failed: %s', rp, err)
-                ok = False
-        return writes if ok else None

@@ -1,0 +1,232 @@
+"""The result of an agent's report mirrored to Placement: one child resource
+provider per deployable under the host's compute-node provider, with its
+resource class, traits, ``OWNER_CYBORG`` and reservation, and the providers of
+removed deployables deleted (the Placement client, steward/placement/client.py,
+writes only what differs).
+
+Before the database diff (steward/conductor/report/diff.py), devices Nova
+already hands out are dropped from the report (``without_nova_owned``); after
+it, ``sync`` brings Placement in line with the host's rows.
+"""
+import collections
+import dataclasses
+import functools
+import json
+import logging
+import re
+import threading
+
+import os_traits
+import sqlalchemy as sa
+
+from steward.common import exception
+from steward.conductor import device_ops
+from steward.conductor import reservation
+from steward.db import attributes as attribute_db
+from steward.db import models as m
+
+LOG = logging.getLogger(__name__)
+
+
+_BDF = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
+
+
+def pci_address_like(text):
+    return bool(_BDF.match(text))
+
+
+# Nova's libvirt driver names a vGPU parent's provider after the nodedev:
+# <host>_pci_0000_84_00_0.
+_NOVA_NODEDEV = re.compile(r'_pci_([0-9a-f]{4})_([0-9a-f]{2})_([0-9a-f]{2})_([0-7])$')
+
+
+def nova_provider_address(name):
+    """The PCI address a provider named the way Nova names one stands for, or None:
+    PCI in Placement ``<host>_<ADDRESS>`` (any case) and vGPU parents
+    ``<host>_pci_<dddd>_<bb>_<ss>_<f>``."""
+    name = name.lower()
+    tail = name.rsplit('_', 1)[-1]
+    if pci_address_like(tail):
+        return tail
+    m = _NOVA_NODEDEV.search(name)
+    return '%s:%s:%s.%s' % m.groups() if m else None
+
+
+def device_addresses(dev):
+    """The PCI addresses a reported device stands for: its own and, for a VF, its
+    PF's (Nova accounts VFs under the PF's provider)."""
+    found = []
+    try:
+        cpid = json.loads(dev.controlpath_id.cpid_info)
+        found.append('%(domain)s:%(bus)s:%(device)s.%(function)s' % cpid)
+    except (ValueError, KeyError, TypeError):
+        pass
+    try:
+        physfn = json.loads(dev.std_board_info or '{}').get('physfn')
+    except (ValueError, AttributeError):
+        physfn = None
+    if isinstance(physfn, str) and pci_address_like(physfn.lower()):
+        found.append(physfn.lower())
+    return [a.lower() for a in found]
+
+
+def reserved_now(database, deployable_ids):
+    """{provider uuid: Placement reserved (None: keep Placement's)} of many
+    deployables, the reservation rule on the rows as they are now: what
+    device_ops.current_reserved says for one, in two queries for all of them. The
+    Placement client calls it right before the write, as it calls that one."""
+    if not deployable_ids:
+        return {}
+    with database.reader() as s:
+        rows = s.execute(sa.select(m.Deployable, m.Device)
+                         .join(m.Device, m.Deployable.device_id == m.Device.id)
+                         .where(m.Deployable.id.in_(deployable_ids))).all()
+        siblings = collections.defaultdict(list)
+        for dep in s.execute(sa.select(m.Deployable).where(
+                m.Deployable.device_id.in_({d.id for _, d in rows}))).scalars():
+            siblings[dep.device_id].append(dep)
+        return {dep.rp_uuid: reservation.policy(s, device, siblings[device.id])
+                .reserved_for(dep) for dep, device in rows if dep.rp_uuid}
+
+
+
+@dataclasses.dataclass
+class SyncState:
+    """What the Placement side learns during one report."""
+    # The compute node's tree as listed before the diff: the sync creates a device
+    # provider not in it without reading it first.
+    tree: list | None = None
+    # The compute node, when this report created it (nothing under it yet).
+    new_root: str | None = None
+    # Why Placement could not be brought in line; the agent is told.
+    error: exception.StewardError | None = None
+
+
+class PlacementSync:
+    """Placement's side of the reports of every host (one per conductor): the
+    compute-node provider of each host is looked up (or created) once and
+    remembered; what one report learns is in its ``SyncState``."""
+
+    def __init__(self, database, placement_client, create_compute_node=True):
+        self.database = database
+        self.placement = placement_client
+        self.create_compute_node = create_compute_node
+        self._compute_nodes = {}
+        self._lock = threading.Lock()
+
+    def without_nova_owned(self, state, host, rp_name, reported):
+        """Drop devices Nova already hands out (spec 1 and 4): a provider under the
+        compute node named the way Nova names one (nova_provider_address: PCI in
+        Placement ``<host>_<ADDRESS>``, upper-cased, VFs under their PF; vGPU
+        parents ``<host>_pci_<dddd>_<bb>_<ss>_<f>``) that does not carry
+        OWNER_CYBORG. Checked only when a report changed, so quiet cycles cost
+        nothing."""
+        if self.placement is None or not reported:
+            return reported
+        try:
+            root = self.compute_node(state, rp_name)
+            if root == state.new_root:
+                # Created by this report a moment ago: nothing under it to list.
+                providers = []
+            else:
+                providers = self.placement.list_providers(in_tree=root)
+        except exception.StewardError:
+            return reported          # reported by sync with a clear error
+        # The sync after the database diff starts from this listing: a device
+        # provider not in it is new and is created without being read first.
+        state.tree = providers
+        by_address = {}
+        for rp in providers:
+            address = nova_provider_address(rp['name'])
+            if rp['uuid'] != root and address:
+                by_address.setdefault(address, []).append(rp)
+        if not by_address:
+            return reported
+        kept = []
+        for dev in reported:
+            owner = None
+            for address in device_addresses(dev):
+                for rp in by_address.get(address, ()):
+                    if os_traits.OWNER_CYBORG not in self.placement.get_traits(rp['uuid']):
+                        owner = rp
+            if owner is None:
+                kept.append(dev)
+            else:
+                LOG.error('Device %s on %s is skipped: Placement provider %s (%s) '
+                          'already offers it without OWNER_CYBORG; remove it from '
+                          "Nova's [pci] device_spec or from Steward's.",
+                          ', '.join(device_addresses(dev)), host, owner['name'],
+                          owner['uuid'])
+        return kept
+
+
+    def compute_node(self, state, rp_name):
+        with self._lock:
+            cached = self._compute_nodes.get(rp_name)
+        if cached:
+            return cached
+        rp, created = self.placement.compute_node_created(
+            rp_name, create=self.create_compute_node)
+        if created:
+            state.new_root = rp
+        with self._lock:
+            self._compute_nodes[rp_name] = rp
+        return rp
+
+    def sync(self, state, host, rp_name, removed_rps):
+        """Returns the number of Placement writes, or None when Placement could not
+        be brought in line (the next report retries)."""
+        if self.placement is None:
+            return 0
+        from steward.placement.client import ProviderSpec
+        try:
+            root = self.compute_node(state, rp_name)
+        except exception.PlacementProviderNotFound:
+            err = exception.PlacementProviderNotFound(name=rp_name, host=host)
+            LOG.error('%s', err)
+            state.error = err
+            return None
+        except exception.StewardError as err:
+            LOG.error('%s', err)
+            state.error = err
+            return None
+        writes = 0
+        with self.database.reader() as s:
+            rows = s.execute(
+                sa.select(m.Deployable, m.Device)
+                .join(m.Device, m.Deployable.device_id == m.Device.id)
+                .where(m.Device.hostname == host)).all()
+            attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
+            specs, dep_of = [], {}
+            for dep, _ in rows:
+                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
+                if rc is None or not dep.rp_uuid:
+                    continue
+                traits = {a.value for a in attrs[dep.id] if a.key.startswith('trait')}
+                traits.add(os_traits.OWNER_CYBORG)
+                specs.append(ProviderSpec(
+                    uuid=dep.rp_uuid, name=dep.name, parent_uuid=root,
+                    resource_class=rc, total=dep.num_accelerators,
+                    traits=frozenset(traits),
+                    # Read when written, not now: see device_ops.current_reserved.
+                    reserved=functools.partial(device_ops.current_reserved,
+                                               self.database, dep.id)))
+                dep_of[dep.rp_uuid] = dep.id
+        ok = True
+        done, errors = self.placement.sync_providers(
+            specs, tree=state.tree,
+            reserved_now=lambda chunk: reserved_now(self.database,
+                                                    [dep_of[s.uuid] for s in chunk]))
+        writes += done
+        for spec in specs:
+            if spec.uuid in errors:
+                LOG.error('Placement sync of %s failed: %s', spec.name, errors[spec.uuid])
+                ok = False
+        for rp in removed_rps:
+            try:
+                self.placement.delete_provider(rp)
+                writes += 1
+            except exception.StewardError as err:
+                LOG.error('Removing resource provider %s failed: %s', rp, err)
+                ok = False
+        return writes if ok else None
