@@ -94,7 +94,7 @@ class ProviderSpec:
 
 class PlacementClient:
     def __init__(self, adapter, host=None):
-        self._http = transport.Transport(adapter)
+        self._http = transport.PlacementTransport(adapter)
         self._host = host
         self._cache = ProviderCache()
         self._reshape = True      # POST /reshaper allowed (until a 403 says not)
@@ -109,7 +109,7 @@ class PlacementClient:
 
     @property
     def stats(self):
-        """Requests made: {'reads', 'writes', 'errors'} (transport.Transport)."""
+        """Requests made: {'reads', 'writes', 'errors'} (transport.PlacementTransport)."""
         return self._http.stats
 
     def _retrying(self, rp_uuid, what, attempt_fn):

@@ -55,7 +55,7 @@ def build_adapter(conf, endpoint=None, default_timeout=None):
         raise_exc=False)
 
 
-class Transport:
+class PlacementTransport:
     """Requests to one Placement through ``adapter`` (keystoneauth's session and
     its connection pool are thread-safe, and so is this).
 

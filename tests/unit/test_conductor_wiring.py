@@ -128,7 +128,7 @@ def test_a_conductor_uses_the_deps_it_is_given():
     assert (conductor.database, conductor.metrics, conductor.placement, conductor.notifier,
             conductor.agent_api) == (given.database, given.metrics, given.placement_client,
                                      given.notifier, given.agent_api)
-    assert conductor.reporter.placement is given.placement_client
+    assert conductor.reporter.placement_sync.placement is given.placement_client
     assert conductor.periodic.deps is given
     assert given.placement() is given.placement_client
     from steward.common import exception
