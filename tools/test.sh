@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Install (first run) and run the whole test suite on 2 workers.
+#   tools/test.sh [pytest args]          the full suite (.ci/run runs this)
+#   tools/test.sh --fast [pytest args]   the unit tests and the in-process functional
+#                                        tests of tools/fast-tests.txt (no servers of
+#                                        their own; under two minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --fast ]; then
+  shift
+  bash tools/bootstrap.sh test
+  mapfile -t paths < <(grep -v -e '^#' -e '^$' tools/fast-tests.txt)
+  exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q "${paths[@]}" "$@"
+fi
 bash tools/system-packages.sh
 bash tools/bootstrap.sh test
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q "$@"

@@ -9,6 +9,7 @@ trusted proxy's headers, CORS and the body limit from its option.
 """
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -138,9 +139,25 @@ def deployment(tmp_path_factory):
         yield dep
     finally:
         for proc in reversed(dep.procs):
-            stop_child(proc, timeout=30)
+            if proc is conductor and rabbit.proc is None:
+                _stop_without_broker(conductor, base / 'conductor.log')
+            else:
+                stop_child(proc, timeout=30)
         rabbit.destroy()
         pg.stop()
+
+
+def _stop_without_broker(conductor, log):
+    """test_healthcheck leaves the broker stopped: the conductor's RPC server then
+    retries its connection to stop (oslo.messaging), and the second SIGTERM is the
+    documented way out (steward.process: "a second one exits at once"). Sent once
+    the first one is logged, not after a 30 s kill timer."""
+    if conductor.poll() is not None:
+        return
+    conductor.send_signal(signal.SIGTERM)
+    wait_for(lambda: conductor.poll() is not None or 'SIGTERM received' in log.read_text(),
+             'the conductor to log its SIGTERM')
+    stop_child(conductor, timeout=30)
 
 
 def _client(source=PROXY):
