@@ -26,8 +26,8 @@ import uuid
 import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.stack import free_port  # noqa: E402
-from tests.stack import running_stack  # noqa: E402
+from tests.fixtures.stack import free_port  # noqa: E402
+from tests.fixtures.stack import running_stack  # noqa: E402
 
 LISTS = ('/v2/devices', '/v2/deployables')
 VERSIONS = (('default', {}), ('latest', {'OpenStack-API-Version': 'accelerator latest'}))

@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.load import (  # noqa: E402,F401
     NOVA_HEADERS, PROFILE, URL, ClientError, LeanClient, Response, Tally, bind_body, client,
     cpu_self, ms, nova_sequence, one_instance, pct, run_clients, watch_bound)
-from tests.stack import running_stack  # noqa: E402
-from tests.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
+from tests.fixtures.stack import running_stack  # noqa: E402
+from tests.fixtures.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
 
 # A single-function PCI device (fake sysfs tree) for the single-accelerator bind.
 PCI_BDF, PCI_VENDOR, PCI_PRODUCT = '0000:3b:00.0', '0x10de', '0x25b6'
@@ -64,7 +64,7 @@ def concurrent_run(url, rp_uuid, clients, per_client, tally, server_pid):
 
 
 def pci_tree(root):
-    from tests.sysfs_tree import make_pci
+    from tests.fixtures.sysfs_tree import make_pci
     make_pci(root, PCI_BDF, PCI_VENDOR, PCI_PRODUCT, driver='vfio-pci')
 
 

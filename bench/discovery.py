@@ -34,9 +34,9 @@ from steward.conf import CONF  # noqa: E402
 from steward.db import migration  # noqa: E402
 from steward.db import session  # noqa: E402
 from steward.drivers.mdev import driver as mdev  # noqa: E402
-from tests import stack  # noqa: E402
+from tests.fixtures import stack  # noqa: E402
 from tests.functional import conductor_fixtures as cf  # noqa: E402
-from tests.mdev_tree import MdevTree  # noqa: E402
+from tests.fixtures.mdev_tree import MdevTree  # noqa: E402
 
 
 def build_tree(root, parents, types, available, created):
@@ -188,7 +188,7 @@ def main():
         if not args.no_placement:
             from steward.placement import client as placement_client
             from steward.placement import handle as embedded
-            from tests.stack import free_port
+            from tests.fixtures.stack import free_port
             child = embedded.start_subprocess(f'sqlite:///{tmp}/placement.sqlite',
                                               port=free_port())
             try:

@@ -16,7 +16,7 @@ import time
 import urllib.parse
 import uuid
 
-from tests.stack import children
+from tests.fixtures.stack import children
 
 PROFILE = 'bench-fpga'
 URL = '/v2/accelerator_requests'

@@ -7,7 +7,7 @@ and then upstream Cyborg 17 in the same topology, side by side.
 
 Started here, on loopback, throw-away, and stopped at the end: one RabbitMQ node
 (tests/multihost/rabbit.py) and one database server (a PostgreSQL cluster or a
-MariaDB server, tests/pg_fixture.py / tests/mariadb_fixture.py) shared by both
+MariaDB server, tests/fixtures/pg_fixture.py / tests/fixtures/mariadb_fixture.py) shared by both
 sides; then for each side, in turn so they never share the cores, a database of
 its own, the real Placement (steward.placement.embedded, 2 workers, on its own
 database on the same server, as doc/multihost.md step 3 runs it) with the host's
@@ -17,7 +17,7 @@ os-server-external-events (both sides post an event per bind, as in production):
 * Steward: ``steward db sync``, ``steward conductor``, ``steward api`` with
   ``[api] workers``, one ``steward agent`` with the fake driver (one FPGA, 16
   attach handles: one per client at the most) and no database;
-* upstream Cyborg 17 (tests/cyborg_upstream.py, .venv-cyborg): cyborg-dbsync,
+* upstream Cyborg 17 (tests/fixtures/cyborg_upstream.py, .venv-cyborg): cyborg-dbsync,
   cyborg-conductor, its API under gunicorn with the same number of workers (4
   threads each; ``cyborg-api`` itself cannot start, see there), cyborg-agent with
   upstream's fake driver (16 accelerators). Cyborg on PostgreSQL needs its ARQ
@@ -55,10 +55,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench import load  # noqa: E402
 from bench import topology  # noqa: E402
-from tests import cyborg_upstream  # noqa: E402
+from tests.fixtures import cyborg_upstream  # noqa: E402
 from tests.multihost import rabbit  # noqa: E402
-from tests.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
-from tests.stack import running_stack  # noqa: E402
+from tests.fixtures.stack import cpu_seconds as stack_cpu_seconds  # noqa: E402
+from tests.fixtures.stack import running_stack  # noqa: E402
 
 
 # -- measurement ----------------------------------------------------------------------
@@ -256,7 +256,7 @@ def run_cyborg(args, db, broker, tmp):
     return side
 
 
-# How tests/cyborg_upstream.py makes Cyborg's schema: upstream's migrations fail on
+# How tests/fixtures/cyborg_upstream.py makes Cyborg's schema: upstream's migrations fail on
 # PostgreSQL (an unnamed ENUM), so there it is its create_schema with the ENUM named.
 SCHEMA = {'MariaDB': 'upgrade (its migrations, unchanged)',
           'PostgreSQL': 'create_schema with the ARQ state ENUM named (upstream\'s '

@@ -11,9 +11,9 @@ import uuid
 import httpx
 
 from bench import load
-from tests import cyborg_upstream
-from tests import mariadb_fixture
-from tests import pg_fixture
+from tests.fixtures import cyborg_upstream
+from tests.fixtures import mariadb_fixture
+from tests.fixtures import pg_fixture
 from tests.multihost import cluster
 from tests.multihost.rabbit import free_port
 

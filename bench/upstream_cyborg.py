@@ -61,7 +61,7 @@ import httpx
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench import load  # noqa: E402
-from tests.cyborg_upstream import (  # noqa: E402
+from tests.fixtures.cyborg_upstream import (  # noqa: E402
     API_THREADS, API_WORKERS, HOST, IDENTITY, PLACEMENT_HEADERS, Deployment, ensure_venv,
     installed_versions)
 from tests.multihost.rabbit import RabbitServer, free_port, installed  # noqa: E402

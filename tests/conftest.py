@@ -1,6 +1,6 @@
 """Shared fixtures: configuration reset and a real, migrated SQLite database per test.
 
-A test that needs something from the machine says so with tests/requirements.py's
+A test that needs something from the machine says so with tests/fixtures/requirements.py's
 ``need()``: it skips, unless STEWARD_REQUIRE names that dependency (``.ci/run``
 sets it), then it fails.
 
@@ -17,13 +17,13 @@ from oslo_config import cfg
 warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
 
 from steward.conf import CONF  # noqa: E402
-from tests import requirements  # noqa: E402
+from tests.fixtures import requirements  # noqa: E402
 
 CONF([], project='steward', default_config_files=[])
 
 
 def pytest_configure(config):
-    # STEWARD_REQUIRE (tests/requirements.py): a typo is a usage error up front,
+    # STEWARD_REQUIRE (tests/fixtures/requirements.py): a typo is a usage error up front,
     # not a switch silently off.
     requirements.required()
 
@@ -111,7 +111,7 @@ def conf():
 @pytest.fixture(scope='session')
 def _pg_template():
     """A migrated PostgreSQL template database, or None without PostgreSQL."""
-    from tests import pg_fixture
+    from tests.fixtures import pg_fixture
     server = pg_fixture.get_postgres()
     if server is None:
         return None
@@ -128,7 +128,7 @@ def _pg_template():
 def _mysql_template():
     """(MariaDB server, snapshot of a migrated database), or None without
     MariaDB: the Alembic migrations run once, each test gets a clone."""
-    from tests import mariadb_fixture
+    from tests.fixtures import mariadb_fixture
     server = mariadb_fixture.get_mariadb()
     if server is None:
         return None

@@ -6,7 +6,7 @@
 # PostgreSQL server and RabbitMQ (the tests start throw-away ones of their own),
 # and iproute2 (`ip netns`: multi-host agents in network namespaces).
 # mariadb-server (its client comes with it): upstream Cyborg's database in the
-# switch-from-Cyborg test (tests/mariadb_fixture.py starts a server of its own).
+# switch-from-Cyborg test (tests/fixtures/mariadb_fixture.py starts a server of its own).
 # Needs root (CI runs as root); skipped when everything is already there.
 set -euo pipefail
 pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libvirt-dev pkg-config libxml2-utils postgresql rabbitmq-server prometheus systemd iproute2 mariadb-server)

@@ -7,7 +7,7 @@ ConductorManager through its ``conductor_deps()``, the AgentManager,
 ``create_app``): no module of steward keeps an engine, a transport, a policy
 enforcer, a metrics registry or a client of its own, and none outside
 steward/cmd builds a Database, a Transport, a PlacementClient or the conductor's
-Deps (tests/unit/test_conductor_wiring.py).
+Deps (tests/unit/structure/test_conductor_wiring.py).
 oslo.config's ``CONF`` stays the one project-wide configuration object, as in
 every OpenStack service.
 """

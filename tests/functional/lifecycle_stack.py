@@ -25,9 +25,9 @@ from steward.conf import CONF
 from steward.drivers import base
 from steward.drivers import objects
 from steward.placement import client as placement_client
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional import conductor_fixtures as cf
-from tests.stack import wait_for
+from tests.fixtures.stack import wait_for
 
 V26 = {'OpenStack-API-Version': 'accelerator 2.6'}
 RC = 'CUSTOM_NVME_8086_0A54'
@@ -243,7 +243,7 @@ class AgentHost:
 
 def second_host(st, conf):
     """An AgentHost with one NVMe stand-in device of its own (another serial)."""
-    from tests import placement_fixture as pf
+    from tests.fixtures import placement_fixture as pf
     driver = CleanableDriver(conf, pf.unique_name('life-host-b'))
     driver.slots = {'0000:0b:00.0': ('SN-B', 'nqn.2014-08.org.example:ctrl-b')}
     return AgentHost(st, conf, driver)

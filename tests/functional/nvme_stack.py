@@ -25,8 +25,8 @@ from steward.privsep import blockio
 from steward.placement import client as placement_client
 from steward import metrics as steward_metrics
 from steward.common import rpc as steward_rpc
-from tests import placement_fixture
-from tests.stack import free_port
+from tests.fixtures import placement_fixture
+from tests.fixtures.stack import free_port
 from tests.functional import conductor_fixtures as cf
 from tests.nvme_sim import Simulation
 

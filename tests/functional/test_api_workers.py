@@ -13,7 +13,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.stack import api_workers, children, free_port, wait_for
+from tests.fixtures.stack import api_workers, children, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 REQUESTS = 12

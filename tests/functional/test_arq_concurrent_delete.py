@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from starlette import testclient
 
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
-from tests.stack import wait_for
+from tests.fixtures.stack import wait_for
 
 URL = '/v2/accelerator_requests'
 

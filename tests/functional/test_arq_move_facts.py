@@ -25,13 +25,13 @@ from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
 from steward.drivers.pci import driver as pci
 from steward.drivers.pci.driver import PciDriver
-from tests import placement_fixture
-from tests import requirements
+from tests.fixtures import placement_fixture
+from tests.fixtures import requirements
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
-from tests.mdev_tree import MTTY_TYPES, MdevTree
-from tests.stack import ROOT
-from tests.sysfs_tree import make_sriov
+from tests.fixtures.mdev_tree import MTTY_TYPES, MdevTree
+from tests.fixtures.stack import ROOT
+from tests.fixtures.sysfs_tree import make_sriov
 
 URL = '/v2/accelerator_requests'
 RC = 'CUSTOM_PCI_10DE_25B6'

@@ -21,12 +21,12 @@ from steward.conf import CONF
 from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
 from steward.placement import client as placement_client
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional import conductor_fixtures as cf
 from tests.functional import lifecycle_stack
 from tests.functional.lifecycle_stack import RC
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
-from tests.mdev_tree import MTTY_TYPES, MdevTree
+from tests.fixtures.mdev_tree import MTTY_TYPES, MdevTree
 
 URL = '/v2/accelerator_requests'
 ALL_DBS = pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)

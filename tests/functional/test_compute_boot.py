@@ -16,10 +16,10 @@ import httpx
 from lxml import etree
 import pytest
 
-from tests import requirements
-from tests.mdev_tree import I915_TYPES, MTTY_TYPES, MdevTree
-from tests.stack import free_port, running_stack
-from tests.sysfs_tree import make_sriov
+from tests.fixtures import requirements
+from tests.fixtures.mdev_tree import I915_TYPES, MTTY_TYPES, MdevTree
+from tests.fixtures.stack import free_port, running_stack
+from tests.fixtures.sysfs_tree import make_sriov
 
 pytestmark = pytest.mark.slow
 STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')

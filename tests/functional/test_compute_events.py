@@ -9,7 +9,7 @@ import pytest
 from steward.common import exception
 from steward.compute import events
 from steward.conductor import nova
-from tests.stack import free_port
+from tests.fixtures.stack import free_port
 
 # Fixed, and free of the ARQ tags below: a random uuid could contain 'a2'.
 INSTANCE = '6f1c3e58-0d4b-4b7e-9c11-5d8e7f90b3c4'

@@ -1,5 +1,5 @@
 """The compute side's mdev backends: sysfs on a fake mdev tree (the kernel's
-layout, tests/mdev_tree.py), and virsh against libvirt's test driver."""
+layout, tests/fixtures/mdev_tree.py), and virsh against libvirt's test driver."""
 import shutil
 
 import pytest
@@ -7,8 +7,8 @@ import pytest
 from steward.common import exception
 from steward.compute import handles
 from steward.compute import mdev
-from tests import requirements
-from tests.mdev_tree import MTTY_TYPES, MdevTree
+from tests.fixtures import requirements
+from tests.fixtures.mdev_tree import MTTY_TYPES, MdevTree
 
 UUID = '4b20d080-1b54-4048-85b3-a6a62d165c01'
 GVT = '0000:00:02.0'

@@ -7,7 +7,7 @@ import pytest
 
 from steward.common import exception
 from steward.compute import nova_devices
-from tests.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import make_pci
 
 VF, OTHER, GVT = '0000:25:00.4', '0000:81:00.1', '0000:00:02.0'
 

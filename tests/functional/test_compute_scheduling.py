@@ -10,7 +10,7 @@ from steward.compute import arq_flow
 from steward.compute import clients
 from steward.compute import request
 from steward.compute import scheduler
-from tests.placement_fixture import admin_session, get_placement, unique_name
+from tests.fixtures.placement_fixture import admin_session, get_placement, unique_name
 
 
 @pytest.fixture(scope='module')

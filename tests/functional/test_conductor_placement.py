@@ -10,7 +10,7 @@ from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.drivers import base
 from steward.drivers import objects
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional import conductor_fixtures as cf
 
 

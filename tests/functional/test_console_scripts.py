@@ -10,8 +10,8 @@ import sys
 import httpx
 import pytest
 
-from tests import requirements
-from tests import stack
+from tests.fixtures import requirements
+from tests.fixtures import stack
 from tests.multihost import rabbit as rabbit_mod
 
 BIN = os.path.dirname(sys.executable)

@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from steward.conf import cyborg_compat
-from tests import config_sample
-from tests import requirements
-from tests import side_venv
-from tests import stack
+from tests.fixtures import config_sample
+from tests.fixtures import requirements
+from tests.fixtures import side_venv
+from tests.fixtures import stack
 
 BIN = os.path.dirname(sys.executable)
 

@@ -4,7 +4,7 @@ and MariaDB as Cyborg is deployed: its schema made by its own migrations, PyMySQ
 on both sides, Steward's database on the same server).
 
 A real upstream Cyborg 17.0.0 (its conductor, API and agent with the fake driver,
-tests/cyborg_upstream.py) runs against a real RabbitMQ and the real Placement; it
+tests/fixtures/cyborg_upstream.py) runs against a real RabbitMQ and the real Placement; it
 holds a device profile, two instances' Bound ARQs (with Nova's allocations in
 Placement) and one Initial ARQ. Cyborg is stopped; `steward db import-cyborg` runs
 as an operator runs it (subprocess), first with --dry-run, then for real, then
@@ -24,10 +24,10 @@ import uuid
 import httpx
 import pytest
 
-from tests import cyborg_upstream as cu
-from tests import requirements
+from tests.fixtures import cyborg_upstream as cu
+from tests.fixtures import requirements
 from tests.multihost import rabbit as rabbit_mod
-from tests.stack import free_port, wait_for
+from tests.fixtures.stack import free_port, wait_for
 
 # One xdist worker runs the Cyborg tests one after another: two Cyborg deployments
 # at once would share the CI's two cores with everything else.
@@ -60,7 +60,7 @@ def _databases(backend, tmp):
     if backend == 'sqlite':
         return f'sqlite:///{tmp}/cyborg.db', f'sqlite:///{tmp}/steward.db'
     if backend == 'mariadb':
-        from tests import mariadb_fixture
+        from tests.fixtures import mariadb_fixture
         server = mariadb_fixture.get_mariadb()
         if server is None:
             requirements.need('mariadb', 'MariaDB server binaries not installed')
@@ -71,7 +71,7 @@ def _databases(backend, tmp):
         suffix = uuid.uuid4().hex[:10]
         return (server.create_database(f'cyborg_{suffix}'),
                 server.create_database(f'steward_{suffix}'))
-    from tests import pg_fixture
+    from tests.fixtures import pg_fixture
     server = pg_fixture.get_postgres()
     if server is None:
         requirements.need('postgres', 'PostgreSQL server binaries not installed')
@@ -322,7 +322,7 @@ def test_switch_from_cyborg(backend, cyborg_venv, rabbit, tmp_path):
             device = api.get(f'/v2/devices/{device_uuid}',
                              headers={'OpenStack-API-Version': 'accelerator 2.5'}).json()
             assert device['device_state'] == 'available'
-            from tests.stack import bind_instance
+            from tests.fixtures.stack import bind_instance
             new = bind_instance(url, placement.url, PROFILE, 'FPGA', cu.HOST)
             [arq] = api.get('/v2/accelerator_requests',
                             params={'instance': new}).json()['arqs']

@@ -20,8 +20,8 @@ from steward.cyborg_import import translation
 from steward.db import models as m
 from steward.drivers import base
 from steward.drivers import objects
-from tests import cyborg_upstream as cu
-from tests import requirements
+from tests.fixtures import cyborg_upstream as cu
+from tests.fixtures import requirements
 from tests.functional.conductor_fixtures import admin, make_profile, stack
 
 # One xdist worker runs the Cyborg tests one after another: two Cyborg deployments
@@ -390,7 +390,7 @@ def test_command_prints_every_conflict_and_refuses_unknown_schemas(cyborg, tmp_p
     every conflict and exits 1; an unknown revision is named; nothing is written."""
     import subprocess
     import sys
-    from tests.stack import free_port
+    from tests.fixtures.stack import free_port
     steward_db = f'sqlite:///{tmp_path}/steward.db'
     conf = tmp_path / 'steward.conf'
     conf.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n[database]\n'

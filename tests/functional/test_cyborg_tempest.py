@@ -1,9 +1,9 @@
 """Upstream Cyborg's own API test suite against Steward, as Cyborg's gate runs it.
 
-tempest 47.0.0 + cyborg-tempest-plugin 2.8.0 (their own venv, tests/side_venv.py
+tempest 47.0.0 + cyborg-tempest-plugin 2.8.0 (their own venv, tests/fixtures/side_venv.py
 ``tempest``) run ``tempest run --regex '^cyborg_tempest_plugin\\.tests\\.api'``
-against ``steward serve`` behind a real Keystone 30 (tests/keystone_fixture.py,
-tests/keystone_stack.py) with dynamic credentials: tempest creates a project and
+against ``steward serve`` behind a real Keystone 30 (tests/fixtures/keystone_fixture.py,
+tests/fixtures/keystone_stack.py) with dynamic credentials: tempest creates a project and
 users per test class (admin, project admin/manager/member/reader, a service user,
 a system admin) and finds Steward in Keystone's catalog as ``accelerator``.
 Twice, against one Keystone and one Steward: ``[cyborg_policy]
@@ -22,13 +22,13 @@ import textwrap
 
 import pytest
 
-from tests import keystone_fixture
-from tests import keystone_stack
-from tests import requirements
-from tests import side_venv
+from tests.fixtures import keystone_fixture
+from tests.fixtures import keystone_stack
+from tests.fixtures import requirements
+from tests.fixtures import side_venv
 
 # One worker should run this and test_keystone_real.py (one Keystone, one
-# steward serve: tests/keystone_stack.shared()); if xdist splits them, each worker
+# steward serve: tests/fixtures/keystone_stack.shared()); if xdist splits them, each worker
 # starts its own.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('keystone')]
 

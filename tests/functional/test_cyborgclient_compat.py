@@ -22,7 +22,7 @@ import cyborgclient  # noqa: F401 - a test extra (pyproject.toml); fail, not ski
 import httpx
 import pytest
 
-from tests.stack import ROOT, running_stack
+from tests.fixtures.stack import ROOT, running_stack
 
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)

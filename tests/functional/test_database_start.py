@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from steward.db import session
-from tests.stack import free_port
+from tests.fixtures.stack import free_port
 
 
 def _unreachable_url():

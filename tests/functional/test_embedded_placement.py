@@ -8,7 +8,7 @@ import pytest
 from steward.common import exception
 from steward.placement import app
 from steward.placement import handle as embedded
-from tests.placement_fixture import get_placement
+from tests.fixtures.placement_fixture import get_placement
 
 
 def _free_port():

@@ -8,8 +8,8 @@ import pytest
 
 from steward.cmd import checks
 from steward.conf import CONF
-from tests.stack import free_port
-from tests.stack import running_stack
+from tests.fixtures.stack import free_port
+from tests.fixtures.stack import running_stack
 
 STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
 

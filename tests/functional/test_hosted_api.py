@@ -16,12 +16,12 @@ import sys
 import httpx
 import pytest
 
-from tests import pg_fixture
-from tests import requirements
+from tests.fixtures import pg_fixture
+from tests.fixtures import requirements
 from tests.multihost import rabbit as rabbit_mod
-from tests.stack import free_port
-from tests.stack import stop_child
-from tests.stack import wait_for
+from tests.fixtures.stack import free_port
+from tests.fixtures.stack import stop_child
+from tests.fixtures.stack import wait_for
 
 BIN = os.path.dirname(sys.executable)
 ORIGIN = 'https://horizon.example'

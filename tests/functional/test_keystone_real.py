@@ -1,5 +1,5 @@
 """The production checks of ``[api] auth_strategy = keystone`` against a real
-Keystone 30 (tests/keystone_fixture.py) and ``steward serve`` (tests/keystone_stack.py),
+Keystone 30 (tests/fixtures/keystone_fixture.py) and ``steward serve`` (tests/fixtures/keystone_stack.py),
 with real tokens instead of tests/functional/api/test_keystone.py's dictionary:
 tokens are checked, bind and delete-by-instance need a service token, and one
 project never sees another's accelerator requests."""
@@ -8,10 +8,10 @@ import uuid
 import httpx
 import pytest
 
-from tests import keystone_fixture
-from tests import keystone_stack
-from tests import requirements
-from tests import side_venv
+from tests.fixtures import keystone_fixture
+from tests.fixtures import keystone_stack
+from tests.fixtures import requirements
+from tests.fixtures import side_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('keystone')]
 

@@ -20,9 +20,9 @@ from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
 from steward.drivers import nvidia_gpu
 from steward.placement import client as placement_client
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional import conductor_fixtures as cf
-from tests.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
+from tests.fixtures.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
 URL = '/v2/accelerator_requests'
 GVT = '0000:00:02.0'

@@ -33,12 +33,12 @@ from steward.api import auth
 from steward.common import context
 from steward.common import exception
 from steward.drivers.fake import FakeDriver
-from tests import placement_fixture
-from tests import requirements
+from tests.fixtures import placement_fixture
+from tests.fixtures import requirements
 from tests.functional import conductor_fixtures as cf
 from tests.functional.nvme_stack import LATEST, RC, agent_version_api
 from tests.functional.nvme_stack import nvme  # noqa: F401 (fixture)
-from tests.stack import free_port, running_stack
+from tests.fixtures.stack import free_port, running_stack
 
 STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')
 

@@ -10,20 +10,20 @@ import sqlalchemy as sa
 
 from steward.db import migration
 from steward.db import session
-from tests import requirements
+from tests.fixtures import requirements
 
 
 @pytest.fixture(params=['sqlite', 'postgresql', 'mysql'])
 def empty_db(request, tmp_path, conf):
     """An empty database (no schema) of this test's own; yields its Database."""
     if request.param == 'mysql':
-        from tests import mariadb_fixture
+        from tests.fixtures import mariadb_fixture
         server = mariadb_fixture.get_mariadb()
         if server is None:
             requirements.need('mariadb', 'MariaDB server binaries not installed')
         url = server.create_database('steward_mig_' + uuid.uuid4().hex[:12])
     elif request.param == 'postgresql':
-        from tests import pg_fixture
+        from tests.fixtures import pg_fixture
         server = pg_fixture.get_postgres()
         if server is None:
             requirements.need('postgres', 'PostgreSQL server binaries not installed')

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from steward.conductor import nova
-from tests import http_double
+from tests.fixtures import http_double
 
 
 class Handler(http_double.JsonHandler):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests import requirements
+from tests.fixtures import requirements
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, 'doc', 'drivers', 'nvme.md')

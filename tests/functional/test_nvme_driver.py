@@ -14,7 +14,7 @@ from steward.drivers.nvme import cli as nvme_cli
 from steward.drivers.nvme import driver as nvme
 from steward.drivers.nvme import sysfs as nvme_sysfs
 from steward.privsep import blockio
-from tests import sysfs_tree
+from tests.fixtures import sysfs_tree
 from tests.nvme_sim import Simulation
 
 MiB = 2 ** 20

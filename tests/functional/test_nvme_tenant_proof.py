@@ -235,7 +235,7 @@ V26 = {'OpenStack-API-Version': 'accelerator 2.6'}
 def _offered(st):
     """This host's providers Placement would give Nova for one NVMe device now (the
     Placement server is shared with other tests' hosts)."""
-    from tests import placement_fixture
+    from tests.fixtures import placement_fixture
     with placement_fixture.admin_session(st.placement_url) as s:
         ours = {rp['uuid'] for rp in s.get('/resource_providers').json()[
             'resource_providers'] if rp['name'].startswith(f'{st.host}_')}

@@ -13,10 +13,10 @@ import uuid
 import httpx
 import pytest
 
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional.nvme_stack import LATEST, RC
 from tests.functional.test_metrics import nvme_serve, wait_for  # noqa: F401 (fixture)
-from tests.stack import ROOT
+from tests.fixtures.stack import ROOT
 
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)

@@ -18,7 +18,7 @@ from oslo_utils import timeutils
 
 from steward.common import context
 from steward.db import arqs as arq_db
-from tests import http_double
+from tests.fixtures import http_double
 from tests.functional.lifecycle_stack import life, wait_for  # noqa: F401 (fixture)
 
 COUNTER = 'steward_orphan_arqs_released_total'

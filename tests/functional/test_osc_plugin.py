@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from tests.stack import ROOT, running_stack
+from tests.fixtures.stack import ROOT, running_stack
 
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)
@@ -210,7 +210,7 @@ def _to_error(st, ctrl, profile='nvme'):
     import uuid
 
     import httpx
-    from tests import placement_fixture
+    from tests.fixtures import placement_fixture
     with httpx.Client(base_url=st.url + '/v2', timeout=30, headers={
             'OpenStack-API-Version': 'accelerator 2.6'}) as api:
         dev = api.get('/devices').json()['devices'][0]

@@ -18,10 +18,10 @@ from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.db import models as m
 from steward.drivers.pci.driver import PciDriver
-from tests import placement_fixture
-from tests import requirements
+from tests.fixtures import placement_fixture
+from tests.fixtures import requirements
 from tests.functional import conductor_fixtures as cf
-from tests.sysfs_tree import make_pci, make_sriov
+from tests.fixtures.sysfs_tree import make_pci, make_sriov
 
 SYS_PCI = '/sys/bus/pci/devices'
 URL = '/v2/accelerator_requests'

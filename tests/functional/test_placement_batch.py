@@ -6,8 +6,8 @@ import uuid
 from steward.common import exception
 from steward.placement import client as placement_client
 from steward.placement.client import OWNER_TRAIT, PlacementClient, ProviderSpec
-from tests.placement_fixture import admin, client, placement, root  # noqa: F401
-from tests.placement_fixture import unique_name
+from tests.fixtures.placement_fixture import admin, client, placement, root  # noqa: F401
+from tests.fixtures.placement_fixture import unique_name
 
 N = placement_client._RESHAPE_MIN * 3
 

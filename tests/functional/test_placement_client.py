@@ -8,8 +8,8 @@ import pytest
 
 from steward.common import exception
 from steward.placement.client import OWNER_TRAIT, PlacementClient, ProviderSpec
-from tests.placement_fixture import admin, client, placement, root  # noqa: F401
-from tests.placement_fixture import unique_name
+from tests.fixtures.placement_fixture import admin, client, placement, root  # noqa: F401
+from tests.fixtures.placement_fixture import unique_name
 
 
 def _custom(prefix):

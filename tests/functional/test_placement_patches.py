@@ -14,7 +14,7 @@ from steward.common import exception
 from steward.db import sqlite
 from steward.placement import app
 from steward.placement import patches
-from tests.placement_fixture import admin_session, get_placement, unique_name
+from tests.fixtures.placement_fixture import admin_session, get_placement, unique_name
 
 ALL = [patches.register_quietly, patches.start_engine_apart,
        patches.serialize_sqlite_writers, patches.pool_sqlite_connections,

@@ -9,7 +9,7 @@ import signal
 import httpx
 import pytest
 
-from tests.stack import api_workers, children, running_stack, wait_for
+from tests.fixtures.stack import api_workers, children, running_stack, wait_for
 
 
 # A project's reader may list device profiles by default (rule:project_reader_or_admin).

@@ -21,8 +21,8 @@ from steward.drivers.nvme import cli as nvme_cli
 from steward import privsep
 from steward.privsep import blockdev
 from steward.privsep import nvme as privsep_nvme
-from tests import requirements
-from tests import stack
+from tests.fixtures import requirements
+from tests.fixtures import stack
 from tests.nvme_sim import Simulation
 
 MiB = 2 ** 20

@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.stack import api_workers, children, running_stack, wait_for
+from tests.fixtures.stack import api_workers, children, running_stack, wait_for
 
 READER = {'X-Roles': 'reader', 'X-User-Id': 'u1', 'X-Project-Id': 'p-reader'}
 RULE = 'cyborg:device_profile:get_all'

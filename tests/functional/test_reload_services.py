@@ -16,7 +16,7 @@ from tests.functional.test_reload import DEADLINE, append, debug_lines, \
 from tests.multihost import rabbit
 from tests.multihost.cluster import Service
 from tests.nvme_sim import simulation_for_test
-from tests.stack import children, wait_for
+from tests.fixtures.stack import children, wait_for
 
 pytestmark = pytest.mark.slow
 HOST = 'reload-host'

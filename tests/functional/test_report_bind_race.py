@@ -14,7 +14,7 @@ from sqlalchemy import orm
 from steward.db import devices as device_db
 from steward.drivers import base
 from steward.placement import client as placement_client
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import RC, nvme_device, wait_for
 

@@ -26,8 +26,8 @@ import tempfile
 import httpx
 import pytest
 
-from tests import requirements
-from tests.stack import ROOT, free_port, wait_for
+from tests.fixtures import requirements
+from tests.fixtures.stack import ROOT, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('runtime-install')]
 
@@ -60,7 +60,7 @@ ELSEWHERE = {
     ('doc/multihost.md', 'apt-get install rabbitmq-server'): 'tests/multihost/rabbit.py',
     ('doc/multihost.md', 'apt-get install postgresql'): 'tests/multihost/pg.py',
     ('doc/multihost.md', 'apt-get install mariadb-server'):
-        'tests/multihost/mariadb.py on tests/mariadb_fixture.py (a server of its own, '
+        'tests/multihost/mariadb.py on tests/fixtures/mariadb_fixture.py (a server of its own, '
         'the database created utf8mb4, a password user granted on it)',
     ('doc/multihost.md', 'sudo -u postgres createdb -O steward placement'):
         'tests/multihost (Placement on PostgreSQL)',

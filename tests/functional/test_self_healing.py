@@ -19,11 +19,11 @@ import pytest
 
 from steward.common import context
 from steward.placement import handle
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional.lifecycle_stack import V26
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
-from tests.stack import free_port
-from tests.stack import wait_for
+from tests.fixtures.stack import free_port
+from tests.fixtures.stack import wait_for
 
 pytestmark = pytest.mark.slow
 

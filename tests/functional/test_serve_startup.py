@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.stack import free_port
+from tests.fixtures.stack import free_port
 
 pytestmark = pytest.mark.slow
 STEWARD = os.path.join(os.path.dirname(sys.executable), 'steward')

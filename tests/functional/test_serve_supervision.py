@@ -10,9 +10,9 @@ from prometheus_client import parser
 import pytest
 
 from steward.placement import handle
-from tests.stack import children
-from tests.stack import running_stack
-from tests.stack import wait_for
+from tests.fixtures.stack import children
+from tests.fixtures.stack import running_stack
+from tests.fixtures.stack import wait_for
 
 pytestmark = pytest.mark.slow
 RESTARTED = ('steward_healed_total', (('what', 'placement_restarted'),))

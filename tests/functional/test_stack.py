@@ -14,7 +14,7 @@ import httpx
 from prometheus_client import parser
 import pytest
 
-from tests.stack import running_stack, wait_for
+from tests.fixtures.stack import running_stack, wait_for
 
 pytestmark = pytest.mark.slow
 BIN = os.path.dirname(sys.executable)

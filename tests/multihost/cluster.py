@@ -1,7 +1,7 @@
 """A multi-host Steward deployment on one machine, for the multihost tests.
 
 Started here, each as its own process: a RabbitMQ node (rabbit.py), a database on
-the tests' PostgreSQL (tests/pg_fixture.py), the real Placement
+the tests' PostgreSQL (tests/fixtures/pg_fixture.py), the real Placement
 (steward.placement.embedded), ``steward db sync``, conductors, ``steward api``
 with several gunicorn workers, and one ``steward agent`` per host, each with its
 own configuration file, ``[DEFAULT] host`` and fake sysfs tree (the fake driver
@@ -31,11 +31,11 @@ import uuid
 import httpx
 
 from steward.placement import handle as embedded
-from tests import requirements
+from tests.fixtures import requirements
 from tests.multihost import mariadb
 from tests.multihost import pg
 from tests.multihost import rabbit
-from tests.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import make_pci
 
 BIN = os.path.dirname(sys.executable)
 PCI_VENDOR, PCI_PRODUCT = '10de', '1eb8'
@@ -195,7 +195,7 @@ def require(database='postgresql'):
     first missing server (RabbitMQ, then PostgreSQL or MariaDB)."""
     rabbit.require()
     if database == 'mysql':
-        from tests import mariadb_fixture
+        from tests.fixtures import mariadb_fixture
         if not mariadb_fixture.installed():
             requirements.need('mariadb', 'MariaDB server binaries are not installed')
     elif pg.server() is None:

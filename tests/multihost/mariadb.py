@@ -1,12 +1,12 @@
-"""A MariaDB server of the multi-host deployment's own (tests/mariadb_fixture.py),
+"""A MariaDB server of the multi-host deployment's own (tests/fixtures/mariadb_fixture.py),
 stopped and started by the database-restart tests, and a database on it. Not the
 per-process server of the ``db`` fixture: a restart here must not cut the
 functional tests' connections."""
 import tempfile
 import uuid
 
-from tests import mariadb_fixture
-from tests.stack import free_port
+from tests.fixtures import mariadb_fixture
+from tests.fixtures.stack import free_port
 
 
 def server():

@@ -1,10 +1,10 @@
-"""Stopping and starting the throw-away PostgreSQL of tests/pg_fixture.py, for the
+"""Stopping and starting the throw-away PostgreSQL of tests/fixtures/pg_fixture.py, for the
 database-restart tests, and a database of one's own on it."""
 import os
 import shlex
 import uuid
 
-from tests import pg_fixture
+from tests.fixtures import pg_fixture
 
 
 def server():

@@ -22,7 +22,7 @@ def installed():
 def require():
     """A test that needs a broker: ``need('rabbitmq')`` when it is not installed."""
     if not installed():
-        from tests import requirements
+        from tests.fixtures import requirements
         requirements.need('rabbitmq', 'rabbitmq-server is not installed '
                                       '(tools/system-packages.sh installs it)')
 

@@ -19,7 +19,7 @@ from steward.conf import (agent, api, compute, conductor, database, default, mde
                           nova, nvidia, nvme, pci, placement, upgrade_levels)
 from tests.multihost import cluster as cluster_mod
 from tests.multihost import rabbit
-from tests.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import make_pci
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GUIDE = os.path.join(ROOT, 'doc', 'multihost.md')

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from tests.multihost import cluster as cluster_mod
 from tests.multihost import flows
-from tests.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import make_pci
 
 pytestmark = pytest.mark.slow
 NEW_BDF = '0000:83:00.0'

@@ -12,7 +12,7 @@ devices land under Nova's provider named after the host (a report before Nova ma
 it is refused and retried on the next discovery cycle). Steward's ``[nova]`` points
 at Nova's API, served on a real port: events and the orphan check reach real Nova.
 
-Each compute host has two PCI functions (tests/sysfs_tree.py): ``LM_ADDRESS``
+Each compute host has two PCI functions (tests/fixtures/sysfs_tree.py): ``LM_ADDRESS``
 (product ``LM_PRODUCT``, tagged ``live_migratable`` in ``[pci] device_spec`` when
 this Steward knows the tag) and ``FIXED_ADDRESS`` (``FIXED_PRODUCT``, not tagged).
 """
@@ -29,7 +29,7 @@ from steward.drivers.pci import driver as pci_driver
 from tests.multihost import cluster as cluster_mod
 from tests.multihost import rabbit
 from tests.nova import series
-from tests.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import make_pci
 
 HOSTS = ('nova-c1', 'nova-c2')
 VENDOR = '10de'

@@ -11,8 +11,8 @@ import json
 import os
 import subprocess
 
-from tests import requirements
-from tests.stack import ROOT
+from tests.fixtures import requirements
+from tests.fixtures.stack import ROOT
 
 SCRIPT = os.path.join(ROOT, 'tools', 'nova-series.sh')
 VENV = os.path.join(ROOT, '.venv-nova')

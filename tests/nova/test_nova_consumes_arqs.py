@@ -30,11 +30,11 @@ import pytest
 
 from steward.api import microversion
 from steward.compute import domain_xml
-from tests import requirements
-from tests.mdev_tree import I915_TYPES, MTTY_TYPES, MdevTree
+from tests.fixtures import requirements
+from tests.fixtures.mdev_tree import I915_TYPES, MTTY_TYPES, MdevTree
 from tests.nova import series
-from tests.stack import running_stack
-from tests.sysfs_tree import make_sriov
+from tests.fixtures.stack import running_stack
+from tests.fixtures.sysfs_tree import make_sriov
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(series.XDIST_GROUP)]
 

@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-from tests import http_double
-from tests.stack import bind_instance, running_stack
+from tests.fixtures import http_double
+from tests.fixtures.stack import bind_instance, running_stack
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 microversion 2.3 and answers 406 above it: Nova still reads the bound ARQs (no
 microversion asked) and builds the guest, as the released Nova does.
 
-Cyborg runs as tests/cyborg_upstream.py runs it for the bench and the import tests
+Cyborg runs as tests/fixtures/cyborg_upstream.py runs it for the bench and the import tests
 (its functions are imported, not copied): .venv-cyborg with openstack-cyborg==17.0.0, a throw-away RabbitMQ, the
 embedded Placement, cyborg-conductor, cyborg-agent with upstream's fake driver and
 the API under gunicorn. The API's paste pipeline gets, in place of
@@ -19,10 +19,10 @@ import uuid
 import httpx
 import pytest
 
-from tests import requirements
+from tests.fixtures import requirements
 from tests.multihost import rabbit as rabbit_mod
 from tests.nova import series
-from tests.stack import free_port, wait_for
+from tests.fixtures.stack import free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(series.XDIST_GROUP)]
 
@@ -42,7 +42,7 @@ def factory(global_conf, **local_conf):
 
 @pytest.fixture(scope='module')
 def cyborg(tmp_path_factory, request):
-    from tests import cyborg_upstream as up
+    from tests.fixtures import cyborg_upstream as up
     if not rabbit_mod.installed():
         requirements.need('rabbitmq', 'rabbitmq-server is not installed')
     try:

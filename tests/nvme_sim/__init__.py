@@ -14,10 +14,10 @@ __all__ = ['BuildError', 'Controller', 'SimError', 'Simulation', 'simulation_for
 
 def simulation_for_test(path):
     """A Simulation under ``path``, or the test skipped (failed where nvme is
-    required: tests/requirements.py) when nvme-cli or the simulator's build is
+    required: tests/fixtures/requirements.py) when nvme-cli or the simulator's build is
     missing."""
     import shutil
-    from tests import requirements
+    from tests.fixtures import requirements
     if not shutil.which('nvme'):
         requirements.need('nvme', 'nvme-cli is not installed')
     try:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from steward.drivers.pci.sysfs import PciAddress
-from tests import sysfs_tree
+from tests.fixtures import sysfs_tree
 from tests.nvme_sim import build
 
 SPROG_SCALE = 65536

@@ -4,7 +4,7 @@ import pytest
 from steward.common import exception
 from steward.drivers.pci import device_spec
 from steward.drivers.pci import sysfs as pci_sysfs
-from tests.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import make_pci
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from steward.common import exception
 from steward.compute import domain_xml
 from steward.compute import handles
 from steward.compute import mdev
-from tests import requirements
+from tests.fixtures import requirements
 
 SCHEMAS = '/usr/share/libvirt/schemas'
 INSTANCE = '0b5b3a4e-6f0e-4a43-9b56-2d1f7d2c1e10'

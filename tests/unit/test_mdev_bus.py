@@ -8,7 +8,7 @@ import pytest
 
 from steward.drivers.mdev import bus as mdev_bus
 from steward.drivers.mdev.bus import MdevBusManager
-from tests.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
+from tests.fixtures.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
 GVT = '0000:00:02.0'
 

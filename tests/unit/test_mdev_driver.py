@@ -11,7 +11,7 @@ from steward.agent import drivers as driver_loader
 from steward.common import exception
 from steward.conf import mdev as mdev_conf
 from steward.drivers.mdev import driver as mdev
-from tests.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
+from tests.fixtures.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
 GVT = '0000:00:02.0'
 # The spec's cyborg.conf example, values exactly as written there (trailing comma).

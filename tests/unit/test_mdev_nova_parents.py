@@ -6,7 +6,7 @@ import json
 import logging
 
 from steward.drivers.mdev import driver as mdev
-from tests.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
+from tests.fixtures.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
 GVT = '0000:00:02.0'
 

@@ -12,8 +12,8 @@ from steward.conf import default
 from steward.conf import nvidia as nvidia_conf
 from steward.drivers.mdev import bus as mdev_bus
 from steward.drivers import nvidia_gpu
-from tests import sysfs_tree
-from tests.mdev_tree import MdevTree
+from tests.fixtures import sysfs_tree
+from tests.fixtures.mdev_tree import MdevTree
 
 T4 = {'vendor': '0x10de', 'product': '0x1eb8', 'cls': '0x030200'}       # 3D controller
 A10 = {'vendor': '0x10de', 'product': '0x2236', 'cls': '0x030200'}

@@ -81,7 +81,7 @@ def test_namespaces_from_sysfs_with_multipath_names(tmp_path):
 
 
 def test_controller_for_an_unbound_function_is_none(tmp_path):
-    from tests import sysfs_tree
+    from tests.fixtures import sysfs_tree
     sysfs_tree.make_pci(tmp_path, '0000:0a:00.0', '0x8086', '0x0a54', cls='0x010802',
                         driver='vfio-pci')
     assert nvme_sysfs.controller_for(str(tmp_path), '/dev', '0000:0a:00.0') is None

@@ -7,7 +7,7 @@ import pytest
 
 from steward.common import exception
 from steward.drivers.nvme import cli as nvme_cli
-from tests import requirements
+from tests.fixtures import requirements
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'nvme_fixtures')
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from steward.drivers.pci import sysfs as pci_sysfs
-from tests import requirements
+from tests.fixtures import requirements
 from tests.nvme_sim import BuildError, SimError, Simulation, build
 
 MiB = 2**20

@@ -12,7 +12,7 @@ from steward.conf import agent as agent_opts
 from steward.conf import default as default_opts
 from steward.conf import pci as pci_opts
 from steward.drivers.pci import driver as pci
-from tests.sysfs_tree import make_netdev, make_pci, make_sriov
+from tests.fixtures.sysfs_tree import make_netdev, make_pci, make_sriov
 
 VFS = ['0000:25:00.4', '0000:25:00.5', '0000:25:00.6']
 

@@ -24,7 +24,7 @@ import prometheus_client.metrics
 import pytest
 import yaml
 
-from tests.stack import free_port, running_stack
+from tests.fixtures.stack import free_port, running_stack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, 'etc', 'prometheus', 'steward-rules.yml')

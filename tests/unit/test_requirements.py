@@ -1,4 +1,4 @@
-"""tests/requirements.py: one way to skip for a missing dependency, and the
+"""tests/fixtures/requirements.py: one way to skip for a missing dependency, and the
 STEWARD_REQUIRE switch that turns those skips into failures."""
 import os
 import pathlib
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests import requirements
+from tests.fixtures import requirements
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from steward.common import rpc
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
-from tests import stack
+from tests.fixtures import stack
 from tests.functional import conductor_fixtures as cf
 from tests.functional.api.conftest import make_profile
 from tests.multihost import rabbit

@@ -11,10 +11,10 @@ from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import migration
 from steward.db import session
-from tests import mariadb_fixture
-from tests import requirements
+from tests.fixtures import mariadb_fixture
+from tests.fixtures import requirements
 from tests.functional import conductor_fixtures as cf
-from tests.stack import free_port
+from tests.fixtures.stack import free_port
 
 
 def _unavailable(r):

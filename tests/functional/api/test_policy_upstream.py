@@ -1,7 +1,7 @@
 """Steward's policy defaults against upstream Cyborg 17.0.0's, rule for rule.
 
 Upstream's rules come from openstack-cyborg 17.0.0 itself, installed in its own
-venv (tests/side_venv.py, ``.venv-cyborg``, the one bench/upstream_cyborg.py runs),
+venv (tests/fixtures/side_venv.py, ``.venv-cyborg``, the one bench/upstream_cyborg.py runs),
 read through the ``oslo.policy.policies`` namespace ``cyborg.api`` exactly as
 ``oslopolicy-sample-generator --namespace cyborg.api`` reads it. Steward's come
 through its own namespace ``steward`` the same way. For every upstream rule name
@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from steward.common import policy as defaults
-from tests import requirements
-from tests import side_venv
+from tests.fixtures import requirements
+from tests.fixtures import side_venv
 
 # The rules as the sample generator sees them: {name: fields}.
 _DUMP = r'''

@@ -2,12 +2,12 @@
 instance of an engine, a transport, a policy enforcer, a metrics registry or
 family, or a client. Each command's composition root (steward/cmd/root.py) builds
 those and hands them down. The scan is ``ast`` over every module (the modules of
-tests/unit/test_import_cycles.py); what is kept on purpose is listed in ALLOWED,
+tests/unit/structure/test_import_cycles.py); what is kept on purpose is listed in ALLOWED,
 each entry with its reason."""
 import ast
 import re
 
-from tests.unit.test_import_cycles import _modules
+from tests.unit.structure.test_import_cycles import _modules
 
 # Calls that build wiring: SQLAlchemy engines and session factories, oslo.messaging
 # transports, servers and clients, oslo.policy enforcers, prometheus registries and

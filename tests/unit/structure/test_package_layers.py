@@ -1,6 +1,6 @@
 """No cycle between steward's packages, and the layers the tree keeps.
 
-The module graph is tests/unit/test_import_cycles.py's (every import ``ast`` finds,
+The module graph is tests/unit/structure/test_import_cycles.py's (every import ``ast`` finds,
 lazy ones included), collapsed to packages: ``steward.<first component>``, so a
 top-level module (steward/process.py, steward/metrics.py, ...) is a package of its
 own. Modules can be acyclic while their packages are not (a -> b.x, b.x -> a.y):
@@ -9,8 +9,8 @@ import ast
 import pathlib
 
 import steward
-from tests.unit.test_import_cycles import find_cycles
-from tests.unit.test_import_cycles import import_graph
+from tests.unit.structure.test_import_cycles import find_cycles
+from tests.unit.structure.test_import_cycles import import_graph
 
 # package: (the packages it may import, why). Nothing of steward's but these (and
 # itself); the rest of the tree may import them freely.

@@ -13,7 +13,7 @@ import steward
 from steward import metrics
 from steward.conductor import deps as conductor_deps
 from steward.conductor.manager import ConductorManager
-from tests.unit.test_import_cycles import import_graph
+from tests.unit.structure.test_import_cycles import import_graph
 
 STEWARD = pathlib.Path(steward.__file__).parent
 CONDUCTOR = STEWARD / 'conductor'

@@ -7,8 +7,8 @@ with ``[nvme] device_spec`` and reads them from PCI sysfs, the mdev driver's par
 are PCI functions, the NVIDIA GPU driver offers mdevs. So ``pci`` imports no other
 driver, and a driver imports only those below it here: a change to the NVMe driver
 can then never break the PCI or mdev driver. The module graph is
-tests/unit/test_import_cycles.py's."""
-from tests.unit.test_import_cycles import import_graph
+tests/unit/structure/test_import_cycles.py's."""
+from tests.unit.structure.test_import_cycles import import_graph
 
 SHARED = {'base', 'objects', 'cleanup_job'}
 # driver: (the drivers it may import, why).

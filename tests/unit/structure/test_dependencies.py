@@ -12,7 +12,7 @@ import re
 import sys
 import tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 # Declared but never imported by name, each for a reason.
 USED_WITHOUT_IMPORT = {
@@ -23,13 +23,13 @@ USED_WITHOUT_IMPORT = {
     'python-openstackclient', 'osc-placement', 'python-cyborgclient',
     # pytest plugins, loaded by pytest itself.
     'pytest-xdist',
-    # Imported through tests/requirements.need_import('libvirt', ...).
+    # Imported through tests/fixtures/requirements.need_import('libvirt', ...).
     'libvirt-python',
     # Programs run by tools/lint.sh and tests/unit/test_lint.py (ruff), and
     # tests/unit/test_releasenotes.py and `tox -e releasenotes` (reno).
     'ruff', 'reno',
 }
-# Imported by code that runs in another interpreter: tests/side_venv.py's
+# Imported by code that runs in another interpreter: tests/fixtures/side_venv.py's
 # virtualenvs (Nova, an upstream Cyborg), not this one.
 SIDE_VENV_IMPORTS = {'nova', 'cyborg'}
 

@@ -10,7 +10,7 @@ f-string or a concatenation too).
 """
 import ast
 
-from tests.unit.test_import_cycles import _modules
+from tests.unit.structure.test_import_cycles import _modules
 
 LAYER = 'steward.placement'
 WRITE_METHODS = frozenset({'PUT', 'POST', 'DELETE', 'PATCH'})
