@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from steward.agent import drivers as agent_drivers
-from tests import placement_fixture
+from tests.fixtures import placement_fixture
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / 'doc' / 'contributor' / 'drivers.md'
