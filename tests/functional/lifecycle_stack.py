@@ -9,6 +9,7 @@ address) and its cleanup succeeds, fails or blocks on demand.
         st = life.start()               # conductor + agent (init_host, one discovery)
         dev = st.device()               # the API's view at 2.6
 """
+import contextlib
 import json
 import threading
 import uuid
@@ -31,6 +32,15 @@ from tests.fixtures.stack import wait_for
 
 V26 = {'OpenStack-API-Version': 'accelerator 2.6'}
 RC = 'CUSTOM_NVME_8086_0A54'
+# [conductor] agent_ping_timeout. A live agent answers the conductor's ping in
+# milliseconds (<= 21 ms seen at load average 6 on 2 cores), but a busy machine can
+# stall any thread for longer than a short timeout, and a live agent taken for dead
+# leaves its released device allocated: the value only bounds a hang, as
+# tests/stack.py wait_for's 30 s does.
+PING_TIMEOUT = 30.0
+# While a test has no agent answering (LifeEnv.agent_unreachable) the ping can only
+# time out: its timeout is then just the time each attempt costs.
+NO_ANSWER_PING_TIMEOUT = 0.5
 
 
 def nvme_device(host, address, serial='SN-1', nqn='nqn.2014-08.org.example:ctrl-1',
@@ -254,9 +264,20 @@ class LifeEnv:
         self.conf, self.database, self.transport = conf, database, transport
         self.host = placement_fixture.unique_name('life-host')
         self.driver = CleanableDriver(conf, self.host)
-        # Small so that an unreachable agent costs the tests little.
-        conf.set_override('agent_ping_timeout', 0.5, group='conductor')
+        conf.set_override('agent_ping_timeout', PING_TIMEOUT, group='conductor')
         self.stacks = []
+
+    @contextlib.contextmanager
+    def agent_unreachable(self):
+        """For a test whose host has no agent (after kill_agent): the conductor's
+        pings cannot be answered, so they give up quickly; start the agent again
+        only after leaving the block."""
+        self.conf.set_override('agent_ping_timeout', NO_ANSWER_PING_TIMEOUT,
+                               group='conductor')
+        try:
+            yield
+        finally:
+            self.conf.set_override('agent_ping_timeout', PING_TIMEOUT, group='conductor')
 
     def start(self, agent=True, placement_url=None):
         st = LifeStack(self.conf, self.host, self.driver, self.database, self.transport,

@@ -60,7 +60,8 @@ def test_agent_down_at_unbind_the_device_stays_allocated_until_its_agent_starts(
     rp = st.deployable(dev)['rp_uuid']
     inst, arq = st.bind(dev)
     st.kill_agent()
-    with caplog.at_level(logging.WARNING, logger='steward.conductor'):
+    with life.agent_unreachable(), caplog.at_level(logging.WARNING,
+                                                   logger='steward.conductor'):
         st.release(inst)
     held = st.device(dev['uuid'])
     assert held['device_state'] == 'allocated'
@@ -171,15 +172,17 @@ def test_a_missed_release_is_cleaned_once_its_agent_answers(life, conf, caplog):
     dev = st.device()
     inst, _ = st.bind(dev)
     st.kill_agent()
-    st.release(inst)
-    assert st.device(dev['uuid'])['device_state'] == 'allocated'
-    with caplog.at_level(logging.WARNING, logger='steward.conductor'):
-        st.conductor.start()
-        # Unreachable: asked again each interval, still allocated and reserved.
-        wait_for(lambda: len([r for r in caplog.records
-                              if 'is unreachable' in r.getMessage()]) >= 3,
-                 'the periodic task to try again')
+    with life.agent_unreachable():
+        st.release(inst)
         assert st.device(dev['uuid'])['device_state'] == 'allocated'
+        with caplog.at_level(logging.WARNING, logger='steward.conductor'):
+            st.conductor.start()
+            # Unreachable: asked again each interval, still allocated and reserved.
+            wait_for(lambda: len([r for r in caplog.records
+                                  if 'is unreachable' in r.getMessage()]) >= 3,
+                     'the periodic task to try again')
+            assert st.device(dev['uuid'])['device_state'] == 'allocated'
+    with caplog.at_level(logging.WARNING, logger='steward.conductor'):
         st.start_agent(recover=False, discover=False)
         assert st.wait_state(dev['uuid'], ('available', 'error'))[
             'device_state'] == 'available'

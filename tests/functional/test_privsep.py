@@ -193,7 +193,7 @@ def test_daemon_started_by_helper_command_is_fenced_in_the_same_way(sim, conf):
     assert st['NoNewPrivs'] == '1'
     privsep.nvme_admin.stop()
     stack.wait_for(lambda: not alive(daemons[0]),
-                   'the helper daemon to die with its channel', timeout=5)
+                   'the helper daemon to die with its channel')
 
 
 def test_a_daemon_dies_with_its_agent_killed(tmp_path):
@@ -403,7 +403,7 @@ def test_serve_as_nobody_cleans_an_nvme_device_through_its_privsep_daemons():
         proc.wait()
         pids = [int(c['Pid']) for c in daemons.values()]
         stack.wait_for(lambda: not any(alive(p) for p in pids),
-                       'the privsep daemons to die with the agent', timeout=5)
+                       'the privsep daemons to die with the agent')
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()

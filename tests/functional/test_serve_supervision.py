@@ -30,7 +30,9 @@ def _placement_child(st):
 def _answering_pid(st):
     """The pid header of whoever answers GET / on the Placement port, or None."""
     try:
-        r = httpx.get(st.placement_url + '/', timeout=2)
+        # Not 2 s: its first call is a single look, and a loaded machine can take
+        # longer to answer; a dead child refuses at once whatever the timeout.
+        r = httpx.get(st.placement_url + '/', timeout=30)
     except httpx.HTTPError:
         return None
     return r.headers.get(handle.PID_HEADER)

@@ -302,7 +302,11 @@ class Cluster:
         # An agent has no database: its conductor writes for it.
         del conf['database']
         # A report lost in a broker restart is retried on the next cycle; waiting
-        # the default 60 s for its reply only delays that.
+        # the default 60 s for its reply only delays that. Only this agent's calls
+        # to the conductor wait this long (the API's binds and calls keep their 60 s
+        # defaults), and one that expires under load delays, it does not fail: the
+        # conductor still runs the delivered call, a report is sent again next
+        # cycle, and every test waits on the state that results (wait_for).
         conf['DEFAULT']['rpc_response_timeout'] = 15
         conf['DEFAULT']['sysfs_root'] = str(root)
         conf['agent'] = {'enabled_drivers': drivers,
@@ -388,8 +392,11 @@ class Cluster:
         name = f'agent-{host}'
         conf = self.common_conf(name, host)
         del conf['database']
-        conf['DEFAULT'].update({'rpc_response_timeout': 15,
-                                'sysfs_root': sim.sysfs_root, 'dev_root': sim.dev_root})
+        # rpc_response_timeout: the default 60 s, not agent_conf's 15 s: this agent
+        # cleans, and a device_cleanup_start whose answer a busy conductor sends
+        # late would leave the device cleaning with nobody at work. No broker
+        # restarts while it runs, so the shorter wait would buy nothing.
+        conf['DEFAULT'].update({'sysfs_root': sim.sysfs_root, 'dev_root': sim.dev_root})
         conf['agent'] = {'enabled_drivers': 'nvme',
                          'discovery_interval': DISCOVERY_INTERVAL}
         conf['nvme'] = {'device_spec': json.dumps({'vendor_id': vendor_id}),

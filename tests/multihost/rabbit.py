@@ -183,8 +183,11 @@ class RabbitServer:
         """Consumers on ``queue`` (0 when it does not exist): how a test knows a
         service has reconnected and re-declared its queue."""
         import kombu
+        # connect_timeout: callers poll this until a count is right, most without
+        # catching errors; a broker that is down refuses at once, a loaded one can
+        # take more than 2 s to finish a handshake.
         with kombu.Connection(f'amqp://{self.user}:{self.password}@{self.host}:'
-                              f'{self.port}//', connect_timeout=2) as conn:
+                              f'{self.port}//', connect_timeout=30) as conn:
             channel = conn.channel()
             try:
                 _name, _messages, consumers = channel.queue_declare(queue=queue,

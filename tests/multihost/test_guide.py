@@ -185,7 +185,7 @@ def test_guide_blocks_start_as_printed(guide_services):
     # The API as printed: every address, tokens checked with Keystone.
     cluster.wait_for(lambda: httpx.get(f'{api_url}/v2', timeout=5).status_code == 200,
                      'the guide API answering')
-    r = httpx.get(f'{api_url}/v2/devices', timeout=5)
+    r = httpx.get(f'{api_url}/v2/devices', timeout=30)   # one answer, not a poll
     assert r.status_code == 401 and r.json()['error_code'] == 'cyb.auth.unauthenticated'
     # The guide agent's device, registered by a conductor, is offered in Placement.
     def offered():
