@@ -36,7 +36,7 @@ RC = 'CUSTOM_NVME_8086_0A54'
 # milliseconds (<= 21 ms seen at load average 6 on 2 cores), but a busy machine can
 # stall any thread for longer than a short timeout, and a live agent taken for dead
 # leaves its released device allocated: the value only bounds a hang, as
-# tests/stack.py wait_for's 30 s does.
+# tests/fixtures/stack.py wait_for's 30 s does.
 PING_TIMEOUT = 30.0
 # While a test has no agent answering (LifeEnv.agent_unreachable) the ping can only
 # time out: its timeout is then just the time each attempt costs.
