@@ -24,10 +24,17 @@ URL = '/v2/accelerator_requests'
 
 
 @pytest.fixture
-def toy_site(tmp_path):
+def toy_site(tmp_path, monkeypatch):
     """A directory on sys.path holding the page's module and the dist-info that
     declares it under steward.drivers, as ``pip install`` of a driver leaves it;
-    sys.path and sys.modules are restored after."""
+    sys.path and sys.modules are restored after. stevedore reads entry points
+    through a cache of its own, in memory and in ~/.cache, that a long test
+    process (and earlier runs) filled: a fresh one, in this test's directory, is
+    what an agent started after the install reads (CI once said "unknown driver
+    'toy'" here)."""
+    from stevedore import _cache
+    monkeypatch.setattr(_cache, 'get_group_all',
+                        _cache.Cache(str(tmp_path / 'entrypoints')).get_group_all)
     ((filename, code),) = MODULE_BLOCK.findall(DOC.read_text())
     module = filename.removesuffix('.py')
     site = tmp_path / 'site'
