@@ -28,13 +28,17 @@ def toy_site(tmp_path, monkeypatch):
     """A directory on sys.path holding the page's module and the dist-info that
     declares it under steward.drivers, as ``pip install`` of a driver leaves it;
     sys.path and sys.modules are restored after. stevedore reads entry points
-    through a cache of its own, in memory and in ~/.cache, that a long test
-    process (and earlier runs) filled: a fresh one, in this test's directory, is
-    what an agent started after the install reads (CI once said "unknown driver
-    'toy'" here)."""
+    through two caches of its own that a long test process (and earlier runs)
+    filled: the file cache in ~/.cache and ExtensionManager's class-wide
+    ENTRY_POINT_CACHE, which keeps a namespace's list from the first load in the
+    process (CI said "unknown driver 'toy'" here after another test of the same
+    worker had loaded a driver). Fresh ones, in this test's directory, are what an
+    agent started after the install reads."""
     from stevedore import _cache
+    from stevedore import extension
     monkeypatch.setattr(_cache, 'get_group_all',
                         _cache.Cache(str(tmp_path / 'entrypoints')).get_group_all)
+    monkeypatch.setattr(extension.ExtensionManager, 'ENTRY_POINT_CACHE', {})
     ((filename, code),) = MODULE_BLOCK.findall(DOC.read_text())
     module = filename.removesuffix('.py')
     site = tmp_path / 'site'
