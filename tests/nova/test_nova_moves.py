@@ -260,6 +260,33 @@ def migration(cloud, sid):
     return sorted(r.json()['migrations'], key=lambda m: m['created_at'])[-1]
 
 
+FINAL = ('completed', 'error', 'failed', 'cancelled')
+
+
+def migration_ids(cloud, sid):
+    with cloud.nova_client() as nova:
+        r = nova.get('/os-migrations', params={'instance_uuid': sid})
+    assert r.status_code == 200, r.text
+    return {m['id'] for m in r.json()['migrations']}
+
+
+def migration_ended(cloud, sid, before):
+    """The migration record started after ``before`` (the ids there were) once it
+    reached a final status. Nova's action events are not enough to know a live
+    migration has ended: the conductor's event finishes when it has cast the move
+    to the source compute, whose own event only starts when the cast arrives, so
+    for a moment every event there is has finished (a test that let the fake
+    hypervisor succeed again in that moment saw its "failing" migration complete)."""
+    def ended():
+        with cloud.nova_client() as nova:
+            r = nova.get('/os-migrations', params={'instance_uuid': sid})
+        assert r.status_code == 200, r.text
+        new = [m for m in r.json()['migrations'] if m['id'] not in before]
+        newest = max(new, key=lambda m: m['id'], default=None)
+        return newest if newest and newest['status'] in FINAL else None
+    return cloud_mod.wait_until(ended, bool, f'the migration of {sid} ended')
+
+
 def failed_events(cloud, sid, name):
     """The details of the failed events of the server's instance action ``name``
     (compute API 2.84 and later show them)."""
@@ -398,16 +425,18 @@ def test_live_migrate_rolled_back(cloud, lm_server):
     dest = other(source)
     require('LIVE_MIGRATION')
     kept = arqs(cloud, sid)[0]['uuid']
+    before = migration_ids(cloud, sid)
     cloud.nova.fail_live_migrations(True)
     try:
         r = live_migrate(cloud, sid, dest)
         assert r.status_code == 202, r.text
-        cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
-                             bool, 'the live migration rolled back')
+        ended = migration_ended(cloud, sid, before)
     finally:
         cloud.nova.fail_live_migrations(False)
+    assert ended['status'] in ('error', 'failed'), (ended, cloud.logs_tail())
+    cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
+                         bool, 'the live migration rolled back')
     wait_server(cloud, sid, 'ACTIVE')
-    assert migration(cloud, sid)['status'] in ('error', 'failed')
     assert_placed(cloud, sid, source, flavor)
     assert arqs(cloud, sid)[0]['uuid'] == kept
 
@@ -418,13 +447,16 @@ def test_live_migrate_live_migratable(cloud, lm_server):
     sid, source, flavor = lm_server['sid'], lm_server['host'], lm_server['flavor']
     dest = other(source)
     require('LIVE_MIGRATION')
+    before = migration_ids(cloud, sid)
     r = live_migrate(cloud, sid, dest)
     assert r.status_code == 202, r.text
+    ended = migration_ended(cloud, sid, before)
     # The instance reaches the destination before the source's part ends (which
     # releases the source's ARQs): done when Nova's action says so.
     events = cloud_mod.wait_until(lambda: action_finished(cloud, sid, 'live-migration'),
                                   bool, 'the live migration finished')
-    assert {e['result'] for e in events} == {'Success'}, events
+    assert ended['status'] == 'completed' and {e['result'] for e in events} == {
+        'Success'}, (ended, events, cloud.logs_tail())
     wait_server(cloud, sid, 'ACTIVE')
     assert_placed(cloud, sid, dest, flavor)
     lm_server.update(host=dest)
