@@ -211,11 +211,12 @@ def _api_request(scope, app):
     """The handler's view of the request, built from the scope (the body was
     read, raw, by ApiMiddleware so that JSON errors are ours: no framework
     422s, no pydantic)."""
-    host = None
+    host = content_type = None
     for name, value in scope['headers']:
-        if name == b'host':
+        if name == b'host' and host is None:
             host = value.decode('latin-1')
-            break
+        elif name == b'content-type' and content_type is None:
+            content_type = value.decode('latin-1')
     if host is None:
         server = scope.get('server') or ('localhost', None)
         host = f'{server[0]}:{server[1]}' if server[1] else str(server[0])
@@ -226,7 +227,7 @@ def _api_request(scope, app):
         body=scope.get('steward.body', b''), conductor=app.conductor,
         scheme=scope.get('scheme', 'http'), host=host,
         root_path=scope.get('root_path', ''), database=app.database,
-        metrics=app.metrics, policy=app.policy)
+        metrics=app.metrics, policy=app.policy, content_type=content_type)
 
 
 # How many handlers run at once, on SQLite. Its writers are serial (one lock per

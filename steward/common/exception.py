@@ -188,6 +188,14 @@ class FeatureNotAvailable(StewardError):
     message = '%(feature)s needs microversion %(needed)s or later; %(served)s was requested.'
 
 
+# 415 ------------------------------------------------------------------------------
+class UnsupportedMediaType(StewardError):
+    status = 415
+    code = 'cyb.request.unsupported_media_type'
+    message = ('The media type %(media_type)s is not supported, use application/json '
+               '(UTF-8).')
+
+
 # 409/423 --------------------------------------------------------------------------
 class Conflict(StewardError):
     status = 409

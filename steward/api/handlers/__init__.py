@@ -17,6 +17,11 @@ from steward.common import exception
 from steward.conf import CONF
 
 JSON_TYPE = 'application/json'
+# The media types upstream Cyborg decodes as JSON (WSME's restjson); it answers
+# 415 to any other, as Placement does. A charset, if given, must be UTF-8: the
+# only encoding JSON has between systems (RFC 8259 section 8.1).
+JSON_MEDIA_TYPES = frozenset({JSON_TYPE, 'text/javascript', 'application/javascript'})
+UTF8_NAMES = frozenset({'utf-8', 'utf8'})
 # Deeper than any body the API takes (a device profile is four levels). Below the
 # decoder's own limit, a deep document would still make the schema validator, the
 # RPC serializer or the database driver recurse past Python's limit (a 500).
@@ -46,6 +51,20 @@ def _check_document(document):
             _check_text(value)
 
 
+def check_media_type(content_type):
+    """Refuse (415) a body whose Content-Type is missing, not JSON, or names
+    another charset than UTF-8. ``content_type`` is the raw header value or None."""
+    media, _, params = (content_type or '').partition(';')
+    media = media.strip().lower()
+    if media not in JSON_MEDIA_TYPES:
+        raise exception.UnsupportedMediaType(media_type=media or 'none')
+    for param in params.split(';'):
+        name, _, value = param.partition('=')
+        if (name.strip().lower() == 'charset'
+                and value.strip().strip('"').lower() not in UTF8_NAMES):
+            raise exception.UnsupportedMediaType(media_type=content_type.strip())
+
+
 def _check_text(text):
     try:
         text.encode('utf-8')
@@ -56,17 +75,20 @@ def _check_text(text):
 class ApiRequest:
     """What a handler sees of a request."""
 
-    __slots__ = ('ctx', 'version', 'method', 'params', 'query', 'body', 'conductor',
-                 'database', 'metrics', 'policy', '_scheme', '_host', '_root_path', '_base_url')
+    __slots__ = ('ctx', 'version', 'method', 'params', 'query', 'body', 'content_type',
+                 'conductor', 'database', 'metrics', 'policy', '_scheme', '_host',
+                 '_root_path', '_base_url')
 
     def __init__(self, ctx, version, method, params, query, body, conductor,
-                 scheme, host, root_path, database=None, metrics=None, policy=None):
+                 scheme, host, root_path, database=None, metrics=None, policy=None,
+                 content_type=None):
         self.ctx = ctx
         self.version = version
         self.method = method
         self.params = params
         self.query = query          # the raw query string (bytes)
         self.body = body            # bytes
+        self.content_type = content_type    # the raw header, or None
         self.conductor = conductor  # steward.conductor.rpcapi.ConductorAPI
         self.database = database    # steward.db.session.Database (reads, profiles)
         self.metrics = metrics      # steward.metrics.Metrics (the bind histogram)
@@ -89,9 +111,10 @@ class ApiRequest:
     def json(self):
         """The body as JSON; 400 when it is missing, not JSON (strict: UTF-8, no NaN
         or Infinity, no lone surrogate, no integer of thousands of digits) or nested
-        deeper than MAX_BODY_DEPTH."""
+        deeper than MAX_BODY_DEPTH; 415 when it is not sent as JSON."""
         if not self.body or not self.body.strip():
             raise exception.SchemaViolation(reason='a JSON request body is required')
+        check_media_type(self.content_type)
         try:
             # UTF-8 only (RFC 8259), a BOM tolerated: json.loads would guess
             # UTF-16 and UTF-32 from the bytes.

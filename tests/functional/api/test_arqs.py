@@ -84,7 +84,8 @@ def test_create_messages(client, dp):
     assert "'device_profile_name' is a required property" in r.json()['error_message']
     r = client.post(URL, content=b'')
     assert r.status_code == 400 and 'body is required' in r.json()['error_message']
-    r = client.post(URL, content=b'{"device_profile_name": ')
+    r = client.post(URL, content=b'{"device_profile_name": ',
+                    headers={'Content-Type': 'application/json'})
     assert r.status_code == 400
     assert r.json()['error_message'] == 'Request is not in valid JSON format.'
 

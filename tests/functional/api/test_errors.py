@@ -139,6 +139,9 @@ def test_adversarial_bodies_are_clean_4xx_everywhere(client, seed, database, bod
     """Any depth, size, encoding or content type: a 4xx with a stable code on every
     route that takes a body, never a 5xx, and nothing changed."""
     headers = {'Content-Type': content_type} if content_type else {}
+    if content_type != 'application/json':
+        # Not sent as JSON: refused for that before the body is read.
+        code = 'cyb.request.unsupported_media_type'
     before = snapshot(database)
     for method, path in _body_routes(seed):
         r = client.request(method, path, content=body, headers=headers)
@@ -147,6 +150,32 @@ def test_adversarial_bodies_are_clean_4xx_everywhere(client, seed, database, bod
         assert r.json()['error_code'].startswith('cyb.'), r.text
         if code is not None:
             assert r.json()['error_code'] == code, (method, path, r.text)
+    assert snapshot(database) == before
+
+
+@pytest.mark.parametrize('content_type,status', [
+    ('application/json', 400), ('Application/JSON; charset="UTF-8"', 400),
+    ('application/json;charset=utf8', 400), ('text/javascript', 400),
+    ('application/javascript', 400),
+    ('application/x-www-form-urlencoded', 415), ('text/plain', 415),
+    ('application/json-patch+json', 415), ('application/json; charset=latin-1', 415),
+    ('application/xml', 415), ('', 415), (None, 415)])
+def test_bodies_are_taken_as_json_only(client, seed, database, content_type, status):
+    """A body sent under another media type than JSON's (curl -d sends a form's),
+    or in another charset than UTF-8, is refused with 415 as upstream Cyborg and
+    Placement refuse it, before it is read; the JSON types upstream accepts reach
+    the decoder (here: an empty object, which no route takes: 400)."""
+    headers = {'Content-Type': content_type} if content_type is not None else {}
+    before = snapshot(database)
+    for method, path in _body_routes(seed):
+        r = client.request(method, path, content=b'{}', headers=headers)
+        assert r.status_code == status, (method, path, r.text)
+        if status == 415:
+            media = (content_type or '').split(';')[0].strip().lower() or 'none'
+            assert r.json()['error_code'] == 'cyb.request.unsupported_media_type'
+            assert media in r.json()['error_message'], r.text
+        else:
+            assert r.json()['error_code'] != 'cyb.request.unsupported_media_type'
     assert snapshot(database) == before
 
 

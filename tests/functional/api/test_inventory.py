@@ -191,7 +191,8 @@ def test_program_errors(client, seed):
                         json=PROGRAM).status_code == 400
     r = client.patch(f'/v2/deployables/{MISSING}/program', json=PROGRAM)
     assert r.status_code == 404
-    assert client.patch(f'/v2/deployables/{dep}/program', content=b'{').status_code == 400
+    assert client.patch(f'/v2/deployables/{dep}/program', content=b'{',
+                        headers={'Content-Type': 'application/json'}).status_code == 400
     r = client.patch(f'/v2/deployables/{dep}/program', json=PROGRAM, headers=MANAGER)
     assert r.status_code == 403
 
