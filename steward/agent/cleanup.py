@@ -3,9 +3,10 @@ locked-in action -> available or error, one device at a time per device, several
 devices at once.
 
 * Work runs in a futurist thread pool (``MAX_WORKERS`` cleanups at once per host);
-  a supervisor thread per request waits with ``future.result(timeout=[nvme]
-  cleanup_timeout)``, counted from the moment the cleanup really starts (device
-  lock taken, device in cleaning), not from when it was queued.
+  a supervisor thread per request waits for it until ``[nvme] cleanup_timeout``,
+  counted from the moment the cleanup really starts (device lock taken, device in
+  cleaning), not from when it was queued; the option is read again every second,
+  so a reload applies to the cleanups running.
 * A per-device lock: a second request for a device being cleaned waits for the
   first (it will then find the device no longer pending_cleaning and do nothing).
 * A timeout cancels the job (the driver stops at its next check: sanitize cannot be
@@ -18,6 +19,7 @@ devices at once.
 import concurrent.futures
 import logging
 import threading
+import time
 
 import futurist
 
@@ -28,6 +30,8 @@ from steward.drivers import cleanup_job
 LOG = logging.getLogger(__name__)
 
 MAX_WORKERS = 8
+# How often a supervisor reads [nvme] cleanup_timeout again.
+RECHECK_SECONDS = 1.0
 
 
 class CleanupExecutor:
@@ -104,10 +108,10 @@ class CleanupExecutor:
             while not started.wait(0.2):
                 if future.done():
                     break
-            timeout = self.timeout()
             try:
-                result = future.result(timeout=timeout)
+                result = self._result_by_deadline(future, state)
             except (concurrent.futures.TimeoutError, futurist.CancelledError) as err:
+                timeout = state.get('timeout')
                 job = state.get('job')
                 if isinstance(err, futurist.CancelledError) or job is None:
                     return
@@ -147,6 +151,22 @@ class CleanupExecutor:
             LOG.exception('device %s: cleanup supervision failed', device_uuid)
         finally:
             self._forget()
+
+    def _result_by_deadline(self, future, state):
+        """future.result() by [nvme] cleanup_timeout from now, the option read again
+        every RECHECK_SECONDS: a reload that raises it saves a long zeroing from
+        error, one that lowers it ends a hung cleanup, for the cleanups running too.
+        Raises concurrent.futures.TimeoutError past the deadline, the timeout that
+        struck in ``state['timeout']``."""
+        began = time.monotonic()
+        while True:
+            state['timeout'] = timeout = self.timeout()
+            left = began + timeout - time.monotonic()
+            try:
+                return future.result(timeout=max(0.0, min(left, RECHECK_SECONDS)))
+            except concurrent.futures.TimeoutError:
+                if left <= RECHECK_SECONDS:
+                    raise
 
     def _forget(self):
         with self._locks_guard:

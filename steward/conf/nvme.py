@@ -14,7 +14,9 @@ opts = [
                          'size in bytes of the one namespace every cleanup leaves; '
                          'default: the one the device had at discovery).'),
     cfg.IntOpt('cleanup_timeout', default=900, min=1, mutable=True,
-               help='Seconds one cleanup may take before the device goes to error.'),
+               help='Seconds one cleanup may take before the device goes to error, '
+                    'counted from its start. A reload applies it to the cleanups '
+                    'running too.'),
     cfg.StrOpt('nvme_cli', default='nvme',
                help='The nvme-cli binary (a name on PATH or a path).'),
     cfg.StrOpt('blkdiscard', default='blkdiscard',

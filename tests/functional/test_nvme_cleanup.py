@@ -247,15 +247,24 @@ def test_sanitize_ending_in_sstat_failed(nvme):
 
 
 def test_cleanup_timeout_with_a_hung_sanitize(nvme):
-    # Long enough for the steps before the sanitize on a loaded test host, so the
-    # timeout strikes while the hung sanitize is being polled.
-    nvme.conf.set_override('cleanup_timeout', 3, group='nvme')
+    """The controller's sanitize hangs at 43 %; the operator lowers [nvme]
+    cleanup_timeout (a reload applies it to the cleanups running): the cleanup
+    ends in error with the step it was stuck in, and a re-clean waits for the
+    stuck sanitize rather than starting a second one. The timeout is lowered once
+    the agent has reported polling the hung sanitize, so however slow the steps
+    before it, it strikes there."""
     ctrl = nvme.sim.add_controller(sanitize_seconds=0.3)
     st = nvme.start()
     dev = st.device()
     inst = _allocated(st, dev, ctrl)
     ctrl.inject_sanitize_hang(progress=0.43)
     st.release(inst)
+    deadline = time.monotonic() + 120
+    while not any(r['status'] == 'running' and r['progress'] == 43
+                  for r in st.records(dev['uuid'])):
+        assert time.monotonic() < deadline, st.records(dev['uuid'])
+        time.sleep(0.05)
+    nvme.conf.set_override('cleanup_timeout', 1, group='nvme')
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'
     _assert_quarantined(st, dev, 'cyb.cleanup.deadline_exceeded')
     rec = st.records(dev['uuid'])[0]

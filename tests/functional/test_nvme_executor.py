@@ -154,10 +154,18 @@ def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(databa
 
 
 def test_timeout_cancels_and_the_device_goes_to_error(database, conductor):
+    """[nvme] cleanup_timeout lowered under a running cleanup (a reload) ends it
+    once it is past: the job cancelled, the device in error with the step it was
+    in. Lowered once the driver reported its progress, so it strikes there however
+    slow the machine."""
     driver = GatedDriver()                           # never opened: only the timeout ends it
-    ex = _executor(conductor, driver, timeout=1)
+    timeout = [3600]
+    ex = cleanup.CleanupExecutor(ConductorAPI(conductor), [driver], HOST,
+                                 timeout=lambda: timeout[0])
     dev = _device(database)
     supervisor = ex.submit({'uuid': dev})
+    driver.wait_until(lambda d: d.holding == 1, 'the cleanup never reported progress')
+    timeout[0] = 1
     supervisor.join(60)
     assert not supervisor.is_alive()
     assert _state(database, dev) == 'error'
