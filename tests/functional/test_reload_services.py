@@ -57,7 +57,7 @@ def test_conductor_and_agent_reload_on_sighup(tmp_path, broker, placement):
     sim.add_controller(address='0000:0a:00.0')
     metrics_port = rabbit.free_port()
     metrics = f'http://127.0.0.1:{metrics_port}/metrics'
-    common = {'transport_url': broker.url(), 'rpc_response_timeout': 15}
+    common = {'transport_url': broker.url()}
     (tmp_path / 'conductor').mkdir()
     conductor = Service('conductor', 'conductor', _write(tmp_path / 'conductor.conf', {
         'DEFAULT': {**common, 'host': 'reload-ctl',

@@ -161,6 +161,8 @@ class NovaCloud(cluster_mod.Cluster):
         ns = self.netns.get(host)
         conf = self.common_conf(name, host, broker_host=ns.outer if ns else None)
         del conf['database'], conf['nova']
+        # The agent's calls wait 15 s, as tests/multihost's agents do (its
+        # agent_conf says why: one that expires under load delays, never fails).
         conf['DEFAULT'].update({'rpc_response_timeout': 15, 'sysfs_root': str(root)})
         conf['agent'] = {'enabled_drivers': 'pci',
                          'discovery_interval': cluster_mod.DISCOVERY_INTERVAL}
