@@ -29,7 +29,7 @@ def api(tmp_path):
 
 
 def _failed_binds(metrics_url):
-    for line in httpx.get(metrics_url, timeout=10).text.splitlines():
+    for line in httpx.get(metrics_url, timeout=60).text.splitlines():
         if line.startswith('steward_arq_bind_seconds_count{outcome="failed"}'):
             return float(line.split()[-1])
     return 0.0
@@ -54,7 +54,7 @@ def _answers(url):
     """One probe of the new workers: a refused, cut or slow request (a worker
     still importing on a loaded machine) is 'not yet', not a failure."""
     try:
-        return httpx.get(url, timeout=10).status_code == 200
+        return httpx.get(url, timeout=60).status_code == 200
     except httpx.TransportError:
         return False
 

@@ -35,7 +35,7 @@ def notifier(conf, listener):
 def post(listener, body, version='compute 2.82'):
     headers = {'OpenStack-API-Version': version} if version else {}
     return httpx.post(f'{events.endpoint_for(listener.listen)}/os-server-external-events',
-                      json=body, headers=headers, timeout=10, trust_env=False)
+                      json=body, headers=headers, timeout=60, trust_env=False)
 
 
 def test_conductor_events_complete_the_wait(listener, notifier):

@@ -80,9 +80,9 @@ def test_metrics_apart_from_the_api_and_without_tenant_labels():
     import httpx
     from prometheus_client import parser
     with running_stack() as stack:
-        r = httpx.get(f'{stack.url}/metrics', timeout=10)
+        r = httpx.get(f'{stack.url}/metrics', timeout=60)
         assert r.status_code == 404 and r.json()['error_code'] == 'cyb.request.path_not_found'
-        r = httpx.get(stack.metrics_url, timeout=10)
+        r = httpx.get(stack.metrics_url, timeout=60)
         assert r.status_code == 200
         labels = {name for fam in parser.text_string_to_metric_families(r.text)
                   for sample in fam.samples for name in sample.labels}

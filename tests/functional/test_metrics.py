@@ -71,7 +71,7 @@ def scrape_client(source):
     steward serve's [api] metrics_listen) or an in-process stack (its Metrics on a
     listener of their own). The API's port has no /metrics."""
     url = source if isinstance(source, str) else source.metrics_url()
-    r = httpx.get(url, timeout=10)
+    r = httpx.get(url, timeout=60)
     assert r.status_code == 200, r.text
     assert r.headers['content-type'].startswith('text/plain; version=0.0.4')
     return Scrape(r.text)
@@ -348,7 +348,7 @@ def test_agent_endpoint_serves_its_discovery_cycles(transport, database, db, con
                         drivers=[FakeDriver(conf, 'metrics-host')])
     server = metrics.serve_agent(agent, f'127.0.0.1:{free_port()}')
     try:
-        got = Scrape(httpx.get(server.url, timeout=10).text)
+        got = Scrape(httpx.get(server.url, timeout=60).text)
         assert got.value('steward_discovery_cycles_total', host='metrics-host') == 1
         assert got.value('steward_discovery_last_cycle_seconds', host='metrics-host') > 0
         assert 'process_cpu_seconds' in got.families
@@ -357,7 +357,7 @@ def test_agent_endpoint_serves_its_discovery_cycles(transport, database, db, con
                        'steward_placement_requests', 'steward_cleanups'):
             assert family not in got.families
         agent.run_cycle()
-        got = Scrape(httpx.get(server.url, timeout=10).text)
+        got = Scrape(httpx.get(server.url, timeout=60).text)
         assert got.value('steward_discovery_cycles_total', host='metrics-host') == 2
     finally:
         server.stop()

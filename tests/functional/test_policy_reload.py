@@ -19,7 +19,7 @@ RULE = 'cyborg:device_profile:get_all'
 
 def _status(stack):
     return httpx.get(f'{stack.url}/v2/device_profiles', headers=READER,
-                     timeout=10).status_code
+                     timeout=60).status_code
 
 
 def test_sighup_reloads_the_policy_file_without_a_restart(tmp_path):
@@ -69,7 +69,7 @@ def _statuses(url, n=6):
     for _ in range(n):
         try:
             statuses.add(httpx.get(f'{url}/v2/device_profiles', headers=READER,
-                                   timeout=10).status_code)
+                                   timeout=60).status_code)
         except httpx.TransportError:
             statuses.add('cut')
     return statuses

@@ -21,7 +21,7 @@ DEADLINE = 60
 
 
 def reader_status(url):
-    return httpx.get(f'{url}/v2/device_profiles', headers=READER, timeout=10).status_code
+    return httpx.get(f'{url}/v2/device_profiles', headers=READER, timeout=60).status_code
 
 
 def debug_lines(text, pid):
@@ -30,7 +30,7 @@ def debug_lines(text, pid):
 
 
 def discovery_cycles(metrics_url, host):
-    text = httpx.get(metrics_url, timeout=10).text
+    text = httpx.get(metrics_url, timeout=60).text
     pattern = r'^steward_discovery_cycles_total\{host="%s"\} (\S+)$' % re.escape(host)
     found = re.search(pattern, text, re.M)
     return float(found.group(1)) if found else 0.0

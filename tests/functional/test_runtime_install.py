@@ -304,7 +304,7 @@ def test_troubleshooting_plugin_commands(runtime, clients):
     """The read-only plugin commands of troubleshooting.md's "What to read", on the
     fake device (test_operator_docs.py runs them on a device in error)."""
     [device] = httpx.get(f'{runtime.url}/v2/devices', trust_env=False,
-                         timeout=10).json()['devices']
+                         timeout=60).json()['devices']
     parts = [script for first, script in bash_blocks(TROUBLESHOOTING)]
     preamble = parts[0]
     assert preamble.startswith('export OS_AUTH_TYPE=none'), preamble

@@ -48,7 +48,7 @@ def _state(pid):
 
 
 def _scrape(st):
-    text = httpx.get(st.metrics_url, timeout=10).text
+    text = httpx.get(st.metrics_url, timeout=60).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in parser.text_string_to_metric_families(text) for s in fam.samples}
 
@@ -69,7 +69,7 @@ def test_a_killed_placement_is_reaped_and_restarted(tmp_path):
         assert 'Traceback' not in st.log()
         # Serving as before: the stack's devices are in the restarted Placement
         # (the same database) and the API still answers.
-        assert httpx.get(st.url + '/v2/deployables', timeout=10).status_code == 200
+        assert httpx.get(st.url + '/v2/deployables', timeout=60).status_code == 200
         assert st.proc.poll() is None
 
 

@@ -121,7 +121,7 @@ def test_osc_placement_sees_owner_cyborg_and_fpga_16(stack):
 
 def scrape(st):
     """{(name, labels): value} of the stack's /metrics."""
-    text = httpx.get(st.metrics_url, timeout=10).text
+    text = httpx.get(st.metrics_url, timeout=60).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in parser.text_string_to_metric_families(text) for s in fam.samples}
 

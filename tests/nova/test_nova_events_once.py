@@ -70,7 +70,7 @@ def test_one_event_per_arq_even_when_nova_answers_422(nova):
              f'endpoint_override = http://127.0.0.1:{nova.server_address[1]}/v2.1\n')
     with running_stack(extra_conf=extra) as st:
         r = httpx.post(f'{st.url}/v2/device_profiles', json=[{
-            'name': 'dp-fake', 'groups': [{'resources:FPGA': '1'}]}], timeout=10)
+            'name': 'dp-fake', 'groups': [{'resources:FPGA': '1'}]}], timeout=60)
         assert r.status_code == 201, r.text
         # Nova's conductor binds before the compute's claim gives the instance a
         # host: Nova answers 207 / 422 and drops the event.

@@ -123,9 +123,9 @@ def bind(url, rp):
 
 def test_patched_nova_reads_upstream_cyborg_17_without_2_4(cyborg, tmp_path):
     url, rp, services = cyborg
-    version = httpx.get(f'{url}/v2', timeout=10).json()
+    version = httpx.get(f'{url}/v2', timeout=60).json()
     assert version['max_version'] == '2.3', version
-    refused = httpx.get(f'{url}/v2/accelerator_requests', timeout=10,
+    refused = httpx.get(f'{url}/v2/accelerator_requests', timeout=60,
                         headers={'OpenStack-API-Version': 'accelerator 2.4'})
     assert refused.status_code == 406, refused.text
     inst = bind(url, rp)
