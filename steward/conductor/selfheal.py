@@ -238,7 +238,7 @@ def _repair_one(deps, client, want, reporter, generation):
 
 
 def _repair_inventory(deps, client, want, have):
-    from steward.placement.client import ProviderSpec
+    from steward.placement.provider_sync import ProviderSpec
     provider = client.get_provider(want.rp_uuid)
     client.forget(want.rp_uuid)
     # Under the parent it has: which compute node a device hangs under is the

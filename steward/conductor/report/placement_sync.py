@@ -180,7 +180,7 @@ class PlacementSync:
         be brought in line (the next report retries)."""
         if self.placement is None:
             return 0
-        from steward.placement.client import ProviderSpec
+        from steward.placement.provider_sync import ProviderSpec
         try:
             root = self.compute_node(state, rp_name)
         except exception.PlacementProviderNotFound:
