@@ -15,7 +15,6 @@ from steward.api import cors
 from steward.api import errors
 from steward.api import healthcheck
 from steward.api import microversion
-from steward.api import policy as api_policy
 from steward.api import proxy
 from steward.api import requestlog
 from steward.api.handlers import ApiRequest
@@ -364,15 +363,15 @@ class App:
                 executor.shutdown(wait=False, cancel_futures=True)
 
 
-def create_app(conductor_api, database, metrics=None, policy=None, transport_url=None):
+def create_app(conductor_api, database, metrics, policy, transport_url=None):
     """The API application; ``conductor_api`` is a ConductorAPI (the only way
     the API changes ARQs and devices), ``database`` the Database it reads (and
     writes attributes and device profiles) through, ``metrics`` the process's
-    steward.metrics.Metrics (None: one of the app's own, nobody serves it),
-    ``policy`` the process's steward.api.policy.Enforcer (None: one of the app's
-    own, on the policy file as it is now), ``transport_url`` the broker the
-    process talks to, which /healthcheck checks (None: no broker check). The
-    pipeline, outermost first:
+    steward.metrics.Metrics, ``policy`` the process's steward.api.policy.Enforcer
+    (both built by the composition root, steward/cmd/root.py, whose
+    ``api_app()`` calls this), ``transport_url`` the broker the process talks
+    to, which /healthcheck checks (None: no broker check). The pipeline,
+    outermost first:
 
     1. ProxyHeaders: scheme, host and client address from a trusted proxy's
        headers ([oslo_middleware] enable_proxy_headers_parsing, [api]
@@ -391,11 +390,7 @@ def create_app(conductor_api, database, metrics=None, policy=None, transport_url
        needs the request id and the normalised path.
     7. Router: the route table, the handler in a worker thread.
     """
-    if metrics is None:
-        from steward import metrics as steward_metrics
-        metrics = steward_metrics.Metrics(database)
-    app = App(conductor_api, database, metrics,
-              policy if policy is not None else api_policy.Enforcer())
+    app = App(conductor_api, database, metrics, policy)
     app.checks = [healthcheck.DatabaseCheck(database)]
     hosts = healthcheck.broker_hosts(transport_url, CONF)
     if hosts:

@@ -17,15 +17,13 @@ def build(root=None):
     ``[upgrade_levels] conductor``. ``root``: the process's composition root
     (steward/cmd/root.py); None in a gunicorn worker, which builds its own once
     forked (its metrics land in the multiprocess files the parent serves)."""
-    from steward.api import app as api_app
     from steward.cmd import root as cmd_root
     from steward.conductor import rpcapi
     if root is None:
         root = cmd_root.Root(metrics=True, policy=True, transport=True)
-    app = api_app.create_app(
+    app = root.api_app(
         rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
                             transport=root.transport),
-        root.database, metrics=root.metrics, policy=root.policy,
         transport_url=root.transport.url)
     process.settle_heap()
     return app

@@ -60,7 +60,7 @@ def cmd_serve(argv):
     placement_proc = placement_handle.start_embedded(wait=False) \
         if placement_handle.is_embedded() else None
     from steward.agent import manager as agent_manager
-    from steward.api import app as api_app
+    from steward.api import app as api_app  # noqa: F401 - imported now, see above
     from steward.conductor import manager as conductor_manager
     from steward.conductor import rpcapi
 
@@ -88,8 +88,7 @@ def cmd_serve(argv):
         agent.init_host()
         agent.start()
         conductor.start()
-        app = api_app.create_app(rpcapi.ConductorAPI(conductor), root.database,
-                                 metrics=root.metrics, policy=root.policy)
+        app = root.api_app(rpcapi.ConductorAPI(conductor))
         process.settle_heap()
         root.lifecycle.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:

@@ -3,11 +3,12 @@
 Each command (``steward serve``, ``api`` and each of its gunicorn workers,
 ``conductor``, ``agent``, ``db``, ``status``) builds one ``Root`` once its
 configuration is parsed and hands what it holds down through constructors (the
-ConductorManager through its ``conductor_deps()``, the AgentManager,
-``create_app``): no module of steward keeps an engine, a transport, a policy
-enforcer, a metrics registry or a client of its own, and none outside
-steward/cmd builds a Database, a Transport, a PlacementClient or the conductor's
-Deps (tests/unit/structure/test_conductor_wiring.py).
+ConductorManager through its ``conductor_deps()``, the AgentManager, the API
+through its ``api_app()``): no module of steward keeps an engine, a transport, a
+policy enforcer, a metrics registry or a client of its own, and none outside
+steward/cmd builds a Database, a Transport, a PlacementClient, the conductor's
+Deps, the Metrics or the API's policy Enforcer
+(tests/unit/structure/test_conductor_wiring.py).
 oslo.config's ``CONF`` stays the one project-wide configuration object, as in
 every OpenStack service.
 """
@@ -20,18 +21,21 @@ LOG = logging.getLogger(__name__)
 
 class Root:
     """The database (``database``; None for ``database=False``: an agent has
-    none), and on demand the metrics (``metrics``: ``metrics=True``, or
-    ``'multiprocess'`` for the parent of ``steward api`` workers), the API's
-    policy enforcer (``policy``) and the message transport (``transport``).
-    ``close()`` releases them, last thing in a command."""
+    none; a Database already built is taken as it is: a test's), and on demand
+    the metrics (``metrics``: ``metrics=True``, or ``'multiprocess'`` for the
+    parent of ``steward api`` workers), the API's policy enforcer (``policy``)
+    and the message transport (``transport``). ``close()`` releases them, last
+    thing in a command."""
 
     def __init__(self, database=True, metrics=False, policy=False, transport=False):
         from steward import process
         self.lifecycle = process.Lifecycle()   # how the command's service ends
         self.database = None
-        if database:
+        if database is True:
             from steward.db import session
             self.database = session.Database()
+        elif database:
+            self.database = database
         self.metrics = None
         if metrics:
             from steward import metrics as steward_metrics
@@ -73,6 +77,17 @@ class Root:
             nova=nova.ServerLookup(), notifier=nova.NovaNotifier(),
             agent_api=agent_rpcapi.AgentAPI(self.transport,
                                             version_cap=agent_version_cap))
+
+    def api_app(self, conductor_api, transport_url=None):
+        """The API application (steward/api/app.py) on this root's database,
+        metrics and policy enforcer (build the Root with ``metrics`` and
+        ``policy``): ``conductor_api`` is how it reaches the conductors,
+        ``transport_url`` the broker its /healthcheck checks (None: none)."""
+        from steward.api import app
+        if self.metrics is None or self.policy is None:
+            raise TypeError('the API needs a Root built with metrics and policy')
+        return app.create_app(conductor_api, self.database, self.metrics, self.policy,
+                              transport_url=transport_url)
 
     def sync_database(self):
         """At a service's start: wait for the database ([database] max_retries,

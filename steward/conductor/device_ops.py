@@ -123,17 +123,17 @@ def release_after_unbind(session, deployable_id, ctx):
     return []
 
 
-def _rc_of(database, deployable):
-    with database.reader() as s:
+def _rc_of(deps, deployable):
+    with deps.database.reader() as s:
         attrs = attribute_db.attribute_list(s, {'deployable_id': deployable.id, 'key': 'rc'})
     return attrs[0].value if attrs else None
 
 
-def current_reserved(database, deployable_id, fallback=None):
+def current_reserved(deps, deployable_id, fallback=None):
     """The reservation rule on the rows as they are now. The Placement client calls
     it after reading the provider's generation, on every attempt, so when two
     conductors race the last writer writes the newest device state."""
-    with database.reader() as s:
+    with deps.database.reader() as s:
         dep = s.get(m.Deployable, deployable_id)
         if dep is None:
             return fallback
@@ -147,14 +147,14 @@ def reserve(deps, deployable, reserve):
     whatever its device's state asks for when the write happens."""
     if not deployable.rp_uuid:
         return
-    rc = _rc_of(deps.database, deployable)
+    rc = _rc_of(deps, deployable)
     if rc is None:
         LOG.warning('Deployable %s has no resource class; nothing to reserve',
                     deployable.uuid)
         return
     deps.placement().set_reserved(
         deployable.rp_uuid, rc,
-        functools.partial(current_reserved, deps.database, deployable.id,
+        functools.partial(current_reserved, deps, deployable.id,
                           'total' if reserve else 0))
 
 
@@ -171,8 +171,8 @@ def set_status(deps, ctx, device_uuid, status):
         for d in deployables:
             s.expunge(d)
     for dep in deployables:
-        rc = _rc_of(deps.database, dep) if dep.rp_uuid else None
-        if rc and current_reserved(deps.database, dep.id) is not None:
+        rc = _rc_of(deps, dep) if dep.rp_uuid else None
+        if rc and current_reserved(deps, dep.id) is not None:
             deps.placement().set_reserved(dep.rp_uuid, rc,
                                              functools.partial(current_reserved,
-                                                               deps.database, dep.id))
+                                                               deps, dep.id))

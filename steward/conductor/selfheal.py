@@ -120,8 +120,8 @@ class _Provider:
     reserved: object        # int, or None: whatever Placement has
 
 
-def _wanted_providers(database):
-    with database.reader() as s:
+def _wanted_providers(deps):
+    with deps.database.reader() as s:
         rows = s.execute(
             sa.select(m.Deployable, m.Device)
             .join(m.Device, m.Deployable.device_id == m.Device.id)
@@ -162,7 +162,7 @@ def repair_placement_drift(deps, ctx, reporter=None, now=None):
     # from memory, so a run in a quiet cloud costs Placement one read.
     generations = {rp['uuid']: rp['generation']
                    for rp in client.list_providers(required=os_traits.OWNER_CYBORG)}
-    for want in _wanted_providers(deps.database):
+    for want in _wanted_providers(deps):
         try:
             what = _repair_one(deps, client, want, reporter,
                                generations.get(want.rp_uuid))
@@ -219,14 +219,14 @@ def _repair_one(deps, client, want, reporter, generation):
     client.forget(want.rp_uuid)
     was = (client.get_inventory(want.rp_uuid).get(want.resource_class) or {}).get(
         'reserved')
-    wanted = device_ops.current_reserved(deps.database, want.deployable_id)
+    wanted = device_ops.current_reserved(deps, want.deployable_id)
     if wanted is None or was == min(wanted, want.total):
         return None
     # Evaluated again when written: the value written is what the device's state
     # asks for then.
     written = client.set_reserved(
         want.rp_uuid, want.resource_class,
-        functools.partial(device_ops.current_reserved, deps.database,
+        functools.partial(device_ops.current_reserved, deps,
                           want.deployable_id, was))
     if written == was:
         return None
@@ -238,7 +238,7 @@ def _repair_one(deps, client, want, reporter, generation):
 
 
 def _repair_inventory(deps, client, want, have):
-    from steward.placement.client import ProviderSpec
+    from steward.placement.provider_sync import ProviderSpec
     provider = client.get_provider(want.rp_uuid)
     client.forget(want.rp_uuid)
     # Under the parent it has: which compute node a device hangs under is the
@@ -247,7 +247,7 @@ def _repair_inventory(deps, client, want, have):
         uuid=want.rp_uuid, name=want.name,
         parent_uuid=provider['parent_provider_uuid'],
         resource_class=want.resource_class, total=want.total, traits=want.traits,
-        reserved=functools.partial(device_ops.current_reserved, deps.database,
+        reserved=functools.partial(device_ops.current_reserved, deps,
                                    want.deployable_id)))
     LOG.warning('Placement drift: provider %s (%s) %s inventory was %s, Steward has '
                 '%d accelerator(s); repaired', want.name, want.rp_uuid,

@@ -19,7 +19,6 @@ import pytest
 
 from steward.common import rpc as steward_rpc
 from steward.agent.manager import AgentManager
-from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
@@ -27,6 +26,7 @@ from steward.drivers import base
 from steward.drivers import objects
 from steward.placement import client as placement_client
 from tests.fixtures import placement_fixture
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 from tests.fixtures.stack import wait_for
 
@@ -106,8 +106,8 @@ class LifeStack:
         self.transport = transport
         self.conductor = ConductorManager(cf.deps(database, transport, self.placement))
         self.conductor.init_host()
-        self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor),
-                                                            database),
+        self.api = testclient.TestClient(roots.api_app(ConductorAPI(self.conductor),
+                                                       database),
                                          raise_server_exceptions=False)
         self.agent = self.rpc_server = None
 

@@ -17,15 +17,14 @@ import pytest
 
 from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
-from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.privsep import blockio
 from steward.placement import client as placement_client
-from steward import metrics as steward_metrics
 from steward.common import rpc as steward_rpc
 from tests.fixtures import placement_fixture
+from tests.fixtures import roots
 from tests.fixtures.stack import free_port
 from tests.functional import conductor_fixtures as cf
 from tests.nvme_sim import Simulation
@@ -48,15 +47,15 @@ class Stack:
         self.placement_url = server.url
         self.placement = placement_client.PlacementClient.from_conf(endpoint=server.url)
         # One Metrics for the conductor and the API, as steward serve's root builds.
-        self.metrics = steward_metrics.Metrics(database)
+        root = roots.api_root(database)
+        self.metrics = root.metrics
         self.metrics_server = None
         self.conductor = ConductorManager(cf.deps(database, transport, self.placement,
                                                   metrics=self.metrics,
                                                   agent_api=agent_api))
         self.transport = transport
         self.conductor.init_host()
-        self.app = api_app.create_app(ConductorAPI(self.conductor), database,
-                                      metrics=self.metrics)
+        self.app = root.api_app(ConductorAPI(self.conductor))
         self.api = testclient.TestClient(self.app, raise_server_exceptions=False)
         self.agent = self.rpc_server = None
 

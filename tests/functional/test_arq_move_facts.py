@@ -17,7 +17,6 @@ import pytest
 from starlette import testclient
 
 from steward.agent.manager import AgentManager
-from steward.api import app as api_app
 from steward.common import moves
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import deployables as deployable_db
@@ -27,6 +26,7 @@ from steward.drivers.pci import driver as pci
 from steward.drivers.pci.driver import PciDriver
 from tests.fixtures import placement_fixture
 from tests.fixtures import requirements
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
 from tests.fixtures.mdev_tree import MTTY_TYPES, MdevTree
@@ -56,7 +56,7 @@ def host():
 
 
 def _api(conductor, database):
-    return testclient.TestClient(api_app.create_app(ConductorAPI(conductor), database),
+    return testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
                                  raise_server_exceptions=False)
 
 

@@ -15,13 +15,13 @@ import pytest
 from starlette import testclient
 
 from steward.agent.manager import AgentManager
-from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
 from steward.placement import client as placement_client
 from tests.fixtures import placement_fixture
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 from tests.functional import lifecycle_stack
 from tests.functional.lifecycle_stack import RC
@@ -228,7 +228,7 @@ def test_mdev_sets_on_two_hosts(transport, database, db, conf, tmp_path):
     agent_b.run_cycle()
     rc = mdev.default_resource_class('mtty-2')
     cf.make_profile(database, 'mt', [{f'resources:{rc}': '1'}])
-    api = testclient.TestClient(api_app.create_app(ConductorAPI(conductor), database),
+    api = testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
                                 raise_server_exceptions=False)
     deps = {d['name']: d for d in api.get('/v2/deployables').json()['deployables']}
     rps = {h: deps[f'{h}_mdev_mtty_mtty-2']['rp_uuid'] for h in hosts}

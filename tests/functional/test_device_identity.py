@@ -102,7 +102,7 @@ def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(dat
     _reserved_whole(st, dev)
 
     life.driver.slots = {SLOT_B: DRIVE_1}           # the same drive, another slot
-    with caplog.at_level(logging.INFO, logger='steward.placement.client'):
+    with caplog.at_level(logging.INFO, logger='steward.placement'):
         st.discover()
     moved = st.device(dev['uuid'])
     assert len(st.devices()) == 1

@@ -12,7 +12,6 @@ import pytest
 from starlette import testclient
 
 from steward.agent.manager import AgentManager
-from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import nvidia as nvidia_conf
@@ -21,6 +20,7 @@ from steward.drivers.mdev import driver as mdev
 from steward.drivers import nvidia_gpu
 from steward.placement import client as placement_client
 from tests.fixtures import placement_fixture
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 from tests.fixtures.mdev_tree import I915_TYPES, MDPY_TYPES, MTTY_TYPES, MdevTree
 
@@ -47,8 +47,8 @@ class Env:
                                   drivers=[mdev.MdevDriver(conf, self.host)])
         self.agent.init_host()
         self.first = self.agent.run_cycle()
-        self.api = testclient.TestClient(api_app.create_app(ConductorAPI(self.conductor),
-                                                            database),
+        self.api = testclient.TestClient(roots.api_app(ConductorAPI(self.conductor),
+                                                       database),
                                          raise_server_exceptions=False)
         self.admin = placement_fixture.admin_session(server.url)
 

@@ -10,7 +10,6 @@ import pytest
 from starlette import testclient
 
 from steward.agent.manager import AgentManager
-from steward.api import app as api_app
 from steward.conductor.report import diff
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import arqs as arq_db
@@ -20,6 +19,7 @@ from steward.db import models as m
 from steward.drivers.pci.driver import PciDriver
 from tests.fixtures import placement_fixture
 from tests.fixtures import requirements
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 from tests.fixtures.sysfs_tree import make_pci, make_sriov
 
@@ -158,7 +158,7 @@ def test_bound_pci_arqs_show_managed_from_2_4(transport, database, db, conf, pla
     deps = deployables(database)
     rps = {a: deps[f'{host}_{a}'].rp_uuid for a in (UNMANAGED, NO_KEY)}
 
-    with testclient.TestClient(api_app.create_app(ConductorAPI(conductor), database),
+    with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
         r = api.post('/v2/device_profiles', json=[{'name': 'vf', 'groups': [
             {f'resources:{RC}': '1'}]}])

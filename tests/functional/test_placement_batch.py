@@ -4,12 +4,13 @@ in one POST /reshaper, and the fallbacks to sync_provider when Placement disagre
 import uuid
 
 from steward.common import exception
-from steward.placement import client as placement_client
-from steward.placement.client import OWNER_TRAIT, PlacementClient, ProviderSpec
+from steward.placement import tree_sync
+from steward.placement.client import PlacementClient
+from steward.placement.provider_sync import OWNER_TRAIT, ProviderSpec
 from tests.fixtures.placement_fixture import admin, client, placement, root  # noqa: F401
 from tests.fixtures.placement_fixture import unique_name
 
-N = placement_client._RESHAPE_MIN * 3
+N = tree_sync._RESHAPE_MIN * 3
 
 
 def _specs(root, n=N, total=4, **kw):

@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from steward.common import exception
-from steward.placement.client import OWNER_TRAIT, PlacementClient, ProviderSpec
+from steward.placement.client import PlacementClient
+from steward.placement.provider_sync import OWNER_TRAIT, ProviderSpec
 from tests.fixtures.placement_fixture import admin, client, placement, root  # noqa: F401
 from tests.fixtures.placement_fixture import unique_name
 
@@ -416,7 +417,7 @@ def test_error_detail_is_placement_detail(client):
 def test_reserved_callable_is_read_after_the_generation(client, placement):
     """Two writers racing: the callable is evaluated per attempt, so after a 409
     the retry writes the state as it is then, not as it was first seen."""
-    from steward.placement.client import ProviderSpec
+    from steward.placement.provider_sync import ProviderSpec
     root = client.ensure_compute_node(unique_name('cn'))
     spec = ProviderSpec(uuid=str(uuid.uuid4()), name=unique_name('dev'), parent_uuid=root,
                         resource_class='CUSTOM_RACE', total=1,

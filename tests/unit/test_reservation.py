@@ -8,6 +8,7 @@ import pytest
 
 from steward.common import exception
 from steward.common import states
+from steward.conductor import deps as conductor_deps
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import models as m
@@ -102,7 +103,10 @@ def test_current_reserved_reads_the_committed_rows(database, db):
         single_id = deps[0].id
         dev, deps = _device(s, None, states.DEVICE_STATUS_ENABLED, 'multi')
         unset_id = deps[0].id
-    assert device_ops.current_reserved(database, single_id) == 1
+    # Only the database of the conductor's Deps is read.
+    deps = conductor_deps.Deps(database=database, metrics=None, placement_client=None,
+                               nova=None, notifier=None, agent_api=None)
+    assert device_ops.current_reserved(deps, single_id) == 1
     # Not backfilled: the fallback (Placement is left as it is).
-    assert device_ops.current_reserved(database, unset_id, 'keep') == 'keep'
-    assert device_ops.current_reserved(database, 10 ** 9, 'gone') == 'gone'
+    assert device_ops.current_reserved(deps, unset_id, 'keep') == 'keep'
+    assert device_ops.current_reserved(deps, 10 ** 9, 'gone') == 'gone'

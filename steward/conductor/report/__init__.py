@@ -23,8 +23,7 @@ from steward.drivers import objects
 class Reporter:
     def __init__(self, deps, create_compute_node=True):
         self.database = deps.database
-        self.placement_sync = placement_sync.PlacementSync(
-            deps.database, deps.placement_client, create_compute_node)
+        self.placement_sync = placement_sync.PlacementSync(deps, create_compute_node)
         self._digests = {}
         self._lock = threading.Lock()
 

@@ -105,11 +105,13 @@ class SyncState:
 class PlacementSync:
     """Placement's side of the reports of every host (one per conductor): the
     compute-node provider of each host is looked up (or created) once and
-    remembered; what one report learns is in its ``SyncState``."""
+    remembered; what one report learns is in its ``SyncState``. ``deps``: the
+    conductor's Deps (steward/conductor/deps.py)."""
 
-    def __init__(self, database, placement_client, create_compute_node=True):
-        self.database = database
-        self.placement = placement_client
+    def __init__(self, deps, create_compute_node=True):
+        self.deps = deps
+        self.database = deps.database
+        self.placement = deps.placement_client
         self.create_compute_node = create_compute_node
         self._compute_nodes = {}
         self._lock = threading.Lock()
@@ -178,7 +180,7 @@ class PlacementSync:
         be brought in line (the next report retries)."""
         if self.placement is None:
             return 0
-        from steward.placement.client import ProviderSpec
+        from steward.placement.provider_sync import ProviderSpec
         try:
             root = self.compute_node(state, rp_name)
         except exception.PlacementProviderNotFound:
@@ -210,7 +212,7 @@ class PlacementSync:
                     traits=frozenset(traits),
                     # Read when written, not now: see device_ops.current_reserved.
                     reserved=functools.partial(device_ops.current_reserved,
-                                               self.database, dep.id)))
+                                               self.deps, dep.id)))
                 dep_of[dep.rp_uuid] = dep.id
         ok = True
         done, errors = self.placement.sync_providers(

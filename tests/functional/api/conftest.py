@@ -13,10 +13,10 @@ import uuid
 import pytest
 from starlette import testclient
 
-from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import models as m
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 
 
@@ -95,7 +95,7 @@ def placement():
 
 @pytest.fixture
 def app(manager):
-    return api_app.create_app(ConductorAPI(manager), manager.database)
+    return roots.api_app(ConductorAPI(manager), manager.database)
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ import logging
 import pytest
 from starlette import testclient
 
-from steward.api import app as api_app
 from steward.common import context
 from steward.common import rpc
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
+from tests.fixtures import roots
 from tests.fixtures import stack
 from tests.functional import conductor_fixtures as cf
 from tests.functional.api.conftest import make_profile
@@ -53,7 +53,7 @@ def remote_api(broker, database, seed):
     server = conductor_side.start_server(CONF.rpc_topic_conductor, 'conductor-1',
                                          [manager])
     api_side = rpc.Transport()
-    app = api_app.create_app(ConductorAPI(transport=api_side), database)
+    app = roots.api_app(ConductorAPI(transport=api_side), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as client:
         yield client, api_side, manager
     server.stop()
@@ -130,7 +130,7 @@ def test_an_exhausted_database_pool_answers_503(db, conf, transport, caplog):
     conf.set_override('pool_timeout', 1, group='database')
     database = session.Database(db)
     manager = ConductorManager(cf.deps(database, transport))
-    app = api_app.create_app(ConductorAPI(manager), database)
+    app = roots.api_app(ConductorAPI(manager), database)
     try:
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
             assert client.get('/v2/device_profiles').status_code == 200

@@ -6,13 +6,13 @@ import tempfile
 
 from starlette import testclient
 
-from steward.api import app as api_app
 from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import migration
 from steward.db import session
 from tests.fixtures import mariadb_fixture
 from tests.fixtures import requirements
+from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
 from tests.fixtures.stack import free_port
 
@@ -37,7 +37,7 @@ def test_a_database_outage_answers_503(transport, conf):
         migration.upgrade(database)
         manager = ConductorManager(cf.deps(database, transport))
         manager.init_host()
-        app = api_app.create_app(ConductorAPI(manager), database)
+        app = roots.api_app(ConductorAPI(manager), database)
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
             r = client.post('/v2/device_profiles', json=[{
                 'name': 'dp1', 'groups': [{'resources:FPGA': '1'}]}])

@@ -5,9 +5,9 @@ import uuid
 import pytest
 from starlette import testclient
 
-from steward.api import app as api_app
 from steward.common import exception
 from steward.conductor.rpcapi import ConductorAPI
+from tests.fixtures import roots
 from tests.functional.api.conftest import make_profile
 from tests.functional.api.conftest import snapshot
 
@@ -25,7 +25,7 @@ class ExplodingManager:
 
 @pytest.fixture
 def exploding_client(database, seed):
-    app = api_app.create_app(ConductorAPI(ExplodingManager()), database)
+    app = roots.api_app(ConductorAPI(ExplodingManager()), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
@@ -55,7 +55,7 @@ def test_steward_errors_from_the_conductor_keep_their_status(database, db, seed)
         def arq_create(self, ctx, **kwargs):
             raise exception.ServiceUnavailable(service='Placement', reason='down')
 
-    app = api_app.create_app(ConductorAPI(Manager()), database)
+    app = roots.api_app(ConductorAPI(Manager()), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         make_profile(c, 'dp1')
         r = c.post('/v2/accelerator_requests', json={'device_profile_name': 'dp1'})
@@ -235,7 +235,7 @@ def test_remote_tracebacks_do_not_leak(database, db, seed):
             raise DeviceProfileNotFound_Remote(resource='Device Profile', key='name',
                                                value='x')
 
-    app = api_app.create_app(ConductorAPI(Manager()), database)
+    app = roots.api_app(ConductorAPI(Manager()), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         r = c.post('/v2/accelerator_requests', json={'device_profile_name': 'x'})
     assert r.status_code == 404

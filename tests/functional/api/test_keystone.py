@@ -10,9 +10,9 @@ import uuid
 import pytest
 from starlette import testclient
 
-from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
+from tests.fixtures import roots
 
 TOKENS = {}
 
@@ -53,7 +53,7 @@ def keystone_client(db, seed, manager, monkeypatch):
         'nova-token': _token('nova', 'service', ['service', 'admin']),
     })
     try:
-        app = api_app.create_app(ConductorAPI(manager), manager.database)
+        app = roots.api_app(ConductorAPI(manager), manager.database)
         with testclient.TestClient(app, raise_server_exceptions=False) as c:
             yield c
     finally:

@@ -5,9 +5,9 @@ import pytest
 import sqlalchemy.exc
 from oslo_messaging.rpc import client as rpc_client
 
-from steward.api import app as api_app
 from steward.conductor.rpcapi import ConductorAPI
 from starlette import testclient
+from tests.fixtures import roots
 
 
 class Failing:
@@ -32,7 +32,7 @@ class Failing:
      'cyb.rpc.version_capped'),
 ])
 def test_outage_answers(database, seed, exc, status, code):
-    app = api_app.create_app(ConductorAPI(Failing(exc)), database)
+    app = roots.api_app(ConductorAPI(Failing(exc)), database)
     with testclient.TestClient(app, raise_server_exceptions=False) as client:
         r = client.post('/v2/accelerator_requests', json={'device_profile_name': 'x'})
     assert r.status_code == status

@@ -1,7 +1,8 @@
 """What the conductor works with is one Deps (steward/conductor/deps.py), built
 by the composition root (steward/cmd) alone and owned by one conductor object: no
 module of steward/conductor keeps or builds a client, no module outside
-steward/cmd builds a Database, a Transport, a PlacementClient or the Deps, and
+steward/cmd builds a Database, a Transport, a PlacementClient or the Deps, nor the
+process's Metrics or the API's policy Enforcer (create_app is handed them), and
 metrics learn about a conductor only through what it registers."""
 import ast
 import dataclasses
@@ -22,6 +23,10 @@ ROOT_ONLY = {'Deps', 'Database', 'Transport', 'PlacementClient'}
 # Besides, what the conductor is handed and never builds (the Deps' fields).
 HANDED_TO_THE_CONDUCTOR = ROOT_ONLY | {'Metrics', 'NovaNotifier', 'ServerLookup',
                                        'AgentAPI', 'ConductorAPI'}
+# What only the composition root builds either, known by where the name called
+# comes from: oslo.policy's own Enforcer (wrapped by steward.api.policy's, and
+# built by the oslopolicy tools' entry point, steward/common/policy.py) is not one.
+ROOT_ONLY_BY_MODULE = {'steward.metrics.Metrics', 'steward.api.policy.Enforcer'}
 # Alembic's own command line (``alembic upgrade`` without steward-manage) is a
 # composition root of its own: it builds the configured Database.
 OTHER_ROOTS = {'db/migrations/env.py'}
@@ -65,6 +70,100 @@ def _built(path, names):
         if name in names:
             found.append((node.lineno, name))
     return found
+
+
+def _module_of(path):
+    parts = list(path.relative_to(STEWARD.parent).with_suffix('').parts)
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def _dotted(node):
+    """``a.b.c`` of a Name/Attribute chain, else None."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return '.'.join([node.id] + names[::-1])
+
+
+def _built_by_module(source, module, wanted):
+    """Where ``source`` (the text of ``module``) calls one of ``wanted`` (full
+    dotted names, ``steward.metrics.Metrics``), whatever it is imported as:
+    ``from steward import metrics as m; m.Metrics()``, ``from steward.metrics
+    import Metrics as M; M()``, ``import steward.metrics; steward.metrics.Metrics()``,
+    or ``Metrics()`` in steward/metrics.py itself: (line, full name)."""
+    tree = ast.parse(source)
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+                else:
+                    top = alias.name.split('.')[0]
+                    aliases[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f'{node.module}.{alias.name}'
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        dotted = _dotted(node.func)
+        if dotted is None:
+            continue
+        head, _, rest = dotted.partition('.')
+        full = aliases.get(head, f'{module}.{head}') + (f'.{rest}' if rest else '')
+        if full in wanted:
+            found.append((node.lineno, full))
+    return found
+
+
+def test_only_the_composition_root_builds_the_metrics_and_the_policy_enforcer():
+    found = []
+    for path in sorted(STEWARD.rglob('*.py')):
+        rel = path.relative_to(STEWARD).as_posix()
+        if rel.startswith('cmd/'):
+            continue
+        found += [f'{rel}:{line} {name}(...)' for line, name in
+                  _built_by_module(path.read_text(), _module_of(path), ROOT_ONLY_BY_MODULE)]
+    assert not found, found
+
+
+def test_the_metrics_and_policy_rule_sees_each_way_of_building():
+    """The check above is not blind, and oslo.policy's Enforcer is not steward's."""
+    source = (
+        'from steward import metrics as steward_metrics\n'
+        'from steward.api import policy as api_policy\n'
+        'from steward.metrics import Metrics as M\n'
+        'import steward.api.policy\n'
+        'from oslo_policy import policy as oslo_policy\n'
+        'a = steward_metrics.Metrics(database)\n'
+        'b = api_policy.Enforcer()\n'
+        'c = M()\n'
+        'd = steward.api.policy.Enforcer(conf)\n'
+        'e = oslo_policy.Enforcer(conf)\n'
+        'def f():\n'
+        '    from steward import metrics\n'
+        '    return metrics.Metrics(None, multiprocess=True)\n')
+    assert _built_by_module(source, 'steward.api.app', ROOT_ONLY_BY_MODULE) == [
+        (6, 'steward.metrics.Metrics'), (7, 'steward.api.policy.Enforcer'),
+        (8, 'steward.metrics.Metrics'), (9, 'steward.api.policy.Enforcer'),
+        (13, 'steward.metrics.Metrics')]
+    # Inside its own module, the class is called by its bare name.
+    assert _built_by_module('x = Metrics()\n', 'steward.metrics', ROOT_ONLY_BY_MODULE) == [
+        (1, 'steward.metrics.Metrics')]
+    # The API as it was before create_app was handed both: caught.
+    before = ('from steward.api import policy as api_policy\n'
+              'def create_app(conductor_api, database, metrics=None, policy=None):\n'
+              '    if metrics is None:\n'
+              '        from steward import metrics as steward_metrics\n'
+              '        metrics = steward_metrics.Metrics(database)\n'
+              '    return policy if policy is not None else api_policy.Enforcer()\n')
+    assert [line for line, _ in _built_by_module(before, 'steward.api.app',
+                                                 ROOT_ONLY_BY_MODULE)] == [5, 6]
 
 
 def test_only_the_composition_root_builds_the_database_transport_placement_and_deps():
