@@ -1,25 +1,23 @@
 """Device profiles: queries on the ``device_profiles`` table.
 
-Row shapes (``ROW``, ``READ_ROW``; every function's annotation names them):
-``m.DeviceProfile`` ORM objects for one profile (the API deletes it, ARQs are
-created from it); listings (Nova's ``?name=`` before every boot) read plain named
-tuples of the same columns (perf.row_type). ``device_profile_groups`` reads a
-profile's groups from either.
+Row shape (``ROW``; every function's annotation names it): ``m.DeviceProfile``
+ORM objects, for one profile (the API deletes it, ARQs are created from it) and
+for listings (Nova's ``?name=`` before every boot). ``device_profile_groups``
+reads a profile's groups.
 """
 import json
 
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 from steward.common import exception
 from steward.db import models as m
 from steward.db import perf
 
 ROW = m.DeviceProfile
-"""One profile, to delete it or to create ARQs from it: ORM objects."""
-READ_ROW = perf.row_type(m.DeviceProfile.__table__)
-"""Listings (Nova's ``?name=``): plain named tuples."""
+"""Profiles, to list them, delete one or create ARQs from one: ORM objects."""
 
 
 _PROFILE_BY = {key: sa.select(m.DeviceProfile).where(
@@ -35,17 +33,21 @@ def device_profile_get(session, uuid=None, name=None) -> ROW:
     return row
 
 
-_PROFILES = sa.select(*m.DeviceProfile.__table__.c).order_by(m.DeviceProfile.__table__.c.id)
-_PROFILES_NAMED = perf.OneOrMany(m.DeviceProfile.__table__.c.name, 'names', _PROFILES.where)
+_PROFILES = sa.select(m.DeviceProfile).order_by(m.DeviceProfile.id)
+_PROFILES_NAMED = perf.OneOrMany(m.DeviceProfile.name, 'names', _PROFILES.where)
 
 
-def device_profile_list(session, names=None) -> list[READ_ROW]:
-    """Profiles as read-only rows (READ_ROW: attribute access like the model), optionally
-    only those of ``names``: Nova's ``?name=`` before every boot."""
-    make = READ_ROW._make
+def device_profile_list(session, names=None) -> list[ROW]:
+    """Profiles in id order, optionally only those of ``names``: Nova's ``?name=``
+    before every boot. ``session``: a session, or Database.single_read()'s
+    connection (no transaction of a session's own), which a session made here
+    only to load the objects then reads through."""
+    if isinstance(session, sa.Connection):
+        with orm.Session(bind=session, expire_on_commit=False) as loading:
+            return device_profile_list(loading, names)
     if names is None:
-        return [make(r) for r in session.execute(_PROFILES)]
-    return [make(r) for r in session.execute(*_PROFILES_NAMED(names))]
+        return session.execute(_PROFILES).scalars().all()
+    return session.execute(*_PROFILES_NAMED(names)).scalars().all()
 
 
 def device_profile_create(session, name, groups, description=None, uuid=None) -> ROW:

@@ -1,10 +1,9 @@
 """Devices: queries on the ``devices`` table.
 
-Row shapes (``ROW``, ``READ_ROW``; every function's annotation names them):
-``m.Device`` ORM objects, which the conductor changes in place (the state only
-through steward.db.transitions.advance()); the API's bulk listing reads plain
-named tuples of the same columns (perf.plain_rows: a listing of thousands).
-Counts and checks return ints and bools.
+Row shape (``ROW``; every function's annotation names it): ``m.Device`` ORM
+objects, which the conductor changes in place (the state only through
+steward.db.transitions.advance()) and the API reads, its listing of thousands
+included (perf.orm_rows). Counts and checks return ints and bools.
 """
 import sqlalchemy as sa
 
@@ -15,9 +14,7 @@ from steward.db import perf
 from steward.db import query
 
 ROW = m.Device
-"""What the conductor reads to change: ORM objects."""
-READ_ROW = perf.row_type(m.Device.__table__)
-"""The API's bulk listing: plain named tuples."""
+"""What the conductor changes and the API reads: ORM objects."""
 
 
 _DEVICES_T = m.Device.__table__
@@ -37,16 +34,10 @@ def device_get_by_id(session, device_id) -> ROW | None:
 
 
 def device_list(session, filters=None) -> list[ROW]:
+    """Devices in id order: the API's listing (thousands) and a host's (the
+    conductor's)."""
     stmt = sa.select(m.Device).where(*query.exact_filters(m.Device, filters, DEVICE_FILTERS))
-    return session.execute(stmt.order_by(m.Device.id)).scalars().all()
-
-
-def device_rows(session, filters=None) -> list[READ_ROW]:
-    """device_list as plain rows (see perf.plain_rows)."""
-    table = m.Device.__table__
-    stmt = sa.select(*perf.untyped(table.c)).where(
-        *query.exact_filters(table.c, filters, DEVICE_FILTERS))
-    return perf.plain_rows(session, table, stmt.order_by(table.c.id))
+    return perf.orm_rows(session, stmt.order_by(m.Device.id))
 
 
 def device_has_active_arq(session, device_id) -> bool:

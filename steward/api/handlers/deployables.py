@@ -22,7 +22,7 @@ def list_deployables(req):
     req.policy.authorize(req.ctx, 'cyborg:deployable:get_all')
     filters = req.query_args(FILTERS, ints=INT_FILTERS)
     with req.database.reader() as s:
-        rows = deployable_db.deployable_rows(s, filters)
+        rows = deployable_db.deployable_list(s, filters)
         # Without a filter, every deployable's attributes: read without an IN list
         # of thousands of ids.
         attrs = attribute_db.attribute_pairs_by_deployable(
