@@ -1,8 +1,9 @@
 """Deployables: queries on the ``deployables`` table.
 
 Row shape (``ROW``; every function's annotation names it): ``m.Deployable`` ORM
-objects, which the conductor changes in place and the bind and the API read, the
-API's listing of thousands included (perf.orm_rows).
+objects, which the conductor changes in place and the bind reads. The API formats
+records (``deployable_record``, ``deployable_records``: plain dicts of the same
+columns), its listing of thousands read without the ORM (perf.records).
 """
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -13,7 +14,7 @@ from steward.db import perf
 from steward.db import query
 
 ROW = m.Deployable
-"""What the conductor changes, and the bind and the API read: ORM objects."""
+"""What the conductor changes and the bind reads: ORM objects."""
 
 
 DEPLOYABLE_FILTERS = ('uuid', 'id', 'name', 'num_accelerators', 'device_id', 'rp_uuid',
@@ -50,8 +51,20 @@ def deployables_by_rp_uuids(session, rp_uuids) -> dict[str, ROW]:
 
 
 def deployable_list(session, filters=None) -> list[ROW]:
-    """Deployables in id order: the API's listing (thousands) and a device's (the
-    conductor's)."""
     stmt = sa.select(m.Deployable).where(
         *query.exact_filters(m.Deployable, filters, DEPLOYABLE_FILTERS))
-    return perf.orm_rows(session, stmt.order_by(m.Deployable.id))
+    return session.execute(stmt.order_by(m.Deployable.id)).scalars().all()
+
+
+def deployable_records(session, filters=None) -> list[dict]:
+    """deployable_list as records (see perf.records): the API's listing."""
+    table = m.Deployable.__table__
+    stmt = sa.select(*perf.untyped(table.c)).where(
+        *query.exact_filters(table.c, filters, DEPLOYABLE_FILTERS))
+    return perf.records(session, table, stmt.order_by(table.c.id))
+
+
+def deployable_record(deployable) -> dict:
+    """A deployable (ROW) as the record deployable_records makes: the API's answer
+    for one."""
+    return perf.record(deployable)

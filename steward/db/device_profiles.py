@@ -1,23 +1,24 @@
 """Device profiles: queries on the ``device_profiles`` table.
 
 Row shape (``ROW``; every function's annotation names it): ``m.DeviceProfile``
-ORM objects, for one profile (the API deletes it, ARQs are created from it) and
-for listings (Nova's ``?name=`` before every boot). ``device_profile_groups``
-reads a profile's groups.
+ORM objects, for one profile (the API deletes it, ARQs are created from it). The
+API formats records (``device_profile_record``, ``device_profile_records``: plain
+dicts of the same columns), its listings (Nova's ``?name=`` before every boot)
+read without the ORM. ``device_profile_groups`` reads a profile's groups from
+either.
 """
 import json
 
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 import sqlalchemy as sa
-from sqlalchemy import orm
 
 from steward.common import exception
 from steward.db import models as m
 from steward.db import perf
 
 ROW = m.DeviceProfile
-"""Profiles, to list them, delete one or create ARQs from one: ORM objects."""
+"""One profile, to delete it or to create ARQs from it: ORM objects."""
 
 
 _PROFILE_BY = {key: sa.select(m.DeviceProfile).where(
@@ -33,21 +34,24 @@ def device_profile_get(session, uuid=None, name=None) -> ROW:
     return row
 
 
-_PROFILES = sa.select(m.DeviceProfile).order_by(m.DeviceProfile.id)
-_PROFILES_NAMED = perf.OneOrMany(m.DeviceProfile.name, 'names', _PROFILES.where)
+_PROFILES_T = m.DeviceProfile.__table__
+_PROFILES = sa.select(*_PROFILES_T.c).order_by(_PROFILES_T.c.id)
+_PROFILES_NAMED = perf.OneOrMany(_PROFILES_T.c.name, 'names', _PROFILES.where)
 
 
-def device_profile_list(session, names=None) -> list[ROW]:
-    """Profiles in id order, optionally only those of ``names``: Nova's ``?name=``
-    before every boot. ``session``: a session, or Database.single_read()'s
-    connection (no transaction of a session's own), which a session made here
-    only to load the objects then reads through."""
-    if isinstance(session, sa.Connection):
-        with orm.Session(bind=session, expire_on_commit=False) as loading:
-            return device_profile_list(loading, names)
+def device_profile_records(session, names=None) -> list[dict]:
+    """Profiles as records (see perf.records), optionally only those of ``names``:
+    Nova's ``?name=`` before every boot, on a session or on
+    Database.single_read()'s connection."""
     if names is None:
-        return session.execute(_PROFILES).scalars().all()
-    return session.execute(*_PROFILES_NAMED(names)).scalars().all()
+        return perf.records(session, _PROFILES_T, _PROFILES)
+    return perf.records(session, _PROFILES_T, *_PROFILES_NAMED(names))
+
+
+def device_profile_record(dp) -> dict:
+    """A profile (ROW) as the record device_profile_records makes: the API's
+    answer for one."""
+    return perf.record(dp)
 
 
 def device_profile_create(session, name, groups, description=None, uuid=None) -> ROW:
@@ -82,4 +86,6 @@ def device_profile_delete(session, dp) -> None:
 
 
 def device_profile_groups(dp) -> list[dict]:
-    return json.loads(dp.profile_json).get('groups', [])
+    """``dp``: a profile (ROW) or its record."""
+    text = dp['profile_json'] if isinstance(dp, dict) else dp.profile_json
+    return json.loads(text).get('groups', [])

@@ -2,8 +2,9 @@
 
 Row shape (``ROW``; every function's annotation names it): ``m.Device`` ORM
 objects, which the conductor changes in place (the state only through
-steward.db.transitions.advance()) and the API reads, its listing of thousands
-included (perf.orm_rows). Counts and checks return ints and bools.
+steward.db.transitions.advance()). The API formats records (``device_record``,
+``device_records``: plain dicts of the same columns), its listing of thousands
+read without the ORM (perf.records). Counts and checks return ints and bools.
 """
 import sqlalchemy as sa
 
@@ -14,7 +15,7 @@ from steward.db import perf
 from steward.db import query
 
 ROW = m.Device
-"""What the conductor changes and the API reads: ORM objects."""
+"""What the conductor reads and changes: ORM objects."""
 
 
 _DEVICES_T = m.Device.__table__
@@ -34,10 +35,21 @@ def device_get_by_id(session, device_id) -> ROW | None:
 
 
 def device_list(session, filters=None) -> list[ROW]:
-    """Devices in id order: the API's listing (thousands) and a host's (the
-    conductor's)."""
     stmt = sa.select(m.Device).where(*query.exact_filters(m.Device, filters, DEVICE_FILTERS))
-    return perf.orm_rows(session, stmt.order_by(m.Device.id))
+    return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+def device_records(session, filters=None) -> list[dict]:
+    """device_list as records (see perf.records): the API's listing."""
+    table = m.Device.__table__
+    stmt = sa.select(*perf.untyped(table.c)).where(
+        *query.exact_filters(table.c, filters, DEVICE_FILTERS))
+    return perf.records(session, table, stmt.order_by(table.c.id))
+
+
+def device_record(device) -> dict:
+    """A device (ROW) as the record device_records makes: the API's answer for one."""
+    return perf.record(device)
 
 
 def device_has_active_arq(session, device_id) -> bool:

@@ -130,13 +130,18 @@ def test_the_rows_returned_are_the_declared_shapes(database, db):
                             states.DEV_ALLOCATED, event='bind')
     with database.reader() as s:
         assert all(isinstance(r, device_db.ROW) for r in device_db.device_list(s))
+        listed = device_db.device_records(s)
+        assert all(type(r) is dict for r in listed)
+        # The same columns in one order (times as the driver gives them: see perf.untyped).
+        assert [list(r) for r in listed] == [
+            list(device_db.device_record(r)) for r in device_db.device_list(s)]
         assert isinstance(deployable_db.deployable_get(s, dep.uuid), deployable_db.ROW)
         assert all(isinstance(r, deployable_db.ROW) for r in deployable_db.deployable_list(s))
         assert all(isinstance(r, deployable_db.ROW) for r in
                    deployable_db.deployables_by_rp_uuids(s, [dep.rp_uuid]).values())
+        assert [type(r) for r in deployable_db.deployable_records(s)] == [dict]
         assert isinstance(profile_db.device_profile_get(s, name='dp1'), profile_db.ROW)
-        assert all(isinstance(r, profile_db.ROW)
-                   for r in profile_db.device_profile_list(s, ['dp1']))
+        assert [r['name'] for r in profile_db.device_profile_records(s, ['dp1'])] == ['dp1']
         assert all(isinstance(r, arq_db.ROW) for r in arq_db.arq_list(s))
         assert all(isinstance(r, attribute_db.ROW) for r in attribute_db.attribute_list(s))
         assert all(isinstance(r, erase_db.ROW)
@@ -144,5 +149,5 @@ def test_the_rows_returned_are_the_declared_shapes(database, db):
         history = history_db.device_history_list(s, dev.uuid)
         assert len(history) == 1 and isinstance(history[0], history_db.ROW)
     with database.single_read() as conn:
-        assert [r.name for r in profile_db.device_profile_list(conn, ['dp1'])] == ['dp1']
-        assert all(isinstance(r, profile_db.ROW) for r in profile_db.device_profile_list(conn))
+        assert profile_db.device_profile_records(conn) == [
+            profile_db.device_profile_record(dp)]
