@@ -9,7 +9,9 @@ import json
 
 from steward.api import microversion
 from steward.common import moves
+from steward.db import deployables as deployable_db
 from steward.db import device_profiles as profile_db
+from steward.db import devices as device_db
 from steward.db import query as db_query
 
 
@@ -28,13 +30,14 @@ def version_v2(req, trailing_slash):
 
 
 def device(req, row):
-    return devices(req, [row])[0]
+    """``row``: a device (device_db.ROW)."""
+    return devices(req, [device_db.device_record(row)])[0]
 
 
 # A listing's rows rarely change between two listings, and building and encoding
 # ten thousand dicts is most of a big listing's time: each row's JSON is kept,
-# keyed by everything it is made of (the whole row, the fields the microversion
-# shows, the links' prefix), so a changed row is simply another key.
+# keyed by everything it is made of (the values of the whole record, the fields the
+# microversion shows, the links' prefix), so a changed row is simply another key.
 _ENCODED = {}
 _MAX_ENCODED = 32768      # ~1.5 KiB each: 10 000 devices at two versions + deployables
 
@@ -56,27 +59,29 @@ def json_list(name, texts):
 
 def devices_json(req, rows):
     """``{"devices": [...]}`` as bytes, each row's JSON built once (see _ENCODED).
-    ``rows``: device_db.device_rows() (hashable named tuples)."""
+    ``rows``: device_db.device_records(), all with the same keys in one order."""
     flags = ('device', req.version >= microversion.DEVICE_STATUS,
              req.version >= microversion.DEVICE_STATE,
              req.version >= microversion.DEVICE_HISTORY, req.base_url)
     return json_list('devices', [
-        _encoded((flags, row), lambda row=row: devices(req, [row])[0]) for row in rows])
+        _encoded((flags, *row.values()), lambda row=row: devices(req, [row])[0])
+        for row in rows])
 
 
 def deployables_json(req, rows, attributes):
-    """``{"deployables": [...]}`` as bytes (see devices_json)."""
+    """``{"deployables": [...]}`` as bytes (see devices_json); ``rows``:
+    deployable_db.deployable_records()."""
     flags = ('deployable', req.base_url)
     return json_list('deployables', [
-        _encoded((flags, row, tuple(attributes.get(row.id, ()))),
+        _encoded((flags, tuple(attributes.get(row['id'], ())), *row.values()),
                  lambda row=row: deployables(req, [row], attributes)[0])
         for row in rows])
 
 
 def devices(req, rows):
-    """``rows``: Device rows or models. What depends on the request only (the
-    microversion's fields, the links' prefix) is decided once, not per row: a
-    listing may hold ten thousand."""
+    """``rows``: device records (device_db.device_records, device_record). What
+    depends on the request only (the microversion's fields, the links' prefix) is
+    decided once, not per row: a listing may hold ten thousand."""
     status = req.version >= microversion.DEVICE_STATUS
     state = req.version >= microversion.DEVICE_STATE
     history = req.version >= microversion.DEVICE_HISTORY
@@ -85,34 +90,36 @@ def devices(req, rows):
     result = []
     for row in rows:
         out = {
-            'uuid': row.uuid, 'type': row.type, 'vendor': row.vendor,
-            'model': row.model, 'std_board_info': row.std_board_info,
-            'vendor_board_info': row.vendor_board_info, 'hostname': row.hostname,
+            'uuid': row['uuid'], 'type': row['type'], 'vendor': row['vendor'],
+            'model': row['model'], 'std_board_info': row['std_board_info'],
+            'vendor_board_info': row['vendor_board_info'], 'hostname': row['hostname'],
         }
         if status:
-            out['status'] = row.status
+            out['status'] = row['status']
         if state:
-            out['device_state'] = row.device_state
+            out['device_state'] = row['device_state']
         if history:
-            out['last_error'] = row.last_error
-            out['missing'] = row.missing_since is not None
-            out['missing_since'] = ts(row.missing_since)
-        out['created_at'] = ts(row.created_at)
-        out['updated_at'] = ts(row.updated_at)
-        out['links'] = [{'href': prefix + row.uuid, 'rel': 'self'}]
+            out['last_error'] = row['last_error']
+            out['missing'] = row['missing_since'] is not None
+            out['missing_since'] = ts(row['missing_since'])
+        out['created_at'] = ts(row['created_at'])
+        out['updated_at'] = ts(row['updated_at'])
+        out['links'] = [{'href': prefix + row['uuid'], 'rel': 'self'}]
         result.append(out)
     return result
 
 
 def deployable(req, row, attributes):
-    """``attributes``: the deployable's Attribute rows; ``attributes_list`` is a
-    JSON *string* of one-key dicts, as upstream."""
-    return deployables(req, [row], {row.id: [(a.key, a.value) for a in attributes]})[0]
+    """``row``: a deployable (deployable_db.ROW); ``attributes``: its Attribute
+    rows; ``attributes_list`` is a JSON *string* of one-key dicts, as upstream."""
+    return deployables(req, [deployable_db.deployable_record(row)],
+                       {row.id: [(a.key, a.value) for a in attributes]})[0]
 
 
 def deployables(req, rows, attributes):
-    """``rows``: Deployable rows or models; ``attributes``: {deployable id:
-    [(key, value), ...]} (attribute_db.attribute_pairs_by_deployable)."""
+    """``rows``: deployable records (deployable_db.deployable_records,
+    deployable_record); ``attributes``: {deployable id: [(key, value), ...]}
+    (attribute_db.attribute_pairs_by_deployable)."""
     versioned = f'{req.base_url}/v2/deployables/'
     bookmark = f'{req.base_url}/deployables/'
     ts = db_query.timestamp
@@ -120,16 +127,16 @@ def deployables(req, rows, attributes):
     result = []
     for row in rows:
         result.append({
-            'uuid': row.uuid, 'parent_id': row.parent_id, 'root_id': row.root_id,
-            'name': row.name, 'num_accelerators': row.num_accelerators,
-            'device_id': row.device_id,
-            'attributes_list': dumps([{k: v} for k, v in attributes.get(row.id, ())]),
-            'rp_uuid': row.rp_uuid, 'driver_name': row.driver_name,
-            'bitstream_id': row.bitstream_id,
-            'created_at': ts(row.created_at),
-            'updated_at': ts(row.updated_at),
-            'links': [{'href': versioned + row.uuid, 'rel': 'self'},
-                      {'href': bookmark + row.uuid, 'rel': 'bookmark'}],
+            'uuid': row['uuid'], 'parent_id': row['parent_id'], 'root_id': row['root_id'],
+            'name': row['name'], 'num_accelerators': row['num_accelerators'],
+            'device_id': row['device_id'],
+            'attributes_list': dumps([{k: v} for k, v in attributes.get(row['id'], ())]),
+            'rp_uuid': row['rp_uuid'], 'driver_name': row['driver_name'],
+            'bitstream_id': row['bitstream_id'],
+            'created_at': ts(row['created_at']),
+            'updated_at': ts(row['updated_at']),
+            'links': [{'href': versioned + row['uuid'], 'rel': 'self'},
+                      {'href': bookmark + row['uuid'], 'rel': 'bookmark'}],
         })
     return result
 
@@ -144,14 +151,25 @@ def attribute(req, row):
 
 
 def device_profile(req, row):
+    """``row``: a profile (profile_db.ROW)."""
+    return device_profiles(req, [profile_db.device_profile_record(row)])[0]
+
+
+def device_profiles(req, rows):
+    """``rows``: profile records (profile_db.device_profile_records,
+    device_profile_record)."""
+    return [_device_profile(req, row) for row in rows]
+
+
+def _device_profile(req, row):
     # NOTE(steward): upstream's get_one printed timestamps with str() ("... +00:00"
     # with a space) and its list with ISO "T"; every view here uses ISO 8601.
     return {
-        'uuid': row.uuid, 'name': row.name, 'description': row.description,
+        'uuid': row['uuid'], 'name': row['name'], 'description': row['description'],
         'groups': profile_db.device_profile_groups(row),
-        'created_at': db_query.timestamp(row.created_at),
-        'updated_at': db_query.timestamp(row.updated_at),
-        'links': [_link(req, 'device_profiles', row.uuid)],
+        'created_at': db_query.timestamp(row['created_at']),
+        'updated_at': db_query.timestamp(row['updated_at']),
+        'links': [_link(req, 'device_profiles', row['uuid'])],
     }
 
 

@@ -1,9 +1,9 @@
 """Deployables: queries on the ``deployables`` table.
 
-Row shapes (``ROW``, ``READ_ROW``; every function's annotation names them):
-``m.Deployable`` ORM objects for what is changed; the bind's look-up by provider
-and the API's bulk listing read plain named tuples of the same columns
-(perf.row_type).
+Row shape (``ROW``; every function's annotation names it): ``m.Deployable`` ORM
+objects, which the conductor changes in place and the bind reads. The API formats
+records (``deployable_record``, ``deployable_records``: plain dicts of the same
+columns), its listing of thousands read without the ORM (perf.records).
 """
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -14,9 +14,7 @@ from steward.db import perf
 from steward.db import query
 
 ROW = m.Deployable
-"""What the conductor reads to change: ORM objects."""
-READ_ROW = perf.row_type(m.Deployable.__table__)
-"""The bind's and the API's reads: plain named tuples."""
+"""What the conductor changes and the bind reads: ORM objects."""
 
 
 DEPLOYABLE_FILTERS = ('uuid', 'id', 'name', 'num_accelerators', 'device_id', 'rp_uuid',
@@ -35,18 +33,16 @@ def deployable_get_by_rp_uuid(session, rp_uuid) -> ROW:
                      'rp_uuid', rp_uuid)
 
 
-_DEPLOYABLES_T = m.Deployable.__table__
-_DEPLOYABLES_BY_RP = perf.OneOrMany(_DEPLOYABLES_T.c.rp_uuid, 'rp_uuids',
-                                    sa.select(*_DEPLOYABLES_T.c).where)
+_DEPLOYABLES_BY_RP = perf.OneOrMany(m.Deployable.rp_uuid, 'rp_uuids',
+                                    sa.select(m.Deployable).where)
 
 
-def deployables_by_rp_uuids(session, rp_uuids) -> dict[str, READ_ROW]:
-    """{rp_uuid: deployable row} (read-only, the Deployable's columns) for every
-    one of ``rp_uuids`` in one query (the device is not loaded: a bind locks and
-    re-reads it); raises for the first unknown one."""
-    make = READ_ROW._make
-    found = {d.rp_uuid: d for d in map(make, session.connection().execute(
-        *_DEPLOYABLES_BY_RP(rp_uuids)))}
+def deployables_by_rp_uuids(session, rp_uuids) -> dict[str, ROW]:
+    """{rp_uuid: deployable} for every one of ``rp_uuids`` in one query (the device
+    is not loaded: a bind locks and re-reads it); raises for the first unknown
+    one."""
+    found = {d.rp_uuid: d for d in session.execute(
+        *_DEPLOYABLES_BY_RP(rp_uuids)).scalars()}
     for rp_uuid in rp_uuids:
         if rp_uuid not in found:
             raise exception.DeployableNotFound(resource='Deployable', key='rp_uuid',
@@ -60,9 +56,15 @@ def deployable_list(session, filters=None) -> list[ROW]:
     return session.execute(stmt.order_by(m.Deployable.id)).scalars().all()
 
 
-def deployable_rows(session, filters=None) -> list[READ_ROW]:
-    """deployable_list as plain rows (see device_rows)."""
+def deployable_records(session, filters=None) -> list[dict]:
+    """deployable_list as records (see perf.records): the API's listing."""
     table = m.Deployable.__table__
     stmt = sa.select(*perf.untyped(table.c)).where(
         *query.exact_filters(table.c, filters, DEPLOYABLE_FILTERS))
-    return perf.plain_rows(session, table, stmt.order_by(table.c.id))
+    return perf.records(session, table, stmt.order_by(table.c.id))
+
+
+def deployable_record(deployable) -> dict:
+    """A deployable (ROW) as the record deployable_records makes: the API's answer
+    for one."""
+    return perf.record(deployable)

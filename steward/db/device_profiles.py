@@ -1,10 +1,11 @@
 """Device profiles: queries on the ``device_profiles`` table.
 
-Row shapes (``ROW``, ``READ_ROW``; every function's annotation names them):
-``m.DeviceProfile`` ORM objects for one profile (the API deletes it, ARQs are
-created from it); listings (Nova's ``?name=`` before every boot) read plain named
-tuples of the same columns (perf.row_type). ``device_profile_groups`` reads a
-profile's groups from either.
+Row shape (``ROW``; every function's annotation names it): ``m.DeviceProfile``
+ORM objects, for one profile (the API deletes it, ARQs are created from it). The
+API formats records (``device_profile_record``, ``device_profile_records``: plain
+dicts of the same columns), its listings (Nova's ``?name=`` before every boot)
+read without the ORM. ``device_profile_groups`` reads a profile's groups from
+either.
 """
 import json
 
@@ -18,8 +19,6 @@ from steward.db import perf
 
 ROW = m.DeviceProfile
 """One profile, to delete it or to create ARQs from it: ORM objects."""
-READ_ROW = perf.row_type(m.DeviceProfile.__table__)
-"""Listings (Nova's ``?name=``): plain named tuples."""
 
 
 _PROFILE_BY = {key: sa.select(m.DeviceProfile).where(
@@ -35,17 +34,24 @@ def device_profile_get(session, uuid=None, name=None) -> ROW:
     return row
 
 
-_PROFILES = sa.select(*m.DeviceProfile.__table__.c).order_by(m.DeviceProfile.__table__.c.id)
-_PROFILES_NAMED = perf.OneOrMany(m.DeviceProfile.__table__.c.name, 'names', _PROFILES.where)
+_PROFILES_T = m.DeviceProfile.__table__
+_PROFILES = sa.select(*_PROFILES_T.c).order_by(_PROFILES_T.c.id)
+_PROFILES_NAMED = perf.OneOrMany(_PROFILES_T.c.name, 'names', _PROFILES.where)
 
 
-def device_profile_list(session, names=None) -> list[READ_ROW]:
-    """Profiles as read-only rows (READ_ROW: attribute access like the model), optionally
-    only those of ``names``: Nova's ``?name=`` before every boot."""
-    make = READ_ROW._make
+def device_profile_records(session, names=None) -> list[dict]:
+    """Profiles as records (see perf.records), optionally only those of ``names``:
+    Nova's ``?name=`` before every boot, on a session or on
+    Database.single_read()'s connection."""
     if names is None:
-        return [make(r) for r in session.execute(_PROFILES)]
-    return [make(r) for r in session.execute(*_PROFILES_NAMED(names))]
+        return perf.records(session, _PROFILES_T, _PROFILES)
+    return perf.records(session, _PROFILES_T, *_PROFILES_NAMED(names))
+
+
+def device_profile_record(dp) -> dict:
+    """A profile (ROW) as the record device_profile_records makes: the API's
+    answer for one."""
+    return perf.record(dp)
 
 
 def device_profile_create(session, name, groups, description=None, uuid=None) -> ROW:
@@ -80,4 +86,6 @@ def device_profile_delete(session, dp) -> None:
 
 
 def device_profile_groups(dp) -> list[dict]:
-    return json.loads(dp.profile_json).get('groups', [])
+    """``dp``: a profile (ROW) or its record."""
+    text = dp['profile_json'] if isinstance(dp, dict) else dp.profile_json
+    return json.loads(text).get('groups', [])

@@ -1,10 +1,10 @@
 """Devices: queries on the ``devices`` table.
 
-Row shapes (``ROW``, ``READ_ROW``; every function's annotation names them):
-``m.Device`` ORM objects, which the conductor changes in place (the state only
-through steward.db.transitions.advance()); the API's bulk listing reads plain
-named tuples of the same columns (perf.plain_rows: a listing of thousands).
-Counts and checks return ints and bools.
+Row shape (``ROW``; every function's annotation names it): ``m.Device`` ORM
+objects, which the conductor changes in place (the state only through
+steward.db.transitions.advance()). The API formats records (``device_record``,
+``device_records``: plain dicts of the same columns), its listing of thousands
+read without the ORM (perf.records). Counts and checks return ints and bools.
 """
 import sqlalchemy as sa
 
@@ -15,9 +15,7 @@ from steward.db import perf
 from steward.db import query
 
 ROW = m.Device
-"""What the conductor reads to change: ORM objects."""
-READ_ROW = perf.row_type(m.Device.__table__)
-"""The API's bulk listing: plain named tuples."""
+"""What the conductor reads and changes: ORM objects."""
 
 
 _DEVICES_T = m.Device.__table__
@@ -41,12 +39,17 @@ def device_list(session, filters=None) -> list[ROW]:
     return session.execute(stmt.order_by(m.Device.id)).scalars().all()
 
 
-def device_rows(session, filters=None) -> list[READ_ROW]:
-    """device_list as plain rows (see perf.plain_rows)."""
+def device_records(session, filters=None) -> list[dict]:
+    """device_list as records (see perf.records): the API's listing."""
     table = m.Device.__table__
     stmt = sa.select(*perf.untyped(table.c)).where(
         *query.exact_filters(table.c, filters, DEVICE_FILTERS))
-    return perf.plain_rows(session, table, stmt.order_by(table.c.id))
+    return perf.records(session, table, stmt.order_by(table.c.id))
+
+
+def device_record(device) -> dict:
+    """A device (ROW) as the record device_records makes: the API's answer for one."""
+    return perf.record(device)
 
 
 def device_has_active_arq(session, device_id) -> bool:

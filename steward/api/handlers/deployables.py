@@ -14,7 +14,7 @@ INT_FILTERS = ('num_accelerators', 'device_id', 'parent_id', 'root_id')
 
 def _render(req, s, rows):
     attrs = attribute_db.attribute_pairs_by_deployable(s, [r.id for r in rows])
-    return views.deployables(req, rows, attrs)
+    return views.deployables(req, [deployable_db.deployable_record(r) for r in rows], attrs)
 
 
 def list_deployables(req):
@@ -22,11 +22,11 @@ def list_deployables(req):
     req.policy.authorize(req.ctx, 'cyborg:deployable:get_all')
     filters = req.query_args(FILTERS, ints=INT_FILTERS)
     with req.database.reader() as s:
-        rows = deployable_db.deployable_rows(s, filters)
+        rows = deployable_db.deployable_records(s, filters)
         # Without a filter, every deployable's attributes: read without an IN list
         # of thousands of ids.
         attrs = attribute_db.attribute_pairs_by_deployable(
-            s, [r.id for r in rows] if filters else None)
+            s, [r['id'] for r in rows] if filters else None)
     return handlers.encoded_response(views.deployables_json(req, rows, attrs))
 
 

@@ -27,9 +27,8 @@ def list_profiles(req):
     args = req.query_args(('name',))
     names = _names(args['name']) if 'name' in args else None
     with req.database.single_read() as conn:
-        rows = profile_db.device_profile_list(conn, names)
-        return handlers.json_response(
-            {'device_profiles': [views.device_profile(req, r) for r in rows]})
+        rows = profile_db.device_profile_records(conn, names)
+        return handlers.json_response({'device_profiles': views.device_profiles(req, rows)})
 
 
 def get_profile(req):

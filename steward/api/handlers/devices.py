@@ -23,7 +23,7 @@ def list_devices(req):
     # Upstream's own parameters are ignored when empty (``if type:``).
     filters = {k: v for k, v in filters.items() if v != '' or k not in UPSTREAM_FILTERS}
     with req.database.reader() as s:
-        rows = device_db.device_rows(s, filters)
+        rows = device_db.device_records(s, filters)
     return handlers.encoded_response(views.devices_json(req, rows))
 
 

@@ -1,10 +1,10 @@
 """The database layer answers in one documented row shape per resource: each
-resource module of steward/db declares ``ROW`` (what its callers change: an ORM
-object, or a plain object that transitions.advance() updates) and, where a
-read-only listing needs one, ``READ_ROW`` (plain named tuples of the same
-columns); every public function's return annotation names only those, records
-(``dict``) or plain values. Read with ``ast``, and checked against rows the
-functions return on a real database."""
+resource module of steward/db declares ``ROW`` (an ORM object, or a plain object
+that transitions.advance() updates), the one shape its callers read and change;
+every public function's return annotation names only it, records (``dict``) or
+plain values. A second declared shape (``READ_ROW``, a named tuple of the same
+columns for a listing) is a violation. Read with ``ast``, and checked against
+rows the functions return on a real database."""
 import ast
 import importlib
 import pathlib
@@ -29,16 +29,20 @@ RESOURCES = ('arqs', 'attach_handles', 'attributes', 'deployables', 'device_hist
 # Not resources: the machinery every resource module shares.
 SHARED = {'__init__', 'models', 'session', 'sqlite', 'retry', 'migration',
           'data_migrations', 'transitions', 'perf', 'query'}
-SHAPES = {'ROW', 'READ_ROW'}
+SHAPES = {'ROW'}
 PLAIN = {'dict', 'list', 'tuple', 'set', 'int', 'str', 'bool', 'None'}
 
 
 def shape_violations(source):
     """What in ``source`` (a resource module) breaks the rule."""
     tree = ast.parse(source)
-    declared = {t.id for node in tree.body if isinstance(node, ast.Assign)
-                for t in node.targets if isinstance(t, ast.Name)} & SHAPES
+    assigned = {t.id for node in tree.body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+    declared = assigned & SHAPES
     found = [] if 'ROW' in declared else ['no ROW declared']
+    # Another module-level name of a row shape: ROW's own spelling with more to it.
+    found += [f'{name} declared: a second row shape' for name in sorted(assigned)
+              if name != 'ROW' and name.endswith('_ROW')]
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef) or node.name.startswith('_'):
             continue
@@ -69,6 +73,13 @@ def test_a_second_row_shape_is_found():
                      'c() returns Other, not a declared row shape',
                      'd() has no return annotation']
     assert shape_violations('def a(s) -> int: ...\n') == ['no ROW declared']
+    assert shape_violations(
+        'ROW = m.Device\n'
+        'READ_ROW = perf.row_type(m.Device.__table__)\n'
+        'def a(s) -> list[ROW]: ...\n'
+        'def b(s) -> list[READ_ROW]: ...\n') == [
+        'READ_ROW declared: a second row shape',
+        'b() returns READ_ROW, not a declared row shape']
 
 
 def test_every_module_of_the_database_layer_is_known():
@@ -119,18 +130,24 @@ def test_the_rows_returned_are_the_declared_shapes(database, db):
                             states.DEV_ALLOCATED, event='bind')
     with database.reader() as s:
         assert all(isinstance(r, device_db.ROW) for r in device_db.device_list(s))
-        assert all(isinstance(r, device_db.READ_ROW) for r in device_db.device_rows(s))
+        listed = device_db.device_records(s)
+        assert all(type(r) is dict for r in listed)
+        # The same columns in one order (times as the driver gives them: see perf.untyped).
+        assert [list(r) for r in listed] == [
+            list(device_db.device_record(r)) for r in device_db.device_list(s)]
         assert isinstance(deployable_db.deployable_get(s, dep.uuid), deployable_db.ROW)
-        assert all(isinstance(r, deployable_db.READ_ROW)
-                   for r in deployable_db.deployable_rows(s))
-        assert all(isinstance(r, deployable_db.READ_ROW) for r in
+        assert all(isinstance(r, deployable_db.ROW) for r in deployable_db.deployable_list(s))
+        assert all(isinstance(r, deployable_db.ROW) for r in
                    deployable_db.deployables_by_rp_uuids(s, [dep.rp_uuid]).values())
+        assert [type(r) for r in deployable_db.deployable_records(s)] == [dict]
         assert isinstance(profile_db.device_profile_get(s, name='dp1'), profile_db.ROW)
-        assert all(isinstance(r, profile_db.READ_ROW)
-                   for r in profile_db.device_profile_list(s, ['dp1']))
+        assert [r['name'] for r in profile_db.device_profile_records(s, ['dp1'])] == ['dp1']
         assert all(isinstance(r, arq_db.ROW) for r in arq_db.arq_list(s))
         assert all(isinstance(r, attribute_db.ROW) for r in attribute_db.attribute_list(s))
         assert all(isinstance(r, erase_db.ROW)
                    for r in erase_db.erase_record_list(s, dev.uuid))
         history = history_db.device_history_list(s, dev.uuid)
         assert len(history) == 1 and isinstance(history[0], history_db.ROW)
+    with database.single_read() as conn:
+        assert profile_db.device_profile_records(conn) == [
+            profile_db.device_profile_record(dp)]
