@@ -14,6 +14,7 @@ import steward
 from steward import metrics
 from steward.conductor import deps as conductor_deps
 from steward.conductor.manager import ConductorManager
+from tests.unit.structure import astnames
 from tests.unit.structure.test_import_cycles import import_graph
 
 STEWARD = pathlib.Path(steward.__file__).parent
@@ -95,18 +96,7 @@ def _built_by_module(source, module, wanted):
     import Metrics as M; M()``, ``import steward.metrics; steward.metrics.Metrics()``,
     or ``Metrics()`` in steward/metrics.py itself: (line, full name)."""
     tree = ast.parse(source)
-    aliases = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    aliases[alias.asname] = alias.name
-                else:
-                    top = alias.name.split('.')[0]
-                    aliases[top] = top
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                aliases[alias.asname or alias.name] = f'{node.module}.{alias.name}'
+    aliases = astnames.import_aliases(tree)
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):

@@ -11,6 +11,7 @@ import ast
 import pathlib
 
 import steward
+from tests.unit.structure import astnames
 
 ROOT = pathlib.Path(steward.__file__).parent
 SUPERVISOR = 'steward/supervisor.py'
@@ -50,23 +51,6 @@ _IMPORTS = {
 }
 
 
-def _aliases(tree):
-    """{local name: the dotted name it stands for} from every import of a module."""
-    names = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    names[a.asname] = a.name
-                else:
-                    top = a.name.split('.')[0]
-                    names[top] = top
-        elif isinstance(node, ast.ImportFrom) and not node.level:
-            for a in node.names:
-                names[a.asname or a.name] = f'{node.module}.{a.name}'
-    return names
-
-
 def _dotted(node, names):
     if isinstance(node, ast.Name):
         return names.get(node.id, node.id)
@@ -96,7 +80,7 @@ def scan(source, path):
     """[(line, rule, what)] of everything in ``source`` (the file ``path``, relative
     to the repository) that manages processes."""
     tree = ast.parse(source, path)
-    names = _aliases(tree)
+    names = astnames.import_aliases(tree)
     starters = _starters(tree, names)
     found = []
     for node in ast.walk(tree):
