@@ -255,19 +255,22 @@ def migration(cloud, sid):
         r = nova.get(f'/servers/{sid}/migrations')
         if r.status_code == 200 and r.json()['migrations']:
             return r.json()['migrations'][0]
+    return sorted(migrations(cloud, sid), key=lambda m: m['created_at'])[-1]
+
+
+def migrations(cloud, sid):
+    """Every migration record of the server, in progress or not."""
+    with cloud.nova_client() as nova:
         r = nova.get('/os-migrations', params={'instance_uuid': sid})
     assert r.status_code == 200, r.text
-    return sorted(r.json()['migrations'], key=lambda m: m['created_at'])[-1]
+    return r.json()['migrations']
 
 
 FINAL = ('completed', 'error', 'failed', 'cancelled')
 
 
 def migration_ids(cloud, sid):
-    with cloud.nova_client() as nova:
-        r = nova.get('/os-migrations', params={'instance_uuid': sid})
-    assert r.status_code == 200, r.text
-    return {m['id'] for m in r.json()['migrations']}
+    return {m['id'] for m in migrations(cloud, sid)}
 
 
 def migration_ended(cloud, sid, before):
@@ -278,10 +281,7 @@ def migration_ended(cloud, sid, before):
     for a moment every event there is has finished (a test that let the fake
     hypervisor succeed again in that moment saw its "failing" migration complete)."""
     def ended():
-        with cloud.nova_client() as nova:
-            r = nova.get('/os-migrations', params={'instance_uuid': sid})
-        assert r.status_code == 200, r.text
-        new = [m for m in r.json()['migrations'] if m['id'] not in before]
+        new = [m for m in migrations(cloud, sid) if m['id'] not in before]
         newest = max(new, key=lambda m: m['id'], default=None)
         return newest if newest and newest['status'] in FINAL else None
     return cloud_mod.wait_until(ended, bool, f'the migration of {sid} ended')
