@@ -16,7 +16,6 @@ import logging
 
 from oslo_messaging import exceptions as messaging_exc
 from oslo_utils import uuidutils
-import sqlalchemy as sa
 
 from steward.common import exception
 from steward.common import states
@@ -259,15 +258,11 @@ def _start_deleting(s, ctx, arq):
     raise exception.ConcurrentUpdate(kind=m.ExtARQ.__state_kind__, uuid=arq.uuid)
 
 
-_DELETE_ARQ = sa.delete(m.ExtARQ.__table__).where(
-    m.ExtARQ.__table__.c.id == sa.bindparam('arq_id'))
-
-
 def _remove(s, ctx, arq):
     """Remove a Deleting ARQ and free its handle; returns what after_release must
     do once committed."""
     handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
-    s.execute(_DELETE_ARQ, {'arq_id': arq.id})
+    arq_db.arq_remove(s, arq.id)
     if handle_id is None:
         return []
     handle_db.attach_handle_release(s, handle_id)

@@ -20,11 +20,9 @@
 """
 import dataclasses
 
-import sqlalchemy as sa
-
 from steward.common import exception
 from steward.common import states
-from steward.db import models as m
+from steward.db import deployables as deployable_db
 from steward.db import query as db_query
 
 # States in which a device reserves everything even with several accelerators.
@@ -73,30 +71,18 @@ class Policy:
         return self.refusal is None
 
 
-def accelerators_column(device_id_column):
-    """A scalar subquery: the accelerators of the device ``device_id_column``
-    names, for selecting a device and its count in one statement."""
-    return (sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
-            .where(m.Deployable.device_id == device_id_column).scalar_subquery())
-
-
-def accelerators_of(session, device_id):
-    return session.execute(
-        sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
-        .where(m.Deployable.device_id == device_id)).scalar()
-
-
 def policy(session, device, deployables=None, accelerators=None):
     """The rule applied to ``device`` as it is in ``session``; ``deployables``: all
     of the device's deployables when the caller holds them already, or
-    ``accelerators``: their sum when the caller read it with the device (see
-    accelerators_column); else they are counted in the database."""
+    ``accelerators``: their sum when the caller read it with the device
+    (steward.db.devices.devices_lock_counted, device_release_view); else they are
+    counted in the database."""
     if accelerators is not None:
         count = accelerators
     elif deployables is not None:
         count = sum(d.num_accelerators for d in deployables)
     else:
-        count = accelerators_of(session, device.id)
+        count = deployable_db.device_accelerators(session, device.id)
     return Policy(device_uuid=device.uuid, hostname=device.hostname,
                   device_state=device.device_state,
                   maintaining=device.status == states.DEVICE_STATUS_MAINTAINING,

@@ -90,3 +90,47 @@ def devices_in_states_anywhere(session, device_states) -> list[ROW]:
     """Devices of every host in ``device_states`` (the conductor's periodic tasks)."""
     stmt = sa.select(m.Device).where(m.Device.device_state.in_(device_states))
     return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+# The accelerators of the device of the row: the sum of its deployables'
+# num_accelerators (what the reservation rule calls single or shared).
+_ACCELERATORS = (sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
+                 .where(m.Deployable.device_id == m.Device.id)
+                 .correlate(m.Device).scalar_subquery())
+_LOCK_COUNTED = perf.OneOrMany(
+    m.Device.id, 'ids',
+    lambda clause: sa.select(m.Device, _ACCELERATORS)
+    .where(clause).order_by(m.Device.id).with_for_update(of=m.Device)
+    .execution_options(populate_existing=True))
+
+
+def devices_lock_counted(session, device_ids) -> list[tuple[ROW, int]]:
+    """Row-lock devices for the rest of the transaction, always in id order (a
+    bind and a host's discovery report, which locks all of the host's devices,
+    then queue on each other instead of deadlocking; SQLite writers are serial
+    already and ignore FOR UPDATE), each with its accelerator count read in the
+    same statement: [(Device, count)] in id order."""
+    if not device_ids:
+        return []
+    return [tuple(row) for row in session.execute(
+        *_LOCK_COUNTED(sorted(set(device_ids)))).all()]
+
+
+_HANDLES_IN_USE = (sa.select(sa.func.count()).select_from(m.AttachHandle)
+                   .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
+                   .where(m.Deployable.device_id == m.Device.id,
+                          m.AttachHandle.in_use.is_(True))
+                   .correlate(m.Device).scalar_subquery())
+# The device of a deployable with what a release decides on, in one statement.
+_RELEASE_VIEW = (
+    sa.select(m.Device, _ACCELERATORS, _HANDLES_IN_USE)
+    .where(m.Device.id == sa.select(m.Deployable.device_id)
+           .where(m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery())
+    .execution_options(populate_existing=True))
+
+
+def device_release_view(session, deployable_id) -> tuple[ROW, int, int] | None:
+    """(the device of ``deployable_id``, its accelerators, its handles in use), or
+    None: what a release decides on, in one statement."""
+    row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
+    return None if row is None else tuple(row)

@@ -68,14 +68,16 @@ def test_32_concurrent_binds_on_16_handles_across_conductors_and_api_workers(hea
         assert len({a['attach_handle_uuid'] for a in bound}) == 16
         assert len({tuple(sorted(a['attach_handle_info'].items())) for a in bound}) == 16
 
-        # Both API workers bound some themselves (the API runs the ARQ
+        # The API workers bound them themselves (the API runs the ARQ
         # operations: doc/multihost.md), each line of a transition naming its
-        # process; no conductor was asked.
+        # process (which worker accepts which connection is the kernel's choice);
+        # no conductor was asked.
         workers = cluster.api_worker_pids()
         lines = [line for line in cluster.api.log_since(api_offset).splitlines()
                  if 'BindStarted' in line]
         binding = {int(line.split()[2]) for line in lines}
-        assert binding == set(workers) and len(workers) == cluster.api_workers, lines
+        assert binding and binding <= set(workers), lines
+        assert len(workers) == cluster.api_workers
         assert not any('BindStarted' in c.log_since(offsets[c.name])
                        for c in cluster.conductors)
 
