@@ -113,7 +113,8 @@ class Root:
             deps.Deps(database=self.database, metrics=self.metrics,
                       placement_client=self.placement_client(), nova=None,
                       notifier=notifier, agent_api=None),
-            dispatch_cleanup=conductor_api.device_release_for_cleaning)
+            dispatch_cleanup=conductor_api.device_release_for_cleaning,
+            actor=f'api {CONF.host}')
 
     def api_app(self, conductor_api, transport_url=None):
         """The API application (steward/api/app.py) on this root's database,

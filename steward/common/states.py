@@ -7,6 +7,8 @@ here touches the database: ``steward.db.transitions.advance()`` is the choke poi
 through which every state change is persisted, checked against these tables.
 """
 import collections
+import contextlib
+import contextvars
 
 from steward.common import exception
 from steward.conf import CONF
@@ -163,10 +165,26 @@ def can_transition(kind, current, target, event=None):
     return current in sources(kind, target, event)
 
 
+# Who the code running in this context acts as, when not this conductor: an API
+# process running the ARQ operations (acting_as). A context variable, so each
+# request's thread says it for itself.
+_ACTOR = contextvars.ContextVar('steward_actor', default=None)
+
+
+@contextlib.contextmanager
+def acting_as(actor):
+    """Transitions made in the block are recorded as made by ``actor``."""
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
+
+
 def default_actor():
     """Who a transition is recorded as made by when the caller names nobody: this
-    conductor."""
-    return f'conductor {CONF.host}'
+    conductor, or whom an enclosing ``acting_as`` names."""
+    return _ACTOR.get() or f'conductor {CONF.host}'
 
 
 def actor_of(ctx):

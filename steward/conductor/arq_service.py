@@ -14,23 +14,42 @@ beside its RPC ``API``:
   side. What needs an agent (a released NVMe device's cleanup) is handed to a
   conductor: ``dispatch_cleanup``.
 """
+import functools
+
 from steward.common import exception
+from steward.common import states
 from steward.conductor import arq_ops
+
+
+def _acting(fn):
+    """Device transitions of the operation are recorded as made by this
+    service's ``actor`` (None: the conductor, states.default_actor)."""
+    @functools.wraps(fn)
+    def inner(self, *args, **kwargs):
+        if self.actor is None:
+            return fn(self, *args, **kwargs)
+        with states.acting_as(self.actor):
+            return fn(self, *args, **kwargs)
+    return inner
 
 
 class ARQService:
     """``deps``: a steward.conductor.deps.Deps (its database, metrics, Placement
     client and Nova notifier are used; an API process's has no agent API).
     ``dispatch_cleanup(ctx, device_uuid)``: who asks a released device's agent to
-    clean it; None: this process does (a conductor)."""
+    clean it; None: this process does (a conductor). ``actor``: who the
+    transitions are recorded as made by (None: this conductor)."""
 
-    def __init__(self, deps, dispatch_cleanup=None):
+    def __init__(self, deps, dispatch_cleanup=None, actor=None):
         self.deps = deps
         self._dispatch = dispatch_cleanup
+        self.actor = actor
 
+    @_acting
     def arq_create(self, ctx, device_profile_name, project_id):
         return arq_ops.create(self.deps, ctx, device_profile_name, project_id)
 
+    @_acting
     def arq_bind(self, ctx, bindings):
         """The bound records; Nova gets one event per bind, completed or failed,
         once its outcome is committed."""
@@ -45,9 +64,11 @@ class ARQService:
                                    for r in records])
         return records
 
+    @_acting
     def arq_unbind(self, ctx, arq_uuids):
         return arq_ops.unbind(self.deps, ctx, arq_uuids, dispatch=self._dispatch)
 
+    @_acting
     def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
         return arq_ops.delete(self.deps, ctx, arq_uuids=arq_uuids,
                               instance_uuid=instance_uuid, project_id=project_id,

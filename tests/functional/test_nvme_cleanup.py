@@ -202,6 +202,11 @@ def test_unbind_by_patch_cleans_too(nvme, api_runs_arqs):
     assert r.status_code == 202, r.text
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
     assert not nvme_stack.tenant_bytes_anywhere(ctrl)
+    # Who did what: the bind's device transition is the API's when it binds.
+    assert _transitions(st, dev['uuid'])[0] == (
+        'available', 'bind', 'allocated', 'api' if api_runs_arqs else 'conductor')
+    assert _transitions(st, dev['uuid'])[1] == (
+        'allocated', 'release_for_cleaning', 'pending_cleaning', 'conductor')
 
 
 def test_write_zeroes_is_the_kernels_zeroout_over_the_whole_namespace(nvme):
