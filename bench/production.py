@@ -24,7 +24,10 @@ os-server-external-events (both sides post an event per bind, as in production):
   state ENUM named to create its schema; when it still fails, the output says so.
 
 Each side gets the same calls (bench/load.py, the load generator of
-bench/arq_lifecycle.py): warm-up instances, then sequential instances, then 4 and 16
+bench/arq_lifecycle.py): warm-up instances (one client, then a round of the
+largest number of clients, so that every process has the connections, threads
+and pools its concurrency needs before anything is counted), then sequential
+instances, then 4 and 16
 concurrent clients, each sending what Nova's identity middleware would have
 set. Printed per run: instances/s (completed instances only), bind p50/p99, failed
 instances (bind failures separately, summarised by call, status and reason; a failed
@@ -84,6 +87,8 @@ def measure(side, url, rp_uuid, cpu, args):
     # Warm-up: steady state after the start (first reports, workers' first requests);
     # its answers are not counted.
     run(1, args.warm_up)
+    if args.client_counts:
+        run(max(args.client_counts), 2)
     side.tally = load.Tally()
     side.load_before = load.load_average()
     side.runs['sequential'] = run(1, args.sequential)
