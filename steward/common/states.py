@@ -57,8 +57,10 @@ DEV_PENDING_CLEANING = 'pending_cleaning'
 DEV_CLEANING = 'cleaning'
 """The agent is running the locked-in cleanup action."""
 DEV_ERROR = 'error'
-"""Cleanup failed, timed out or was interrupted: never handed out until an operator
-re-cleans it (POST /v2/devices/{uuid}/clean)."""
+"""Cleanup failed, timed out or was interrupted, or the device's driver read it
+unhealthy: never handed out until an operator re-cleans it (POST
+/v2/devices/{uuid}/clean; a device read unhealthy only once the condition has
+cleared)."""
 
 DEVICE_STATES = (DEV_AVAILABLE, DEV_ALLOCATED, DEV_PENDING_CLEANING, DEV_CLEANING,
                  DEV_ERROR)
@@ -138,6 +140,14 @@ DEVICE_TRANSITIONS = (
     # Discovery found the hardware cannot meet the configured cleanup policy.
     Transition(DEV_AVAILABLE, 'fail', DEV_ERROR),
     Transition(DEV_ERROR, 'operator_clean', DEV_PENDING_CLEANING),
+    # Health (issue 38): its driver read the device unhealthy while nothing was on
+    # it; or a tenant released it (a device that needs no cleaning), or its
+    # cleanup ended, after it was read unhealthy: never handed out again.
+    Transition(DEV_AVAILABLE, 'unhealthy', DEV_ERROR),
+    Transition(DEV_ALLOCATED, 'release_unhealthy', DEV_ERROR),
+    Transition(DEV_CLEANING, 'unhealthy', DEV_ERROR),
+    # A device that needs no cleaning, back from a health fault that cleared.
+    Transition(DEV_ERROR, 'operator_clean', DEV_AVAILABLE),
 )
 
 ERASE_TRANSITIONS = (

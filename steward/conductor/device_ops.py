@@ -88,6 +88,14 @@ def release_after_unbind(session, deployable_id, ctx):
         # Whether its agent can be asked is known only by asking (a ping after
         # the commit): holding this transaction open for it would hold the row.
         return [CleanupRequest(device.uuid)]
+    if device.health_fault:
+        # Read unhealthy while its tenant held it (issue 38): out of service now,
+        # and its reservation stays (the rule reserves a faulted device whole).
+        transitions.advance(session, m.Device, device, states.DEV_ERROR,
+                            event='release_unhealthy',
+                            reason=f'unhealthy: {device.health_fault}',
+                            request_id=ctx.request_id)
+        return []
     transitions.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
                         request_id=ctx.request_id)
     if reservation.policy(session, device, accelerators=accelerators).single:

@@ -13,6 +13,9 @@
   used at all (pending_cleaning, cleaning, error), and may be bound while
   ``available`` or ``allocated``.
 * ``status = maintaining`` (disable) reserves whole in both cases and refuses binds.
+* A device with a health fault (``health_fault`` set: its driver read it unhealthy,
+  issue 38) reserves whole in both cases and refuses binds, whatever its state: its
+  tenant keeps it, nothing new lands on it.
 * A missing device (``missing_since`` set) is never bound; its reservation stays
   what its state asks (it is kept only while not available).
 * A device whose state was never set (before the online data migration) keeps
@@ -37,12 +40,13 @@ class Policy:
     maintaining: bool
     missing_since: object
     single: bool
+    health_fault: str | None = None
 
     def reserved_for(self, deployable):
         """Placement ``reserved`` for ``deployable`` (anything with
         ``num_accelerators``, its provider's total), or None: leave it as it is."""
         total = deployable.num_accelerators
-        if self.maintaining:
+        if self.maintaining or self.health_fault:
             return total
         if self.device_state is None:
             return None
@@ -55,6 +59,9 @@ class Policy:
         """Why a binding is refused now (an exception to raise), or None."""
         if self.maintaining:
             return exception.DeviceMaintaining(uuid=self.device_uuid)
+        if self.health_fault:
+            return exception.DeviceUnhealthy(uuid=self.device_uuid,
+                                             fault=self.health_fault)
         if self.missing_since is not None:
             return exception.DeviceMissing(uuid=self.device_uuid, host=self.hostname,
                                            since=db_query.timestamp(self.missing_since),
@@ -86,4 +93,5 @@ def policy(session, device, deployables=None, accelerators=None):
     return Policy(device_uuid=device.uuid, hostname=device.hostname,
                   device_state=device.device_state,
                   maintaining=device.status == states.DEVICE_STATUS_MAINTAINING,
-                  missing_since=device.missing_since, single=count == 1)
+                  missing_since=device.missing_since, single=count == 1,
+                  health_fault=device.health_fault)

@@ -6,6 +6,8 @@ steward.db.transitions.advance()). The API formats records (``device_record``,
 ``device_records``: plain dicts of the same columns), its listing of thousands
 read without the ORM (perf.records). Counts and checks return ints and bools.
 """
+import datetime
+
 import sqlalchemy as sa
 
 from steward.common import exception
@@ -22,7 +24,7 @@ _DEVICES_T = m.Device.__table__
 
 
 DEVICE_FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status',
-                  'device_state')
+                  'device_state', 'health')
 
 
 def device_get(session, uuid) -> ROW:
@@ -134,3 +136,16 @@ def device_release_view(session, deployable_id) -> tuple[ROW, int, int] | None:
     None: what a release decides on, in one statement."""
     row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
     return None if row is None else tuple(row)
+
+
+def devices_health_read(session, hostname, read_at, older_than_seconds) -> int:
+    """The host's devices with a health reading were read again at ``read_at``
+    (their readings unchanged): refresh ``health_read_at`` where it is older than
+    ``older_than_seconds`` before it. Returns the rows changed."""
+    cutoff = read_at - datetime.timedelta(seconds=older_than_seconds)
+    result = session.execute(
+        _DEVICES_T.update().where(_DEVICES_T.c.hostname == hostname,
+                                  _DEVICES_T.c.health.is_not(None),
+                                  _DEVICES_T.c.health_read_at < cutoff)
+        .values(health_read_at=read_at))
+    return result.rowcount

@@ -15,6 +15,7 @@ import hashlib
 import json
 import threading
 
+from steward.conductor import health_ops
 from steward.conductor.report import diff
 from steward.conductor.report import placement_sync
 from steward.drivers import objects
@@ -28,10 +29,13 @@ class Reporter:
         self._lock = threading.Lock()
 
     def report(self, ctx, host, rp_name, devices):
-        digest = hashlib.sha1(json.dumps([rp_name, devices], sort_keys=True)
-                              .encode()).hexdigest()
+        # A health reading's time changes every cycle: it is no change (issue 38;
+        # health_ops.refresh_read_at keeps "last read" current on quiet cycles).
+        digest = hashlib.sha1(json.dumps([rp_name, health_ops.without_read_at(devices)],
+                                         sort_keys=True).encode()).hexdigest()
         with self._lock:
             if self._digests.get(host) == digest:
+                health_ops.refresh_read_at(self.database, host, devices)
                 return {'changed': False, 'placement_writes': 0}
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
         # Per-report state: reports of several hosts run in parallel.
