@@ -31,6 +31,11 @@ opts = [
                help='Correctable AER errors (aer_dev_correctable TOTAL_ERR_COR) '
                     'counted since the agent first read the function, at or above '
                     'which it is in warning.'),
+    cfg.StrOpt('fake_health_file', default='',
+               help='The fake driver\'s health, for tests and demonstrations: a '
+                    'file holding {"state": "ok" | "warning" | "unhealthy", '
+                    '"detail": "..."}, read at every discovery; empty or absent: '
+                    'ok.'),
     cfg.StrOpt('gpu_kernel_log', default='',
                help='A file holding the kernel log (e.g. /var/log/kern.log) in '
                     'which the nvidia_gpu driver looks for "NVRM: Xid" lines; '

@@ -7,6 +7,7 @@ steward.db.transitions.advance()). The API formats records (``device_record``,
 read without the ORM (perf.records). Counts and checks return ints and bools.
 """
 import datetime
+import json
 
 import sqlalchemy as sa
 
@@ -149,3 +150,45 @@ def devices_health_read(session, hostname, read_at, older_than_seconds) -> int:
                                   _DEVICES_T.c.health_read_at < cutoff)
         .values(health_read_at=read_at))
     return result.rowcount
+
+
+def device_health_summary(session) -> list[tuple]:
+    """(type, health, hostname, count) of every device: the metrics' GROUP BY."""
+    t = _DEVICES_T
+    return [tuple(r) for r in session.execute(
+        sa.select(t.c.type, t.c.health, t.c.hostname, sa.func.count())
+        .group_by(t.c.type, t.c.health, t.c.hostname)).all()]
+
+
+def devices_not_healthy(session) -> list[dict]:
+    """Records of the devices whose last reading holds a condition or that are out
+    of service for their health: uuid, type, hostname, device_state,
+    health_fault, conditions (parsed) and instance (the instance of an ARQ that
+    holds a handle of it, or None), for the metrics. Few rows: healthy devices
+    are not read."""
+    t = _DEVICES_T
+    rows = session.execute(
+        sa.select(t.c.id, t.c.uuid, t.c.type, t.c.hostname, t.c.device_state,
+                  t.c.health_fault, t.c.health_conditions)
+        .where(sa.or_(t.c.health.in_(('warning', 'unhealthy')),
+                      t.c.health_fault.is_not(None)))
+        .order_by(t.c.id)).all()
+    if not rows:
+        return []
+    holders = dict(session.execute(
+        sa.select(m.Deployable.device_id, sa.func.min(m.ExtARQ.instance_uuid))
+        .join(m.ExtARQ, m.ExtARQ.deployable_id == m.Deployable.id)
+        .where(m.Deployable.device_id.in_([r.id for r in rows]),
+               m.ExtARQ.state.in_(states.ARQ_HOLDS_HANDLE))
+        .group_by(m.Deployable.device_id)).all())
+    out = []
+    for r in rows:
+        try:
+            conditions = json.loads(r.health_conditions or '[]')
+        except ValueError:
+            conditions = []
+        out.append({'uuid': r.uuid, 'type': r.type, 'hostname': r.hostname,
+                    'device_state': r.device_state, 'health_fault': r.health_fault,
+                    'conditions': [c for c in conditions if isinstance(c, dict)],
+                    'instance': holders.get(r.id)})
+    return out

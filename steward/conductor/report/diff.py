@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor import health_ops
 from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import attributes as attribute_db

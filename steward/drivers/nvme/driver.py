@@ -25,6 +25,7 @@ from oslo_config import cfg
 import os_traits
 
 from steward.common import exception
+from steward.conf import health as health_conf
 from steward.drivers import base
 from steward.drivers import objects
 from steward.drivers.nvme import caps as nvme_caps
@@ -93,6 +94,7 @@ class NvmeDriver(base.Driver):
         super().__init__(conf, host)
         self.specs = parse_specs(conf.nvme.device_spec)
         self.cli = nvme_cli.NvmeCli(conf.nvme.nvme_cli)
+        health_conf.register_opts(conf)         # read by nvme_health
         self._identity = {}         # PCI address -> last id-ctrl read (see discover)
         self._lba_size = {}         # PCI address -> LBA size of its first namespace
         self._reported_exclusions = set()
