@@ -230,8 +230,9 @@ def _operator_return(deps, ctx, device_uuid):
 
 def _check_cleanable(device):
     if not device_ops.supports_cleaning(device) and \
-            device.device_state == states.DEV_ERROR:
-        # Only health takes a device that needs no cleaning to error (issue 38).
+            device.device_state == states.DEV_ERROR and device.health_fault:
+        # Out of service for its health (issue 38): nothing to erase, it comes
+        # back once the condition has cleared.
         _check_present(device)
         health_ops.check_recoverable(device)
         return

@@ -118,13 +118,16 @@ def test_a_drive_failing_under_its_tenant_is_cleaned_and_kept_out_until_replaced
     inst, arq, alloc, bind = st.bind(dev)
     assert bind.status_code == 202, bind.text
     ctrl.write(0, TENANT)
+    told_nova = list(st.conductor.notifier.events)       # the bind's 'completed'
 
     ctrl.set_health(available_spare=3)
     st.discover()
     got = show(st, dev['uuid'])
-    # The tenant keeps its device: still allocated, its ARQ still bound.
+    # The tenant keeps its device: still allocated, its ARQ still bound, and
+    # Nova is told nothing.
     assert got['device_state'] == 'allocated'
     assert arq_state(st, arq) == 'Bound'
+    assert st.conductor.notifier.events == told_nova
     assert got['health']['fault'] and 'nvme.critical_warning.spare' in got['health']['fault']
     assert got['last_error'].startswith('unhealthy: ')
     assert steps(st, dev['uuid'])[-1][:3] == ('allocated', 'unhealthy', 'allocated')
@@ -285,11 +288,13 @@ def test_a_function_failing_under_its_tenant_leaves_service_at_release(pci_host)
     st, path = pci_host
     dev = st.device()
     inst, arq = st.bind(dev)
+    told_nova = list(st.conductor.notifier.events)
     write_aer(path, fatal={'Completion Timeout': 2})
     st.discover()
     got = pci_show(st, dev['uuid'])
     assert got['device_state'] == 'allocated'
     assert arq_state(st, arq) == 'Bound'
+    assert st.conductor.notifier.events == told_nova
     assert got['health']['fault'] and got['last_error'].startswith('unhealthy: ')
 
     st.release(inst)

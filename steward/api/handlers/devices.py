@@ -72,7 +72,7 @@ def clean(req):
     403 (admin only); 404 (also below 2.5: app.SINCE); 409 not in error
     (``cyb.cleaning.in_progress``) or its driver still reads it unhealthy
     (``cyb.device.still_unhealthy``); 503 the agent could not be asked. A device
-    that needs no cleaning, in error for its health, goes back to available."""
+    that needs no cleaning, in error for a health fault, goes back to available."""
     req.policy.authorize(req.ctx, 'cyborg:device:clean')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])
