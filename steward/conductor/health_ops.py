@@ -21,6 +21,7 @@ condition: a condition that came and went is still a device to look at.
 """
 import json
 import logging
+import time
 
 from oslo_utils import timeutils
 
@@ -141,10 +142,16 @@ def without_read_at(devices):
     return out
 
 
-def refresh_read_at(database, host, devices):
+def refresh_read_at(database, host, devices, refreshed):
     """A report unchanged but for its readings' times: the readings still hold, read
     again now. At most one UPDATE of the host's devices every [health]
-    read_at_refresh seconds (a quiet host costs nothing in between)."""
+    read_at_refresh seconds: ``refreshed`` ({host: monotonic time of its last
+    refresh}, the Reporter's) lets a quiet host cost nothing in between."""
+    now = time.monotonic()
+    last = refreshed.get(host)
+    if last is not None and now - last < CONF.health.read_at_refresh:
+        return
+    refreshed[host] = now
     times = [d['health']['read_at'] for d in devices
              if isinstance(d, dict) and isinstance(d.get('health'), dict)
              and d['health'].get('read_at')]

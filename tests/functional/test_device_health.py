@@ -380,3 +380,31 @@ def test_a_shared_device_told_unhealthy_hands_out_none_of_its_accelerators(
     assert r.status_code == 202, r.text
     assert pci_show(st, dev['uuid'])['device_state'] == 'available'
     assert st.inventory(rp, rc='FPGA')['reserved'] == 0
+
+
+# --- "last read" on quiet cycles --------------------------------------------------------
+def test_quiet_cycles_keep_last_read_current_without_a_diff(life, conf):
+    """A report unchanged but for its readings' time is no change (no diff, no
+    Placement write), yet the device's read_at follows, at most every [health]
+    read_at_refresh seconds (0 here: every quiet cycle whose reading is newer)."""
+    import time
+    from steward.drivers.fake import FakeDriver
+    conf.set_override('read_at_refresh', 0, group='health')
+    st = lifecycle_stack.LifeStack(conf, life.host, FakeDriver(conf, life.host),
+                                   life.database, life.transport)
+    life.stacks.append(st)
+    st.start_agent()
+    dev = st.device()
+    first = pci_show(st, dev['uuid'])['health']['read_at']
+    history = steps(st, dev['uuid'])
+    deadline = time.monotonic() + 30        # a bound on a condition, not a wait
+    while True:
+        result = st.agent.run_cycle()
+        assert result['changed'] is False, result
+        now = pci_show(st, dev['uuid'])['health']['read_at']
+        if now != first:
+            break
+        assert time.monotonic() < deadline, 'read_at never refreshed'
+        time.sleep(0.2)
+    assert now > first
+    assert steps(st, dev['uuid']) == history

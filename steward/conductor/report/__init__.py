@@ -26,6 +26,7 @@ class Reporter:
         self.database = deps.database
         self.placement_sync = placement_sync.PlacementSync(deps, create_compute_node)
         self._digests = {}
+        self._health_refreshed = {}     # {host: when its read_at was last written}
         self._lock = threading.Lock()
 
     def report(self, ctx, host, rp_name, devices):
@@ -34,9 +35,12 @@ class Reporter:
         digest = hashlib.sha1(json.dumps([rp_name, health_ops.without_read_at(devices)],
                                          sort_keys=True).encode()).hexdigest()
         with self._lock:
-            if self._digests.get(host) == digest:
-                health_ops.refresh_read_at(self.database, host, devices)
-                return {'changed': False, 'placement_writes': 0}
+            quiet = self._digests.get(host) == digest
+        if quiet:
+            # Outside the lock: other hosts' reports do not wait on this write.
+            health_ops.refresh_read_at(self.database, host, devices,
+                                       self._health_refreshed)
+            return {'changed': False, 'placement_writes': 0}
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
         # Per-report state: reports of several hosts run in parallel.
         state = placement_sync.SyncState()
