@@ -10,6 +10,7 @@ why; an operator's POST /clean brings it back once the condition has cleared and
 not before.
 """
 import json
+import os
 import uuid
 
 from prometheus_client import parser
@@ -408,3 +409,22 @@ def test_quiet_cycles_keep_last_read_current_without_a_diff(life, conf):
         time.sleep(0.2)
     assert now > first
     assert steps(st, dev['uuid']) == history
+
+
+@pytest.mark.parametrize('change,code', [
+    (lambda path: write_aer(path, nonfatal={'Poisoned TLP': 1}), 'pci.aer_nonfatal'),
+    (lambda path: write_aer(path, correctable={'Bad TLP': 3}), 'pci.aer_correctable'),
+    (lambda path: os.unlink(path / 'driver'), 'pci.driver_unbound'),
+])
+def test_pci_warnings_are_visible_and_keep_the_function_in_service(pci_host, change, code):
+    st, path = pci_host
+    dev = st.device()
+    change(path)
+    st.discover()
+    got = pci_show(st, dev['uuid'])
+    assert got['device_state'] == 'available' and got['health']['fault'] is None
+    assert got['health']['state'] == 'warning'
+    assert [c['code'] for c in got['health']['conditions']] == [code]
+    assert steps(st, dev['uuid'])[-1][:3] == ('available', 'health_warning', 'available')
+    assert st.inventory(st.deployable(dev)['rp_uuid'])['reserved'] == 0
+    st.bind(dev, profile='warned')               # still handed out
