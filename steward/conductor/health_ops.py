@@ -89,8 +89,11 @@ def apply(session, ctx, device, reading, actor=None):
                                 request_id=request_id, actor=actor)
         else:
             # The tenant keeps it; it leaves service when released (device_ops,
-            # cleanup_ops). last_error says why it will not be handed out again.
-            device.last_error = reason
+            # cleanup_ops). last_error says why it will not be handed out again,
+            # unless it is in error already: that error's reason stays (the
+            # fault is in its health and its history).
+            if device.device_state != states.DEV_ERROR:
+                device.last_error = reason
             transitions.note(session, m.Device, device, event='unhealthy',
                              reason=reason, request_id=request_id, actor=actor)
         LOG.warning('device %s (%s on %s, %s): unhealthy, out of service until an '
