@@ -428,3 +428,77 @@ def test_pci_warnings_are_visible_and_keep_the_function_in_service(pci_host, cha
     assert steps(st, dev['uuid'])[-1][:3] == ('available', 'health_warning', 'available')
     assert st.inventory(st.deployable(dev)['rp_uuid'])['reserved'] == 0
     st.bind(dev, profile='warned')               # still handed out
+
+
+# --- mdev parents and GPUs on sysfs-shaped trees --------------------------------------
+def _rc(st, dev):
+    return next(a for a in json.loads(st.deployable(dev)['attributes_list'])
+                if 'rc' in a)['rc']
+
+
+def test_an_mdev_parent_with_fatal_aer_hands_out_none_of_its_vgpus(life, conf, tmp_path):
+    from steward.drivers.mdev.driver import MdevDriver
+    from tests.fixtures.mdev_tree import MdevTree
+    tree = MdevTree(tmp_path / 'sys')
+    parent = '0000:00:02.0'
+    path = tree.add_pci_parent(parent, {'i915-GVTg_V5_4': {'available': 4}})
+    write_aer(path)
+    conf.set_override('sysfs_root', str(tree.root))
+    conf.set_override('device_spec', [json.dumps({'address': parent,
+                                                  'mdev_type': 'i915-GVTg_V5_4'})],
+                      group='mdev')
+    st = lifecycle_stack.LifeStack(conf, life.host, MdevDriver(conf, life.host),
+                                   life.database, life.transport)
+    life.stacks.append(st)
+    st.start_agent()
+    dev = st.device()
+    rc = _rc(st, dev)
+    inst, arq, alloc, bind = _bind_fpga(st, dev, rc=rc)
+    assert bind.status_code == 202, bind.text
+
+    write_aer(path, fatal={'Uncorrectable Internal Error': 1})
+    st.discover()
+    got = pci_show(st, dev['uuid'])
+    assert got['device_state'] == 'allocated' and 'pci.aer_fatal' in got['health']['fault']
+    assert arq_state(st, arq) == 'Bound'                     # its tenant keeps it
+    rp = st.deployable(dev)['rp_uuid']
+    inv = st.inventory(rp, rc=rc)
+    assert inv['reserved'] == inv['total'] == 4              # no other vGPU offered
+    _, _, alloc2, bind2 = _bind_fpga(st, dev, rc=rc)
+    assert alloc2.status_code == 409 and bind2.status_code == 409, bind2.text
+
+
+def test_a_critical_xid_takes_a_gpu_out(life, conf, tmp_path):
+    from steward.drivers.nvidia_gpu import NvidiaGpuDriver
+    root = tmp_path / 'sys'
+    path = make_pci(root, '0000:3b:00.0', '0x10de', '0x1eb8', cls='0x030200',
+                    driver='nvidia')
+    write_aer(path)
+    log = tmp_path / 'kern.log'
+    log.write_text('')
+    conf.set_override('sysfs_root', str(root))
+    conf.set_override('gpu_kernel_log', str(log), group='health')
+    st = lifecycle_stack.LifeStack(conf, life.host, NvidiaGpuDriver(conf, life.host),
+                                   life.database, life.transport)
+    life.stacks.append(st)
+    st.start_agent()
+    dev = st.device()
+    with open(log, 'a') as f:
+        f.write('[ 812.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=\'<unknown>\', name=<unknown>, '
+                'GPU has fallen off the bus.\n')
+    st.discover()
+    got = pci_show(st, dev['uuid'])
+    assert got['device_state'] == 'error'
+    assert 'gpu.xid_critical' in got['health']['fault']
+    assert 'fallen off the bus' in got['health']['fault']
+    rp = st.deployable(dev)['rp_uuid']
+    assert st.inventory(rp, rc='PGPU')['reserved'] == 1
+    # The next discovery reads no new Xid: the GPU stays out until the operator
+    # (after nvidia-smi -r) brings it back.
+    st.discover()
+    got = pci_show(st, dev['uuid'])
+    assert got['health']['state'] == 'ok' and got['device_state'] == 'error'
+    r = st.api.post(f'/v2/devices/{dev["uuid"]}/clean', headers=V28)
+    assert r.status_code == 202, r.text
+    assert pci_show(st, dev['uuid'])['device_state'] == 'available'
+    assert st.inventory(rp, rc='PGPU')['reserved'] == 0
