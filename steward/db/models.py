@@ -40,7 +40,6 @@ class Device(TimestampMixin, Base):
         sa.Index('devices_type_idx', 'type'),
         sa.Index('devices_device_state_idx', 'device_state'),
         sa.Index('devices_identity_idx', 'identity'),
-        sa.Index('devices_health_idx', 'health'),
     )
 
     id = orm.mapped_column(sa.Integer, primary_key=True)
@@ -69,7 +68,8 @@ class Device(TimestampMixin, Base):
     # recognises the device: until then it is kept (as missing) when not found.
     imported_from = orm.mapped_column(sa.String(64))
     # Health as the driver last read it (steward/common/health.py): NULL = never
-    # read. health_conditions is a JSON list of {code, severity, detail}.
+    # read. health_conditions is a JSON list of {code, severity, detail}. No index
+    # (migration 0009 only adds columns): ?health= scans the devices table.
     health = orm.mapped_column(sa.String(16))
     health_conditions = orm.mapped_column(sa.Text)
     health_read_at = orm.mapped_column(sa.DateTime)

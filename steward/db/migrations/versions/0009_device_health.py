@@ -4,8 +4,10 @@ A device's health as its driver last read it (issue 38): the state (ok, warning,
 unhealthy), the conditions that held (a JSON list of {code, severity, detail}),
 when it was read, and ``health_fault``: the unhealthy conditions that took the
 device out of service, kept until an operator brings it back once they have
-cleared. Only adds nullable columns: safe under running services (a service of the
-release before ignores them; NULL health is "never read").
+cleared. Only adds nullable columns, no index (building one can hold writes on a
+large table): safe under running services (a service of the release before
+ignores them; NULL health is "never read"). ``?health=`` filters the devices table
+without an index (a row per device, far fewer than accelerator requests).
 
 Revision ID: 0009
 Revises: 0008
@@ -26,4 +28,3 @@ def upgrade():
         batch_op.add_column(sa.Column('health_conditions', sa.Text(), nullable=True))
         batch_op.add_column(sa.Column('health_read_at', sa.DateTime(), nullable=True))
         batch_op.add_column(sa.Column('health_fault', sa.Text(), nullable=True))
-        batch_op.create_index('devices_health_idx', ['health'])
