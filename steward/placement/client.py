@@ -108,17 +108,22 @@ class PlacementClient:
         See compute_node_created."""
         return self.compute_node_created(name, create)[0]
 
-    def compute_node_created(self, name, create=True):
+    def compute_node_created(self, name, create=True, absent=False):
         """(UUID of the root RP called ``name``, whether this call created it: then
         nothing is under it yet); created if missing and ``create``.
 
         A created root gets ``uuid5(NAMESPACE_DNS, name)``: deterministic, so two
         Steward processes racing to create it converge on one provider, and distinct
         from the ``uuid3`` names upstream Cyborg gives device RPs.
+
+        ``absent``: the caller expects no such provider (a host Steward has no row
+        of): it is created without being looked up first, and looked up only when
+        Placement answers that the name or uuid is taken.
         """
-        rp = self.find_provider_by_name(name)
-        if rp is not None:
-            return rp['uuid'], False
+        if not (absent and create):
+            rp = self.find_provider_by_name(name)
+            if rp is not None:
+                return rp['uuid'], False
         if not create:
             raise exception.PlacementProviderNotFound(name=name, host=self._host or name)
         rp_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, name))

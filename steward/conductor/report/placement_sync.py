@@ -175,6 +175,15 @@ class PlacementSync:
             self._compute_nodes[rp_name] = rp
         return rp
 
+    def create_new_compute_node(self, rp_name):
+        """The compute-node provider of a host Steward has no row of, created without
+        looking it up first (steward/conductor/report/first.py): its uuid when this
+        call created it, None when it was there already (remembered either way)."""
+        rp, created = self.placement.compute_node_created(rp_name, absent=True)
+        with self._lock:
+            self._compute_nodes[rp_name] = rp
+        return rp if created else None
+
     def sync(self, state, host, rp_name, removed_rps):
         """Returns the number of Placement writes, or None when Placement could not
         be brought in line (the next report retries)."""
