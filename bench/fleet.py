@@ -24,8 +24,8 @@ objects instead). Prints:
         [--clients 32] [--profile DIR]
 
 ``--profile DIR``: py-spy (not a Steward dependency: ``pip install py-spy``)
-samples each conductor while it holds the GIL during the first cycle; the raw
-stacks go to DIR.
+samples each conductor while it holds the GIL, during the first cycle and during
+the quiet ones; the raw stacks go to DIR (conductor-N-first.raw, -quiet.raw).
 """
 import argparse
 import concurrent.futures
@@ -118,15 +118,24 @@ def print_cpu(label, per_report):
           f'; all {sum(per_report.values()):.2f}')
 
 
-def start_profiles(conductors, out_dir, seconds):
+def start_profiles(conductors, out_dir, phase):
+    if not out_dir:
+        return []
     os.makedirs(out_dir, exist_ok=True)
     spy = os.path.join(BIN, 'py-spy')
     return [subprocess.Popen([spy, 'record', '--gil', '--nonblocking', '-r', '100',
-                              '-d', str(seconds), '-f', 'raw', '-o',
-                              os.path.join(out_dir, f'conductor-{i + 1}.raw'),
+                              '-f', 'raw', '-o',
+                              os.path.join(out_dir, f'conductor-{i + 1}-{phase}.raw'),
                               '-p', str(c.pid)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for i, c in enumerate(conductors)]
+
+
+def stop_profiles(spies):
+    for spy in spies:
+        spy.send_signal(2)      # py-spy writes its file on SIGINT
+    for spy in spies:
+        spy.wait(60)
 
 
 def main():
@@ -218,16 +227,13 @@ def main():
               f'RabbitMQ, PostgreSQL {os.path.basename(srv.bindir.rstrip("/bin"))}, '
               f'{args.clients} agents reporting at once')
         probes = Probes(conductors, placement, srv, broker)
-        spies = start_profiles(conductors, args.profile, 36000) if args.profile else []
+        spies = start_profiles(conductors, args.profile, 'first')
         cpu0, writes0 = probes.read(), placement_requests(placement_log)
         reads0 = placement_requests(placement_log, READ)
         elapsed, reported, changed, errors = run_cycle(agents, args.clients)
         cpu1, writes1 = probes.read(), placement_requests(placement_log)
         reads1 = placement_requests(placement_log, READ)
-        for spy in spies:
-            spy.send_signal(2)      # py-spy writes its file on SIGINT
-        for spy in spies:
-            spy.wait(60)
+        stop_profiles(spies)
         first = Probes.per_report(cpu0, cpu1, args.agents)
         conductor_ms = sum(v for k, v in first.items() if k.startswith('conductor'))
         print(f'first registration cycle: {elapsed:.1f} s wall '
@@ -238,6 +244,7 @@ def main():
               f'(target: 10 000 hosts in <= 120 s)')
         print_cpu('first cycle', first)
 
+        spies = start_profiles(conductors, args.profile, 'quiet')
         cpu0, writes0 = probes.read(), placement_requests(placement_log)
         walls, reported_total, changed_total = [], 0, 0
         for _ in range(args.quiet_cycles):
@@ -246,6 +253,7 @@ def main():
             reported_total += reported
             changed_total += changed
         cpu1, writes1 = probes.read(), placement_requests(placement_log)
+        stop_profiles(spies)
         reports = args.agents * args.quiet_cycles
         quiet = Probes.per_report(cpu0, cpu1, reports)
         print(f'quiet cycles: {args.quiet_cycles} x {args.agents} reports, '
