@@ -147,6 +147,8 @@ def main():
                         help='agents reporting at the same moment')
     parser.add_argument('--real-agents', action='store_true',
                         help='real AgentManager objects (a discovery per report)')
+    parser.add_argument('--conf', action='append', default=[], metavar='SECTION.KEY=VALUE',
+                        help='an option of the conductors\' configuration (repeatable)')
     parser.add_argument('--profile', metavar='DIR',
                         help='py-spy the conductors during the first cycle')
     parser.add_argument('--keep', action='store_true',
@@ -173,7 +175,7 @@ def main():
                                               log_file=placement_log)
         for i in range(args.conductors):
             conf_path = os.path.join(tmp, f'conductor-{i + 1}.conf')
-            write_conf(conf_path, {
+            sections = {
                 'DEFAULT': {'host': f'fleet-conductor-{i + 1}', 'state_path': tmp,
                             'transport_url': broker.url(), 'rpc_response_timeout': 600},
                 'database': {'connection': db_url},
@@ -182,7 +184,12 @@ def main():
                 # service user (POST /reshaper needs it; the trial admin token of
                 # doc/multihost.md has only admin, and gets a PUT per provider).
                 'placement': {'embedded': 'true', 'embedded_host': '127.0.0.1',
-                              'embedded_port': placement_port}})
+                              'embedded_port': placement_port}}
+            for option in args.conf:
+                name, _, value = option.partition('=')
+                section, _, key = name.rpartition('.')
+                sections.setdefault(section or 'DEFAULT', {})[key] = value
+            write_conf(conf_path, sections)
             if i == 0:
                 subprocess.run([os.path.join(BIN, 'steward'), 'db', 'sync',
                                 '--config-file', conf_path], check=True,
@@ -225,7 +232,8 @@ def main():
               f'(fake driver: 1 device, 16 handles each), {args.conductors} '
               f'conductor(s) (pids {", ".join(str(c.pid) for c in conductors)}), '
               f'RabbitMQ, PostgreSQL {os.path.basename(srv.bindir.rstrip("/bin"))}, '
-              f'{args.clients} agents reporting at once')
+              f'{args.clients} agents reporting at once'
+              + (f'; conductor options {" ".join(args.conf)}' if args.conf else ''))
         probes = Probes(conductors, placement, srv, broker)
         spies = start_profiles(conductors, args.profile, 'first')
         cpu0, writes0 = probes.read(), placement_requests(placement_log)

@@ -77,3 +77,92 @@ def _ids_by_uuid(session, table, uuids):
         ids.update(session.execute(sa.select(table.c.uuid, table.c.id)
                                    .where(table.c.uuid.in_(chunk))).all())
     return ids
+
+
+# -- the usual diff of one host's report (steward/conductor/report/diff.py) -----------
+def host_devices_locked(session, host) -> list[ROW]:
+    """The host's devices, locked until the transaction ends (in id order, as binds
+    lock them), re-read rather than taken from the session's identity map."""
+    return session.execute(
+        sa.select(m.Device).where(m.Device.hostname == host).order_by(m.Device.id)
+        .with_for_update().execution_options(populate_existing=True)).scalars().all()
+
+
+def controlpath_ids_by_device(session, device_ids) -> dict:
+    """{device id: its m.ControlpathID}."""
+    if not device_ids:
+        return {}
+    return {c.device_id: c for c in session.execute(sa.select(m.ControlpathID).where(
+        m.ControlpathID.device_id.in_(device_ids))).scalars()}
+
+
+def deployables_of_devices(session, device_ids) -> list:
+    """The m.Deployable rows of the devices ``device_ids``."""
+    if not device_ids:
+        return []
+    return session.execute(sa.select(m.Deployable).where(
+        m.Deployable.device_id.in_(device_ids))).scalars().all()
+
+
+def handles_by_deployable(session, deployable_ids) -> dict:
+    """{deployable id: [its m.AttachHandle rows]} (ORM objects: the diff changes them)."""
+    handles = {}
+    if deployable_ids:
+        for h in session.execute(sa.select(m.AttachHandle).where(
+                m.AttachHandle.deployable_id.in_(deployable_ids))).scalars():
+            handles.setdefault(h.deployable_id, []).append(h)
+    return handles
+
+
+def host_provider_uuids(session, host) -> set:
+    """The providers of the host's deployables."""
+    return set(session.execute(
+        sa.select(m.Deployable.rp_uuid)
+        .join(m.Device, m.Deployable.device_id == m.Device.id)
+        .where(m.Device.hostname == host)).scalars())
+
+
+def deployable_detach_arqs(session, deployable_id) -> None:
+    """ARQs naming a deployable about to be removed name none."""
+    session.execute(sa.update(m.ExtARQ).where(m.ExtARQ.deployable_id == deployable_id)
+                    .values(deployable_id=None))
+
+
+def device_deployable_count(session, device_id) -> int:
+    return session.execute(sa.select(sa.func.count()).select_from(m.Deployable)
+                           .where(m.Deployable.device_id == device_id)).scalar()
+
+
+# -- Placement's side (steward/conductor/report/placement_sync.py, selfheal.py) -------
+def host_deployables(session, host) -> list[tuple]:
+    """[(m.Deployable, its m.Device)] of the host."""
+    return session.execute(
+        sa.select(m.Deployable, m.Device)
+        .join(m.Device, m.Deployable.device_id == m.Device.id)
+        .where(m.Device.hostname == host)).all()
+
+
+def deployables_with_devices(session, deployable_ids) -> list[tuple]:
+    """[(m.Deployable, its m.Device)] of ``deployable_ids``."""
+    if not deployable_ids:
+        return []
+    return session.execute(
+        sa.select(m.Deployable, m.Device)
+        .join(m.Device, m.Deployable.device_id == m.Device.id)
+        .where(m.Deployable.id.in_(deployable_ids))).all()
+
+
+def provider_deployables(session) -> list[tuple]:
+    """[(m.Deployable, its m.Device)] of every deployable with a provider."""
+    return session.execute(
+        sa.select(m.Deployable, m.Device)
+        .join(m.Device, m.Deployable.device_id == m.Device.id)
+        .where(m.Deployable.rp_uuid.is_not(None))).all()
+
+
+def accelerators_by_device(session) -> dict[int, int]:
+    """{device id: the accelerators of all its deployables}, providers or not."""
+    return dict(session.execute(
+        sa.select(m.Deployable.device_id,
+                  sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
+        .group_by(m.Deployable.device_id)).all())

@@ -107,18 +107,25 @@ def test_first_reports_together_write_what_the_usual_way_writes(
     assert client.stats['writes'] == quiet['writes']
 
 
-def test_a_host_placement_knows_goes_the_usual_way(transport, database, db, conf,
-                                                     placement):
+def test_a_compute_node_nova_registered_is_found_and_its_tree_listed(
+        transport, database, db, conf, placement):
     """Nova registered the compute node first (another uuid than Steward's): the
-    batch's POST is refused, the host goes the usual way and its device hangs
-    under Nova's provider."""
+    batch's POST is answered 409, the compute node is found by name and its tree
+    listed (for devices Nova hands out: tests/functional/test_pci_driver.py), and
+    the device hangs under Nova's provider."""
     client, server = placement
     host = placement_fixture.unique_name('novahost')
     nova_uuid = str(uuid.uuid4())
     with placement_fixture.admin_session(server.url) as s:
         assert s.post('/resource_providers',
                       json={'name': host, 'uuid': nova_uuid}).status_code == 200
+    before = dict(client.stats)
     conductor, agent = cf.stack(database, transport, conf, client, host=host)
+    # The refused POST, the custom trait (new to this client), the device
+    # provider, its traits, its inventory (one provider: a PUT, no reshape); the
+    # compute node by name and its tree.
+    assert (client.stats['writes'] - before['writes'],
+            client.stats['reads'] - before['reads']) == (5, 2)
     dep = cf.deployable(database, name_like=host)
     rp, inv, _ = _state(server, dep.rp_uuid)
     assert rp['parent_provider_uuid'] == nova_uuid

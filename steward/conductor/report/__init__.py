@@ -68,6 +68,10 @@ class Reporter:
             result['error'] = {'code': err.code, 'message': str(err)}
         return result
 
+    def registering(self):
+        """The providers first registrations are writing to Placement now."""
+        return self.first.registering()
+
     def forget(self, host=None):
         """Make the next report of ``host`` (of every host with None) go through
         even if it is the same as the last one."""

@@ -4,20 +4,22 @@ no row of, from every agent that reports at about the same moment, in one batch.
 A fleet's first cycle (a new region, a conductor database restored empty) is one
 first report per host. One at a time, each cost the conductor a transaction of
 its own (an ORM flush per table) and Placement five requests: the compute node
-looked up by name and created, the device provider created, its traits and its
-inventory. In a batch, the rows of every host go in one transaction with one
-INSERT per table, and Placement gets, per host, the compute node created without
-looking it up first (a host with no row is almost never in Placement; when it
-is, the POST answers 409 and the host goes the usual way), the device provider
-created, its traits, and one ``POST /reshaper`` for all the inventories of the
-batch (steward/placement/tree_sync.py).
+looked up by name (and created, without Nova), the device provider created, its
+traits and its inventory. In a batch, the rows of every host go in one
+transaction with one INSERT per table, and Placement gets, per host, the compute
+node (created without a lookup when Steward creates compute nodes: a host with no
+row is almost never in Placement; a 409 finds the one there, Nova's say), the
+device provider created, its traits, and one ``POST /reshaper`` for the
+inventories of the whole batch (steward/placement/tree_sync.py). A compute node
+that was there already has its tree listed first, and devices Nova hands out are
+left out as the usual way leaves them out (PlacementSync.without_nova_owned).
 
 Reports wait in a queue; ``WORKERS`` threads each take what gathers within
 ``GATHER`` seconds of its first report (at most ``MAX_BATCH``) and answer each
-report's caller. Whatever is not plainly a first
-registration (the host has a row, its compute node was there already, the
-report is empty, the batch's transaction failed) is handed back, and the
-caller's thread takes the report through the usual diff
+report's caller. Whatever is not plainly a first registration (the host has a
+row, two hosts share a compute node, the compute node is missing and Steward may
+not create it, Placement fails, the batch's transaction fails) is handed back,
+and the caller's thread takes the report through the usual diff
 (steward/conductor/report/diff.py), which judges it with the whole host's rows.
 """
 import collections
@@ -70,19 +72,26 @@ class FirstRegistrations:
         self._queue = queue.SimpleQueue()
         self._workers = []
         self._lock = threading.Lock()
+        # rp_uuid -> batches writing it (rows committed, Placement not yet done).
+        self._registering = collections.Counter()
 
     def register(self, host, rp_name, devices):
         """The result of ``devices`` (DriverDevices) registered as ``host``'s
         first report, or None when the caller must take the report the usual
         way."""
-        if not devices or self.sync.placement is None or \
-                not self.sync.create_compute_node:
+        if not devices or self.sync.placement is None:
             return None
         item = Pending(host, rp_name, devices)
         self._start()
         self._queue.put(item)
         item.done.wait()
         return item.result
+
+    def registering(self):
+        """The providers whose rows are committed and whose Placement writes are
+        under way: the drift repair (steward/conductor/selfheal.py) leaves them be."""
+        with self._lock:
+            return frozenset(self._registering)
 
     def _start(self):
         with self._lock:
@@ -124,11 +133,25 @@ class FirstRegistrations:
         with self.database.reader() as s:
             known = discoveries.hosts_with_devices(s, [i.host for i in items])
         items = [i for i in items if i.host not in known]
-        items = self._with_new_compute_node(items)
+        items = self._with_compute_node(items)
         if not items:
             return
         plans = {item.host: [_device_plan(item.host, rep) for rep in item.devices]
                  for item in items}
+        rps = [dep['rp_uuid'] for devices in plans.values() for plan in devices
+               for dep in plan['deployables']]
+        # From before the commit: a drift repair running between the commit and
+        # the Placement writes would take the providers for broken ones.
+        with self._lock:
+            self._registering.update(rps)
+        try:
+            self._write(items, plans)
+        finally:
+            with self._lock:
+                self._registering.subtract(rps)
+                self._registering += collections.Counter()    # drops the zeros
+
+    def _write(self, items, plans):
         try:
             dep_ids = self._insert(plans)
         except db_exc.DBError as err:
@@ -143,33 +166,50 @@ class FirstRegistrations:
                          plan['type'], plan['cpid']['cpid_info'])
         self._mirror(items, plans, dep_ids)
 
-    def _with_new_compute_node(self, items):
-        """The items whose compute-node provider this call created; the others
-        (found in Placement, or Placement failing) go the usual way, which lists
-        the tree first for devices Nova hands out."""
-        def create(item):
+    def _with_compute_node(self, items):
+        """The items whose compute-node provider is known, each with ``root`` (its
+        uuid) and ``tree`` (the providers under it: none when this call created
+        it), their devices Nova hands out dropped as the usual way drops them
+        (PlacementSync.without_nova_owned). The others go the usual way: two
+        hosts under one compute node, a compute node missing while Steward may
+        not create it (the usual way reports that), Placement failing."""
+        def find(item):
             try:
-                return self.sync.create_new_compute_node(item.rp_name)
+                if self.sync.create_compute_node:
+                    # A host with no row is almost never in Placement yet:
+                    # created without a lookup; a 409 finds the one there.
+                    root = self.sync.create_new_compute_node(item.rp_name)
+                    if root is not None:
+                        item.root, item.tree = root, []
+                        return item
+                state = placement_sync.SyncState()
+                kept = self.sync.without_nova_owned(state, item.host, item.rp_name,
+                                                    item.devices)
             except exception.StewardError as err:
-                LOG.info('Compute node %s of %s not created with the batch (%s)',
+                LOG.info('Compute node %s of %s: %s; the report goes the usual way',
                          item.rp_name, item.host, err)
                 return None
+            if state.tree is None:
+                return None     # not listed: the usual way says why
+            if not kept:
+                # Every device is Nova's (logged once, above): nothing to write.
+                item.result = {'changed': True, 'placement_writes': 0}
+                return None
+            item.root = self.sync.compute_node(state, item.rp_name)
+            item.tree, item.devices = state.tree, kept
+            return item
+
         rp_names = {}
         for item in items:
             rp_names.setdefault(item.rp_name, []).append(item)
         # Two hosts under one compute node: the usual way, one after the other.
         items = [group[0] for group in rp_names.values() if len(group) == 1]
         if len(items) < 2:
-            created = [create(i) for i in items]
+            found = [find(i) for i in items]
         else:
             with concurrent.futures.ThreadPoolExecutor(min(_PARALLEL, len(items))) as pool:
-                created = list(pool.map(create, items))
-        kept = []
-        for item, root in zip(items, created):
-            if root is not None:
-                item.root = root
-                kept.append(item)
-        return kept
+                found = list(pool.map(find, items))
+        return [item for item in found if item is not None]
 
     def _insert(self, plans):
         with self.database.writer() as s:
@@ -195,19 +235,23 @@ class FirstRegistrations:
                for plan in devices for dep in plan['deployables']}
         # A new provider has no inventory, so no allocation and no bind yet: the
         # rows just written are what reserved_now reads.
+        # A provider in none of the trees listed is new: created without a read.
+        tree = [rp for item in items for rp in item.tree]
         writes, errors = self.sync.placement.sync_providers(
-            specs, tree=[], reserved_now=lambda chunk: placement_sync.reserved_now(
+            specs, tree=tree, reserved_now=lambda chunk: placement_sync.reserved_now(
                 self.database, [ids[s.uuid] for s in chunk]))
         failed = collections.defaultdict(list)
         for uuid, err in errors.items():
             LOG.error('Placement sync of %s failed: %s', uuid, err)
             failed[host_of[uuid]].append(err)
-        # The batch's writes spread over its hosts: the compute node each, the rest
-        # shared (the reshape is one write for all).
-        share = writes / len(items)
-        for item in items:
-            item.result = {'changed': True, 'placement_writes': round(1 + share, 2),
-                           'first_registration': True}
+        # The batch's writes spread over its hosts, as whole requests adding up to
+        # what was sent: the compute node each, the rest shared (the reshape is one
+        # write for all).
+        share, extra = divmod(writes, len(items))
+        for i, item in enumerate(items):
+            created = 0 if item.tree else 1        # its compute node, created here
+            item.result = {'changed': True, 'placement_writes':
+                           created + share + (1 if i < extra else 0)}
             if failed[item.host]:
                 err = failed[item.host][0]
                 item.result['error'] = {'code': getattr(err, 'code', 'placement'),

@@ -17,13 +17,12 @@ import re
 import threading
 
 import os_traits
-import sqlalchemy as sa
 
 from steward.common import exception
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import attributes as attribute_db
-from steward.db import models as m
+from steward.db import discoveries
 
 LOG = logging.getLogger(__name__)
 
@@ -78,12 +77,9 @@ def reserved_now(database, deployable_ids):
     if not deployable_ids:
         return {}
     with database.reader() as s:
-        rows = s.execute(sa.select(m.Deployable, m.Device)
-                         .join(m.Device, m.Deployable.device_id == m.Device.id)
-                         .where(m.Deployable.id.in_(deployable_ids))).all()
+        rows = discoveries.deployables_with_devices(s, deployable_ids)
         siblings = collections.defaultdict(list)
-        for dep in s.execute(sa.select(m.Deployable).where(
-                m.Deployable.device_id.in_({d.id for _, d in rows}))).scalars():
+        for dep in discoveries.deployables_of_devices(s, list({d.id for _, d in rows})):
             siblings[dep.device_id].append(dep)
         return {dep.rp_uuid: reservation.policy(s, device, siblings[device.id])
                 .reserved_for(dep) for dep, device in rows if dep.rp_uuid}
@@ -203,10 +199,7 @@ class PlacementSync:
             return None
         writes = 0
         with self.database.reader() as s:
-            rows = s.execute(
-                sa.select(m.Deployable, m.Device)
-                .join(m.Device, m.Deployable.device_id == m.Device.id)
-                .where(m.Device.hostname == host)).all()
+            rows = discoveries.host_deployables(s, host)
             attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
             specs, dep_of = [], {}
             for dep, _ in rows:
