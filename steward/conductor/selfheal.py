@@ -181,7 +181,7 @@ def _repair_one(deps, client, want, reporter, generation):
     moved = inventories is None     # changed since this client last saw it
     try:
         if moved:
-            inventories = client.get_inventory(want.rp_uuid)
+            inventories = client.read_inventory(want.rp_uuid)
     except exception.PlacementError as err:
         if getattr(err, 'http_status', None) != 404:
             raise

@@ -84,6 +84,21 @@ class PlacementClient:
         self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
         return body['inventories']
 
+    def read_inventory(self, rp_uuid):
+        """The provider's inventories, read, and remembered at the generation read
+        unless everything of it is remembered at that generation already: the
+        drift repair's next run then compares from memory instead of reading
+        again (steward/conductor/selfheal.py; at 10 000 providers, two conductors
+        each re-read every provider the other one had registered, every run)."""
+        body = self._http.call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
+        generation = body['resource_provider_generation']
+        with self._cache.lock_for(rp_uuid):
+            seen = self._cache.get(rp_uuid)
+            if seen is None or seen.generation != generation:
+                # Only the inventory is known: a sync reads the rest first.
+                self._cache.remember(rp_uuid, SeenProvider(generation, body['inventories']))
+        return body['inventories']
+
     def get_traits(self, rp_uuid):
         body = self._http.call('GET', '/resource_providers/%s/traits' % rp_uuid).json()
         self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
