@@ -265,11 +265,11 @@ def main():
             if not changed:
                 break
             cpu1, reads1 = probes.read(), placement_requests(placement_log, READ)
-            learnt = Probes.per_report(cpu0, cpu1, changed)
-            print(f'learning cycle {cycle}: {elapsed:.1f} s wall, {changed} reports '
-                  f'reached a conductor that had not seen their host\'s report: '
-                  f'{reads1 - reads0} Placement reads, conductor CPU per such report '
-                  f'{sum(v for k, v in learnt.items() if k.startswith("conductor")):.2f} ms')
+            spent = sum(cpu1[k] - cpu0[k] for k in cpu0 if k.startswith('conductor'))
+            print(f'learning cycle {cycle}: {elapsed:.1f} s wall, {changed} of '
+                  f'{args.agents} reports reached a conductor that had not seen their '
+                  f'host\'s report: {reads1 - reads0} Placement reads, conductor CPU '
+                  f'{spent:.1f} s for the whole cycle')
         spies = start_profiles(conductors, args.profile, 'quiet')
         cpu0, writes0 = probes.read(), placement_requests(placement_log)
         walls, reported_total, changed_total = [], 0, 0
