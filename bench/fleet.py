@@ -1,25 +1,38 @@
-"""A fleet of agents reporting to one conductor over RabbitMQ, PostgreSQL behind it.
+"""A fleet of compute hosts reporting to one or more conductors over RabbitMQ,
+PostgreSQL behind them, the real Placement.
 
 Starts its own throw-away RabbitMQ node, a database on a throw-away PostgreSQL
-cluster, the real Placement and one `steward conductor` process, then runs
-``--agents`` simulated agents in this process: real AgentManager objects, each
-with its own host name and the fake driver (one device, 16 attach handles),
-reporting over the real broker. Prints:
+cluster, the real Placement and ``--conductors`` `steward conductor` processes
+(they share the conductor topic: the broker hands each report to one of them),
+then runs ``--agents`` simulated hosts in this process (bench/fleet_agent.py:
+each sends what a real agent with the fake driver sends, one device with 16
+attach handles, over the real broker; ``--real-agents``: real AgentManager
+objects instead). Prints:
 
-* the first full registration cycle (every agent's first report: devices
-  written to PostgreSQL, compute node and device providers created in Placement);
-* conductor CPU time per quiet report (read from /proc/<conductor pid>/stat
-  around ``--quiet-cycles`` cycles in which nothing changed), target <= 2 ms;
-* Placement writes per quiet cycle, counted twice: as the conductor reports them
-  to the agents, and in Placement's own request log; target 0.
+* the first registration cycle (every host's first report: devices written to
+  PostgreSQL, compute node and device providers created in Placement), target
+  under 2 minutes at 10 000 hosts;
+* conductor CPU time per quiet report (/proc/<pid>/stat of every conductor,
+  around ``--quiet-cycles`` cycles in which nothing changed), target <= 1 ms;
+* Placement writes per quiet cycle, counted twice: as the conductors report them
+  to the agents, and in Placement's own request log; target 0;
+* the CPU each process spent (conductors, Placement, PostgreSQL, RabbitMQ, this
+  process) per first and per quiet report, and each conductor's resident memory
+  (target under 1 GiB): what says which of them limits the fleet.
 
-    .venv/bin/python bench/fleet.py [--agents 1000] [--quiet-cycles 3] [--clients 32]
+    .venv/bin/python bench/fleet.py [--agents 1000] [--conductors 1] [--quiet-cycles 3]
+        [--clients 32] [--profile DIR]
+
+``--profile DIR``: py-spy (not a Steward dependency: ``pip install py-spy``)
+samples each conductor while it holds the GIL, during the first cycle and during
+the quiet ones; the raw stacks go to DIR (conductor-N-first.raw, -quiet.raw).
 """
 import argparse
 import concurrent.futures
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,20 +47,23 @@ logging.getLogger('oslo.messaging').setLevel(logging.ERROR)
 sys.path.insert(0, ROOT)
 warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
 
+from bench import fleet_agent  # noqa: E402
+from bench import load  # noqa: E402
 from tests.multihost import pg  # noqa: E402
 from tests.multihost import rabbit  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
-TICKS = os.sysconf('SC_CLK_TCK')
 WRITE = re.compile(r'"(PUT|POST|DELETE|PATCH) /')
 READ = re.compile(r'"GET /')
 
 
-def cpu_seconds(pid):
-    """utime + stime of a process (fields 14 and 15 of /proc/<pid>/stat)."""
-    with open(f'/proc/{pid}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+def rss_mib(pid):
+    """Resident memory of a process (VmRSS), in MiB."""
+    with open(f'/proc/{pid}/status') as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def placement_requests(log_path, pattern=WRITE):
@@ -62,24 +78,84 @@ def write_conf(path, sections):
 
 
 def run_cycle(agents, clients):
-    """One discovery+report of every agent, ``clients`` at a time. Returns
-    (seconds, Placement writes the conductor reported, reports that changed)."""
+    """One report of every agent, ``clients`` at a time. Returns (seconds, Placement
+    writes the conductors reported, reports that changed, errors reported)."""
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         results = list(pool.map(lambda a: a.run_cycle(), agents))
     elapsed = time.monotonic() - started
     return (elapsed, sum(r.get('placement_writes', 0) for r in results),
-            sum(1 for r in results if r.get('changed')))
+            sum(1 for r in results if r.get('changed')),
+            sum(1 for r in results if r.get('error')))
+
+
+class Probes:
+    """CPU seconds of each process of the fleet, read together."""
+
+    def __init__(self, conductors, placement, srv, broker):
+        with open(os.path.join(srv.datadir, 'postmaster.pid')) as f:
+            postmaster = int(f.readline())
+        self.probes = {f'conductor {i + 1}': (lambda p=c.pid: load.tree_cpu(p))
+                       for i, c in enumerate(conductors)}
+        self.probes.update({
+            'Placement': lambda: load.tree_cpu(placement.pid),
+            # The cluster is this benchmark's own (tests/fixtures/pg_fixture.py).
+            'PostgreSQL': lambda: load.tree_cpu(postmaster),
+            'RabbitMQ': lambda: load.tree_cpu(broker.proc.pid),
+            'agents (this process)': load.cpu_self})
+
+    def read(self):
+        return {name: probe() for name, probe in self.probes.items()}
+
+    @staticmethod
+    def per_report(before, after, reports):
+        return {name: (after[name] - before[name]) / reports * 1000 for name in before}
+
+
+def print_cpu(label, per_report):
+    print(f'  {label} CPU ms per report: ' +
+          ', '.join(f'{name} {v:.2f}' for name, v in per_report.items()) +
+          f'; all {sum(per_report.values()):.2f}')
+
+
+def start_profiles(conductors, out_dir, phase):
+    if not out_dir:
+        return []
+    os.makedirs(out_dir, exist_ok=True)
+    spy = os.path.join(BIN, 'py-spy')
+    return [subprocess.Popen([spy, 'record', '--gil', '--nonblocking', '-r', '100',
+                              '-f', 'raw', '-o',
+                              os.path.join(out_dir, f'conductor-{i + 1}-{phase}.raw'),
+                              '-p', str(c.pid)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for i, c in enumerate(conductors)]
+
+
+def stop_profiles(spies):
+    for spy in spies:
+        spy.send_signal(2)      # py-spy writes its file on SIGINT
+    for spy in spies:
+        spy.wait(60)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--agents', type=int, default=1000)
+    parser.add_argument('--conductors', type=int, default=1)
     parser.add_argument('--quiet-cycles', type=int, default=3)
+    parser.add_argument('--learning-cycles', type=int, default=8,
+                        help='cycles run before the quiet ones until one has no '
+                             'report that changed anything (several conductors)')
     parser.add_argument('--clients', type=int, default=32,
                         help='agents reporting at the same moment')
+    parser.add_argument('--real-agents', action='store_true',
+                        help='real AgentManager objects (a discovery per report)')
+    parser.add_argument('--conf', action='append', default=[], metavar='SECTION.KEY=VALUE',
+                        help='an option of the conductors\' configuration (repeatable)')
+    parser.add_argument('--profile', metavar='DIR',
+                        help='py-spy the conductors during the first cycle')
     parser.add_argument('--keep', action='store_true',
-                        help='keep the logs (conductor, Placement) and print where')
+                        help='keep the logs (conductors, Placement) and print where')
     args = parser.parse_args()
     if not rabbit.installed():
         sys.exit('rabbitmq-server is not installed (tools/system-packages.sh)')
@@ -90,32 +166,46 @@ def main():
     from steward.placement import handle as embedded
     tmp = tempfile.mkdtemp(prefix='steward-fleet-')
     broker = rabbit.RabbitServer(base=os.path.join(tmp, 'rabbit')).start()
-    placement = conductor = transport = None
+    placement, conductors, transport = None, [], None
     try:
         _name, db_url = pg.create_database(srv, prefix='steward_fleet')
         placement_log = os.path.join(tmp, 'placement.log')
         # Placement on PostgreSQL too: on SQLite, 32 reports at once make it answer
         # 500 "database is locked" now and then, and the benchmark would measure that.
         _name, placement_db = pg.create_database(srv, prefix='placement_fleet')
-        placement = embedded.start_subprocess(placement_db, '127.0.0.1',
-                                              rabbit.free_port(), log_file=placement_log)
-        conf_path = os.path.join(tmp, 'conductor.conf')
-        write_conf(conf_path, {
-            'DEFAULT': {'host': 'fleet-conductor', 'state_path': tmp,
-                        'transport_url': broker.url(), 'rpc_response_timeout': 600},
-            'database': {'connection': db_url},
-            'placement': {'auth_type': 'admin_token', 'endpoint': placement.url,
-                          'token': 'admin', 'endpoint_override': placement.url}})
-        subprocess.run([os.path.join(BIN, 'steward'), 'db', 'sync', '--config-file',
-                        conf_path], check=True, capture_output=True)
-        log = open(os.path.join(tmp, 'conductor.log'), 'wb')
-        conductor = subprocess.Popen([os.path.join(BIN, 'steward'), 'conductor',
-                                      '--config-file', conf_path], stdout=log,
-                                     stderr=subprocess.STDOUT)
+        placement_port = rabbit.free_port()
+        placement = embedded.start_subprocess(placement_db, '127.0.0.1', placement_port,
+                                              log_file=placement_log)
+        for i in range(args.conductors):
+            conf_path = os.path.join(tmp, f'conductor-{i + 1}.conf')
+            sections = {
+                'DEFAULT': {'host': f'fleet-conductor-{i + 1}', 'state_path': tmp,
+                            'transport_url': broker.url(), 'rpc_response_timeout': 600},
+                'database': {'connection': db_url},
+                # The Placement started above, reached as the embedded one is: with
+                # the service role that a deployment's Keystone gives Steward's
+                # service user (POST /reshaper needs it; the trial admin token of
+                # doc/multihost.md has only admin, and gets a PUT per provider).
+                'placement': {'embedded': 'true', 'embedded_host': '127.0.0.1',
+                              'embedded_port': placement_port}}
+            for option in args.conf:
+                name, _, value = option.partition('=')
+                section, _, key = name.rpartition('.')
+                sections.setdefault(section or 'DEFAULT', {})[key] = value
+            write_conf(conf_path, sections)
+            if i == 0:
+                subprocess.run([os.path.join(BIN, 'steward'), 'db', 'sync',
+                                '--config-file', conf_path], check=True,
+                               capture_output=True)
+            log = open(os.path.join(tmp, f'conductor-{i + 1}.log'), 'wb')
+            conductors.append(subprocess.Popen(
+                [os.path.join(BIN, 'steward'), 'conductor', '--config-file', conf_path],
+                stdout=log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 120
-        while broker.consumers('steward-conductor') < 1:
-            if conductor.poll() is not None or time.monotonic() > deadline:
-                sys.exit('conductor did not start; log in ' + log.name)
+        while broker.consumers('steward-conductor') < args.conductors:
+            if any(c.poll() is not None for c in conductors) or \
+                    time.monotonic() > deadline:
+                sys.exit('a conductor did not start; logs in ' + tmp)
             time.sleep(0.2)
 
         # The agents: this process is N compute hosts talking to the broker.
@@ -130,50 +220,90 @@ def main():
         conductor_api = rpcapi.ConductorAPI(transport=transport)
         # Registered with the transport; read at each call.
         CONF.set_override('rpc_response_timeout', 600)
-        agents = [agent_manager.AgentManager(
-            CONF, conductor_api, host=f'fleet-{i:04d}',
-            drivers=[fake.FakeDriver(CONF, f'fleet-{i:04d}')])
-            for i in range(args.agents)]
+        hosts = [f'fleet-{i:05d}' for i in range(args.agents)]
+        if args.real_agents:
+            agents = [agent_manager.AgentManager(
+                CONF, conductor_api, host=h, drivers=[fake.FakeDriver(CONF, h)])
+                for h in hosts]
+        else:
+            agents = [fleet_agent.SimAgent(conductor_api, h, [fake.FakeDriver(CONF, h)])
+                      for h in hosts]
 
         print(f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
-              f'{os.cpu_count()} cores')
-        print(f'{args.agents} agents (fake driver: 1 device, 16 handles each), one '
-              f'conductor (pid {conductor.pid}), RabbitMQ, PostgreSQL '
-              f'{os.path.basename(srv.bindir.rstrip("/bin"))}, {args.clients} agents '
-              f'reporting at once')
-        cpu0, writes0 = cpu_seconds(conductor.pid), placement_requests(placement_log)
+              f'{os.cpu_count()} cores, load average {load.load_average()}')
+        print(f'{args.agents} {"real" if args.real_agents else "simulated"} agents '
+              f'(fake driver: 1 device, 16 handles each), {args.conductors} '
+              f'conductor(s) (pids {", ".join(str(c.pid) for c in conductors)}), '
+              f'RabbitMQ, PostgreSQL {os.path.basename(srv.bindir.rstrip("/bin"))}, '
+              f'{args.clients} agents reporting at once'
+              + (f'; conductor options {" ".join(args.conf)}' if args.conf else ''))
+        probes = Probes(conductors, placement, srv, broker)
+        spies = start_profiles(conductors, args.profile, 'first')
+        cpu0, writes0 = probes.read(), placement_requests(placement_log)
         reads0 = placement_requests(placement_log, READ)
-        elapsed, reported, changed = run_cycle(agents, args.clients)
-        cpu1, writes1 = cpu_seconds(conductor.pid), placement_requests(placement_log)
+        elapsed, reported, changed, errors = run_cycle(agents, args.clients)
+        cpu1, writes1 = probes.read(), placement_requests(placement_log)
         reads1 = placement_requests(placement_log, READ)
-        print(f'first registration cycle: {elapsed:.1f} s wall ({elapsed / args.agents * 1000:.1f} '
-              f'ms per agent), conductor CPU {cpu1 - cpu0:.1f} s '
-              f'({(cpu1 - cpu0) / args.agents * 1000:.1f} ms per report), '
-              f'{writes1 - writes0} Placement writes and {reads1 - reads0} reads, {changed} '
-              f'reports changed (target <= 60 s)')
+        stop_profiles(spies)
+        first = Probes.per_report(cpu0, cpu1, args.agents)
+        conductor_ms = sum(v for k, v in first.items() if k.startswith('conductor'))
+        print(f'first registration cycle: {elapsed:.1f} s wall '
+              f'({elapsed / args.agents * 1000:.2f} ms per agent), conductor CPU '
+              f'{conductor_ms:.2f} ms per report, {writes1 - writes0} Placement writes '
+              f'({(writes1 - writes0) / args.agents:.2f} per host) and {reads1 - reads0} '
+              f'reads, {changed} reports changed, {errors} reported an error '
+              f'(target: 10 000 hosts in <= 120 s)')
+        print_cpu('first cycle', first)
 
-        cpu0, writes0 = cpu_seconds(conductor.pid), placement_requests(placement_log)
+        # Each conductor remembers the reports it has taken itself: with several,
+        # a host's report that reaches one that has not seen it yet goes through
+        # the diff once (and reads its providers from Placement). Those cycles
+        # are printed, then the quiet ones are measured.
+        for cycle in range(1, args.learning_cycles + 1):
+            cpu0, reads0 = probes.read(), placement_requests(placement_log, READ)
+            elapsed, _reported, changed, errors = run_cycle(agents, args.clients)
+            if not changed:
+                break
+            cpu1, reads1 = probes.read(), placement_requests(placement_log, READ)
+            spent = sum(cpu1[k] - cpu0[k] for k in cpu0 if k.startswith('conductor'))
+            print(f'learning cycle {cycle}: {elapsed:.1f} s wall, {changed} of '
+                  f'{args.agents} reports reached a conductor that had not seen their '
+                  f'host\'s report: {reads1 - reads0} Placement reads, conductor CPU '
+                  f'{spent:.1f} s for the whole cycle')
+        spies = start_profiles(conductors, args.profile, 'quiet')
+        cpu0, writes0 = probes.read(), placement_requests(placement_log)
         walls, reported_total, changed_total = [], 0, 0
         for _ in range(args.quiet_cycles):
-            elapsed, reported, changed = run_cycle(agents, args.clients)
+            elapsed, reported, changed, errors = run_cycle(agents, args.clients)
             walls.append(elapsed)
             reported_total += reported
             changed_total += changed
-        cpu1, writes1 = cpu_seconds(conductor.pid), placement_requests(placement_log)
+        cpu1, writes1 = probes.read(), placement_requests(placement_log)
+        stop_profiles(spies)
         reports = args.agents * args.quiet_cycles
+        quiet = Probes.per_report(cpu0, cpu1, reports)
         print(f'quiet cycles: {args.quiet_cycles} x {args.agents} reports, '
               f'{sum(walls) / len(walls):.2f} s wall per cycle')
-        print(f'  conductor CPU per quiet report: {(cpu1 - cpu0) / reports * 1000:.2f} ms '
-              f'(target <= 2 ms)')
+        for name, v in quiet.items():
+            if name.startswith('conductor'):
+                print(f'  {name} CPU per quiet report: {v * args.conductors:.3f} ms '
+                      f'(of the reports it got; target <= 1 ms)')
+        print(f'  conductor CPU per quiet report, all conductors: '
+              f'{sum(v for k, v in quiet.items() if k.startswith("conductor")):.3f} ms')
+        print_cpu('quiet cycle', quiet)
         print(f'  Placement writes per quiet cycle: '
-              f'{reported_total / args.quiet_cycles:g} as reported by the conductor, '
+              f'{reported_total / args.quiet_cycles:g} as reported by the conductors, '
               f'{(writes1 - writes0) / args.quiet_cycles:g} in Placement\'s request log '
               f'(target 0); reports that changed something: {changed_total}')
+        print('conductor resident memory: ' + ', '.join(
+            f'conductor {i + 1} {rss_mib(c.pid):.0f} MiB' for i, c in enumerate(conductors))
+            + ' (target under 1024 MiB)')
     finally:
         if transport is not None:
             transport.cleanup()
-        if conductor is not None:
+        for conductor in conductors:
             conductor.terminate()
+        for conductor in conductors:
             try:
                 conductor.wait(30)
             except subprocess.TimeoutExpired:
@@ -184,7 +314,6 @@ def main():
         if args.keep:
             print(f'logs kept in {tmp}')
         else:
-            import shutil
             shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -35,13 +35,12 @@ from steward.conductor import reservation
 from steward.conf import CONF
 from steward.db import arqs as arq_db
 from steward.db import attributes as attribute_db
+from steward.db import discoveries
 from steward.db import models as m
 from steward.db import retry
 from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
-
-_ARQ_T = m.ExtARQ.__table__
 
 
 def _contained(task):
@@ -101,7 +100,7 @@ def _remove_initial(deps, ctx, uuids, cutoff):
                 continue
             transitions.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
                                 reason='initial_arq_max_age', request_id=ctx.request_id)
-            s.execute(sa.delete(_ARQ_T).where(_ARQ_T.c.id == arq.id))
+            arq_db.arq_remove(s, arq.id)
             removed.append(arq.uuid)
     return removed
 
@@ -122,15 +121,9 @@ class _Provider:
 
 def _wanted_providers(deps):
     with deps.database.reader() as s:
-        rows = s.execute(
-            sa.select(m.Deployable, m.Device)
-            .join(m.Device, m.Deployable.device_id == m.Device.id)
-            .where(m.Deployable.rp_uuid.is_not(None))).all()
+        rows = discoveries.provider_deployables(s)
         # Every deployable counts (reservation.py's rule), with a provider or not.
-        counts = dict(s.execute(
-            sa.select(m.Deployable.device_id,
-                      sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
-            .group_by(m.Deployable.device_id)).all())
+        counts = discoveries.accelerators_by_device(s)
         attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
         out = []
         for dep, device in rows:
@@ -162,7 +155,12 @@ def repair_placement_drift(deps, ctx, reporter=None, now=None):
     # from memory, so a run in a quiet cloud costs Placement one read.
     generations = {rp['uuid']: rp['generation']
                    for rp in client.list_providers(required=os_traits.OWNER_CYBORG)}
+    # Providers a first registration is writing right now (their rows committed,
+    # their inventory not yet sent): not drift, and "repairing" them would race it.
+    registering = reporter.registering() if reporter is not None else frozenset()
     for want in _wanted_providers(deps):
+        if want.rp_uuid in registering:
+            continue
         try:
             what = _repair_one(deps, client, want, reporter,
                                generations.get(want.rp_uuid))
@@ -183,7 +181,7 @@ def _repair_one(deps, client, want, reporter, generation):
     moved = inventories is None     # changed since this client last saw it
     try:
         if moved:
-            inventories = client.get_inventory(want.rp_uuid)
+            inventories = client.read_inventory(want.rp_uuid)
     except exception.PlacementError as err:
         if getattr(err, 'http_status', None) != 404:
             raise

@@ -84,6 +84,21 @@ class PlacementClient:
         self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
         return body['inventories']
 
+    def read_inventory(self, rp_uuid):
+        """The provider's inventories, read, and remembered at the generation read
+        unless everything of it is remembered at that generation already: the
+        drift repair's next run then compares from memory instead of reading
+        again (steward/conductor/selfheal.py; at 10 000 providers, two conductors
+        each re-read every provider the other one had registered, every run)."""
+        body = self._http.call('GET', '/resource_providers/%s/inventories' % rp_uuid).json()
+        generation = body['resource_provider_generation']
+        with self._cache.lock_for(rp_uuid):
+            seen = self._cache.get(rp_uuid)
+            if seen is None or seen.generation != generation:
+                # Only the inventory is known: a sync reads the rest first.
+                self._cache.remember(rp_uuid, SeenProvider(generation, body['inventories']))
+        return body['inventories']
+
     def get_traits(self, rp_uuid):
         body = self._http.call('GET', '/resource_providers/%s/traits' % rp_uuid).json()
         self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
@@ -108,17 +123,22 @@ class PlacementClient:
         See compute_node_created."""
         return self.compute_node_created(name, create)[0]
 
-    def compute_node_created(self, name, create=True):
+    def compute_node_created(self, name, create=True, absent=False):
         """(UUID of the root RP called ``name``, whether this call created it: then
         nothing is under it yet); created if missing and ``create``.
 
         A created root gets ``uuid5(NAMESPACE_DNS, name)``: deterministic, so two
         Steward processes racing to create it converge on one provider, and distinct
         from the ``uuid3`` names upstream Cyborg gives device RPs.
+
+        ``absent``: the caller expects no such provider (a host Steward has no row
+        of): it is created without being looked up first, and looked up only when
+        Placement answers that the name or uuid is taken.
         """
-        rp = self.find_provider_by_name(name)
-        if rp is not None:
-            return rp['uuid'], False
+        if not (absent and create):
+            rp = self.find_provider_by_name(name)
+            if rp is not None:
+                return rp['uuid'], False
         if not create:
             raise exception.PlacementProviderNotFound(name=name, host=self._host or name)
         rp_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_DNS, name))

@@ -40,6 +40,7 @@ def build_adapter(conf, endpoint=None, default_timeout=None):
             endpoint=endpoint.rstrip('/'), token='admin')
         http = requests.Session()
         http.trust_env = False   # an http_proxy from the environment must not catch loopback
+        _pooled(http)
         sess = ks_session.Session(
             auth=auth, session=http,
             timeout=conf[group].timeout or default_timeout or _EMBEDDED_TIMEOUT)
@@ -50,9 +51,23 @@ def build_adapter(conf, endpoint=None, default_timeout=None):
                                   additional_headers={'X-Roles': 'admin,service'})
     auth = ks_loading.load_auth_from_conf_options(conf, group)
     sess = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+    _pooled(sess.session)
     return ks_loading.load_adapter_from_conf_options(
         conf, group, session=sess, auth=auth, default_microversion=MICROVERSION,
         raise_exc=False)
+
+
+# Connections kept open to Placement. requests keeps 10 by default; a conductor
+# has more requests in flight than that (RPC threads, the first registrations'
+# and the tree syncs' parallel writes), and every request past the tenth opened a
+# connection and threw it away ("Connection pool is full").
+POOL_SIZE = 32
+
+
+def _pooled(http):
+    """``http`` (a requests.Session) keeping POOL_SIZE connections per host."""
+    for prefix in ('http://', 'https://'):
+        http.mount(prefix, requests.adapters.HTTPAdapter(pool_maxsize=POOL_SIZE))
 
 
 class PlacementTransport:

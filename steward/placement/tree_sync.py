@@ -56,6 +56,9 @@ class TreeSync:
         specs = list({s.uuid: s for s in specs}.values())
         errors, writes = {}, 0
         slow, known = [], []
+        # Created by this call: nobody else has written them (module doc of
+        # _learn_generations).
+        fresh = set()
         unknown = [s for s in specs
                    if not self._cache.complete(s.uuid)]
         if unknown:
@@ -72,6 +75,8 @@ class TreeSync:
             for spec, (ok, n) in zip(to_create, created):
                 writes += n
                 (known if ok else slow).append(spec)
+                if ok:
+                    fresh.add(spec.uuid)
         unknown = {s.uuid for s in unknown}
         known += [s for s in specs if s.uuid not in unknown]
 
@@ -98,7 +103,7 @@ class TreeSync:
             ready = []
         for start in range(0, len(ready), _RESHAPE_CHUNK):
             n, failed = self._reshape_inventories(ready[start:start + _RESHAPE_CHUNK],
-                                                  reserved_now)
+                                                  reserved_now, fresh)
             writes += n
             slow += failed
 
@@ -154,7 +159,7 @@ class TreeSync:
             return False, tally[0]
         return True, tally[0]
 
-    def _reshape_inventories(self, specs, reserved_now):
+    def _reshape_inventories(self, specs, reserved_now, fresh=frozenset()):
         """Write the inventories of ``specs`` that differ in one POST /reshaper;
         returns (writes, specs to hand to sync_provider)."""
         locks = [self._cache.lock_for(u) for u in sorted(s.uuid for s in specs)]
@@ -198,18 +203,30 @@ class TreeSync:
                 return 1, [given[uuid] for uuid in changes]
             LOG.info('Placement: inventories of %d providers written in one reshape',
                      len(changes))
-            self._learn_generations(changes)
+            self._learn_generations(changes, fresh)
         finally:
             for lock in locks:
                 lock.release()
         return 1, []
 
-    def _learn_generations(self, changes):
+    def _learn_generations(self, changes, fresh=frozenset()):
         """A reshape answers 204 without generations: read them from one tree
         listing. Placement 16 bumps a provider twice per non-empty reshaped
         inventory (interim and final) and once for an empty one; a provider at any
         other generation was written by someone else too, and is forgotten (the
-        next sync re-reads it) rather than remembered with a guess."""
+        next sync re-reads it) rather than remembered with a guess.
+
+        ``fresh``: providers this sync created a moment ago, under its lock, with no
+        inventory, so with no allocation and nothing for Nova to write: their
+        generation is the one counted, without a listing per tree (a first
+        registration of many hosts would list every host's tree). A count gone
+        wrong costs one 409 and a re-read at the next write."""
+        for uuid in [u for u in changes if u in fresh]:
+            _spec, seen, wanted = changes.pop(uuid)
+            self._cache.remember(uuid, seen, generation=seen.generation +
+                                 (2 if wanted else 1), inventories=wanted)
+        if not changes:
+            return
         roots = {spec.parent_uuid for spec, _, _ in changes.values()}
         try:
             listed = {rp['uuid']: rp['generation'] for root in roots if root

@@ -101,6 +101,24 @@ def test_a_release_during_a_placement_outage_heals_when_placement_returns(
     st.bind(dev)
 
 
+def test_a_provider_read_once_is_compared_from_memory_after(life, own_placement):  # noqa: F811
+    """A provider this conductor's client does not remember (another conductor
+    registered it, or this one restarted) is read by one drift run, then the next
+    runs compare it from memory: one read, the listing."""
+    st = life.start(placement_url=own_placement.child.url)
+    st.device()
+    tasks = st.conductor.periodic
+    ctx = context.get_admin_context()
+    st.placement.forget()
+    before = dict(st.placement.stats)
+    assert tasks.repair_placement_drift(ctx) == []
+    assert st.placement.stats['reads'] - before['reads'] > 1
+    before = dict(st.placement.stats)
+    assert tasks.repair_placement_drift(ctx) == []
+    assert (st.placement.stats['reads'] - before['reads'],
+            st.placement.stats['writes'] - before['writes']) == (1, 0)
+
+
 def test_reserved_inventory_and_traits_changed_behind_stewards_back_are_repaired(
         life, own_placement):  # noqa: F811
     st = life.start(placement_url=own_placement.child.url)

@@ -9,7 +9,9 @@ steps:
   and, before the diff, the devices Nova already hands out left out.
 
 An agent whose report is byte-for-byte what it sent last time costs one digest
-comparison: no database query and no Placement request.
+comparison: no database query and no Placement request. The first report of a
+host Steward has no row of goes with the others arriving at the same moment, in
+one batch (steward/conductor/report/first.py).
 """
 import hashlib
 import json
@@ -17,6 +19,7 @@ import threading
 
 from steward.conductor import health_ops
 from steward.conductor.report import diff
+from steward.conductor.report import first
 from steward.conductor.report import placement_sync
 from steward.drivers import objects
 
@@ -25,6 +28,10 @@ class Reporter:
     def __init__(self, deps, create_compute_node=True):
         self.database = deps.database
         self.placement_sync = placement_sync.PlacementSync(deps, create_compute_node)
+        self.first = first.FirstRegistrations(deps.database, self.placement_sync)
+        # Hosts this conductor has written rows of: their reports skip the first
+        # registration's batch (and its query) for good.
+        self._known = set()
         self._digests = {}
         self._health_refreshed = {}     # {host: when its read_at was last written}
         self._lock = threading.Lock()
@@ -42,6 +49,14 @@ class Reporter:
                                        self._health_refreshed)
             return {'changed': False, 'placement_writes': 0}
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
+        if host not in self._known:
+            result = self.first.register(host, rp_name, parsed)
+            if result is not None:
+                with self._lock:
+                    self._known.add(host)
+                    if 'error' not in result:
+                        self._digests[host] = digest
+                return result
         # Per-report state: reports of several hosts run in parallel.
         state = placement_sync.SyncState()
         parsed = self.placement_sync.without_nova_owned(state, host, rp_name, parsed)
@@ -50,8 +65,9 @@ class Reporter:
         writes = self.placement_sync.sync(state, host, rp_name, removed_rps)
         # A change held back for an in-use handle or device must be retried on the
         # next cycle even though the report itself will not change.
-        if writes is not None and not changes.deferred:
-            with self._lock:
+        with self._lock:
+            self._known.add(host)
+            if writes is not None and not changes.deferred:
                 self._digests[host] = digest
         result = {'changed': True, 'placement_writes': writes or 0}
         if state.error is not None:
@@ -59,6 +75,10 @@ class Reporter:
             err = state.error
             result['error'] = {'code': err.code, 'message': str(err)}
         return result
+
+    def registering(self):
+        """The providers first registrations are writing to Placement now."""
+        return self.first.registering()
 
     def forget(self, host=None):
         """Make the next report of ``host`` (of every host with None) go through

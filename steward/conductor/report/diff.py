@@ -24,8 +24,6 @@ import uuid as uuidlib
 
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
-import sqlalchemy as sa
-
 from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import health_ops
@@ -33,6 +31,7 @@ from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import attributes as attribute_db
 from steward.db import devices as device_db
+from steward.db import discoveries
 from steward.db import transitions
 from steward.db import models as m
 from steward.db import retry
@@ -131,24 +130,14 @@ class ReportDiff:
             # committing in between would otherwise find its device's locked-in
             # cleanup keys rewritten from a state read before the bind (PostgreSQL
             # runs at READ COMMITTED). In id order, as binds lock them.
-            existing = s.execute(
-                sa.select(m.Device).where(m.Device.hostname == host)
-                .order_by(m.Device.id).with_for_update()
-                .execution_options(populate_existing=True)).scalars().all()
+            existing = discoveries.host_devices_locked(s, host)
             dev_ids = [d.id for d in existing]
-            cpids = s.execute(sa.select(m.ControlpathID).where(
-                m.ControlpathID.device_id.in_(dev_ids))).scalars().all() if dev_ids else []
-            deps = s.execute(sa.select(m.Deployable).where(
-                m.Deployable.device_id.in_(dev_ids))).scalars().all() if dev_ids else []
+            cpid_by_device = discoveries.controlpath_ids_by_device(s, dev_ids)
+            deps = discoveries.deployables_of_devices(s, dev_ids)
             dep_ids = [d.id for d in deps]
             attrs = attribute_db.attributes_by_deployable(s, dep_ids)
-            handles = {}
-            if dep_ids:
-                for h in s.execute(sa.select(m.AttachHandle).where(
-                        m.AttachHandle.deployable_id.in_(dep_ids))).scalars():
-                    handles.setdefault(h.deployable_id, []).append(h)
+            handles = discoveries.handles_by_deployable(s, dep_ids)
 
-            cpid_by_device = {c.device_id: c for c in cpids}
             deps_by_device = {}
             for dep in deps:
                 deps_by_device.setdefault(dep.device_id, []).append(dep)
@@ -195,9 +184,7 @@ class ReportDiff:
             s.flush()
             # A provider that changed hands (another device took the address) is
             # synced for its new owner, not deleted.
-            kept = set(s.execute(sa.select(m.Deployable.rp_uuid)
-                                 .join(m.Device, m.Deployable.device_id == m.Device.id)
-                                 .where(m.Device.hostname == host)).scalars())
+            kept = discoveries.host_provider_uuids(s, host)
         return [rp for rp in dict.fromkeys(removed_rps) if rp not in kept]
 
     @staticmethod
@@ -392,7 +379,7 @@ class ReportDiff:
         others = [d for d in self._deps_by_name.get(name, ())
                   if d.device_id != device.id]
         for dep in others:
-            owner = s.get(m.Device, dep.device_id)
+            owner = device_db.device_get_by_id(s, dep.device_id)
             if any(h.in_use for h in handles.get(dep.id, [])):
                 self.deferred = True
                 LOG.warning('deployable %s is in use by device %s; device %s gets it '
@@ -479,8 +466,7 @@ class ReportDiff:
             LOG.warning('Deployable %s vanished from discovery but is in use; kept '
                         'until released', dep.name)
             return []
-        s.execute(sa.update(m.ExtARQ).where(m.ExtARQ.deployable_id == dep.id)
-                  .values(deployable_id=None))
+        discoveries.deployable_detach_arqs(s, dep.id)
         for h in handles.get(dep.id, []):
             s.delete(h)
         for a in attrs.get(dep.id, []):
@@ -504,9 +490,8 @@ class ReportDiff:
         for dep in deps:
             removed += self._remove_deployable(s, dep, attrs, handles)
         s.flush()
-        if device_db.device_handles_in_use(s, device.id) or s.execute(
-                sa.select(sa.func.count()).select_from(m.Deployable)
-                .where(m.Deployable.device_id == device.id)).scalar():
+        if device_db.device_handles_in_use(s, device.id) or \
+                discoveries.device_deployable_count(s, device.id):
             return removed
         if cpid is not None:
             s.delete(cpid)

@@ -17,13 +17,12 @@ import re
 import threading
 
 import os_traits
-import sqlalchemy as sa
 
 from steward.common import exception
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import attributes as attribute_db
-from steward.db import models as m
+from steward.db import discoveries
 
 LOG = logging.getLogger(__name__)
 
@@ -78,12 +77,9 @@ def reserved_now(database, deployable_ids):
     if not deployable_ids:
         return {}
     with database.reader() as s:
-        rows = s.execute(sa.select(m.Deployable, m.Device)
-                         .join(m.Device, m.Deployable.device_id == m.Device.id)
-                         .where(m.Deployable.id.in_(deployable_ids))).all()
+        rows = discoveries.deployables_with_devices(s, deployable_ids)
         siblings = collections.defaultdict(list)
-        for dep in s.execute(sa.select(m.Deployable).where(
-                m.Deployable.device_id.in_({d.id for _, d in rows}))).scalars():
+        for dep in discoveries.deployables_of_devices(s, list({d.id for _, d in rows})):
             siblings[dep.device_id].append(dep)
         return {dep.rp_uuid: reservation.policy(s, device, siblings[device.id])
                 .reserved_for(dep) for dep, device in rows if dep.rp_uuid}
@@ -175,6 +171,15 @@ class PlacementSync:
             self._compute_nodes[rp_name] = rp
         return rp
 
+    def create_new_compute_node(self, rp_name):
+        """The compute-node provider of a host Steward has no row of, created without
+        looking it up first (steward/conductor/report/first.py): its uuid when this
+        call created it, None when it was there already (remembered either way)."""
+        rp, created = self.placement.compute_node_created(rp_name, absent=True)
+        with self._lock:
+            self._compute_nodes[rp_name] = rp
+        return rp if created else None
+
     def sync(self, state, host, rp_name, removed_rps):
         """Returns the number of Placement writes, or None when Placement could not
         be brought in line (the next report retries)."""
@@ -194,10 +199,7 @@ class PlacementSync:
             return None
         writes = 0
         with self.database.reader() as s:
-            rows = s.execute(
-                sa.select(m.Deployable, m.Device)
-                .join(m.Device, m.Deployable.device_id == m.Device.id)
-                .where(m.Device.hostname == host)).all()
+            rows = discoveries.host_deployables(s, host)
             attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
             specs, dep_of = [], {}
             for dep, _ in rows:
