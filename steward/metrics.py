@@ -33,7 +33,6 @@ import weakref
 import prometheus_client
 from prometheus_client import core
 from prometheus_client import exposition
-import sqlalchemy as sa
 
 from steward.common import exception
 from steward.common import netutils
@@ -105,20 +104,16 @@ class DatabaseCollector:
             'missing).')
 
     def collect(self):
+        from steward.db import arqs as arq_db
         from steward.db import devices as device_db
-        from steward.db import models as m
         devices, arqs, by_health, conditions, faults = self._families()
         up = self._up()
         try:
             with self._database.reader() as s:
                 health_rows = device_db.device_health_summary(s)
                 not_ok = device_db.devices_not_healthy(s)
-                dev_rows = s.execute(
-                    sa.select(m.Device.type, m.Device.device_state, m.Device.hostname,
-                              sa.func.count()).group_by(
-                        m.Device.type, m.Device.device_state, m.Device.hostname)).all()
-                arq_rows = s.execute(sa.select(m.ExtARQ.state, sa.func.count())
-                                     .group_by(m.ExtARQ.state)).all()
+                dev_rows = device_db.device_state_counts(s)
+                arq_rows = arq_db.arq_state_counts(s)
         except Exception as err:  # noqa: BLE001 - the rest of the scrape must answer
             LOG.warning('Metrics: database queries failed: %s', err)
             up.add_metric([], 0)

@@ -50,9 +50,7 @@ class DatabaseCheck:
         self.executor = futures.ThreadPoolExecutor(2, thread_name_prefix='steward-health')
 
     def _select(self):
-        import sqlalchemy
-        with self.database.engine.connect() as conn:
-            conn.execute(sqlalchemy.text('SELECT 1'))
+        self.database.ping()
 
     async def __call__(self):
         loop = asyncio.get_running_loop()

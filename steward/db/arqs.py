@@ -261,3 +261,9 @@ _DELETE_ARQ = sa.delete(_ARQ_T).where(_ARQ_T.c.id == sa.bindparam('arq_id'))
 def arq_remove(session, arq_id) -> None:
     """Delete one ARQ row (the delete path moved it to Deleting first)."""
     session.execute(_DELETE_ARQ, {'arq_id': arq_id})
+
+
+def arq_state_counts(session) -> list[tuple]:
+    """(state, count) of the stored ARQs: what the metrics' ARQ family reports."""
+    return [tuple(row) for row in session.execute(
+        sa.select(_ARQ_T.c.state, sa.func.count()).group_by(_ARQ_T.c.state)).all()]

@@ -192,3 +192,12 @@ def devices_not_healthy(session) -> list[dict]:
                     'conditions': [c for c in conditions if isinstance(c, dict)],
                     'instance': holders.get(r.id)})
     return out
+
+
+def device_state_counts(session) -> list[tuple]:
+    """(type, device_state, hostname, count) of every group of devices: what the
+    metrics' device family reports."""
+    return [tuple(row) for row in session.execute(
+        sa.select(m.Device.type, m.Device.device_state, m.Device.hostname,
+                  sa.func.count()).group_by(
+            m.Device.type, m.Device.device_state, m.Device.hostname)).all()]

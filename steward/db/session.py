@@ -154,6 +154,12 @@ class Database:
                             str(err).splitlines()[0], CONF.database.retry_interval)
                 time.sleep(CONF.database.retry_interval)
 
+    def ping(self):
+        """One ``SELECT 1`` on a connection of the pool: raises while the database
+        does not answer (/healthcheck's check)."""
+        with self.engine.connect() as conn:
+            conn.execute(sa.text('SELECT 1'))
+
     def dispose(self):
         """Close the pooled connections (the engine opens new ones if used again)."""
         self.engine.dispose()
