@@ -88,9 +88,8 @@ class DatabaseCollector:
                 labels=['type', 'health', 'host']),
             core.GaugeMetricFamily(
                 'steward_device_health_condition', '1 for each health condition a '
-                'device\'s last reading holds (doc/health.md lists the codes); '
-                'server: the Nova instance that holds it, empty when none.',
-                labels=['device', 'type', 'host', 'code', 'severity', 'server']),
+                'device\'s last reading holds (doc/health.md lists the codes).',
+                labels=['device', 'type', 'host', 'code', 'severity']),
             core.GaugeMetricFamily(
                 'steward_device_health_fault', '1 for each device out of service '
                 'for its health until an operator brings it back.',
@@ -133,8 +132,8 @@ class DatabaseCollector:
                                    row['device_state'] or 'unset'], 1)
             for cond in row['conditions']:
                 conditions.add_metric([row['uuid'], row['type'], row['hostname'],
-                                       str(cond.get('code')), str(cond.get('severity')),
-                                       row['instance'] or ''], 1)
+                                       str(cond.get('code')), str(cond.get('severity'))],
+                                      1)
         up.add_metric([], 1)
         yield devices
         yield arqs

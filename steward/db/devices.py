@@ -163,9 +163,8 @@ def device_health_summary(session) -> list[tuple]:
 def devices_not_healthy(session) -> list[dict]:
     """Records of the devices whose last reading holds a condition or that are out
     of service for their health: uuid, type, hostname, device_state,
-    health_fault, conditions (parsed) and instance (the instance of an ARQ that
-    holds a handle of it, or None), for the metrics. Few rows: healthy devices
-    are not read."""
+    health_fault and conditions (parsed), for the metrics. Few rows: healthy
+    devices are not read."""
     t = _DEVICES_T
     rows = session.execute(
         sa.select(t.c.id, t.c.uuid, t.c.type, t.c.hostname, t.c.device_state,
@@ -175,12 +174,6 @@ def devices_not_healthy(session) -> list[dict]:
         .order_by(t.c.id)).all()
     if not rows:
         return []
-    holders = dict(session.execute(
-        sa.select(m.Deployable.device_id, sa.func.min(m.ExtARQ.instance_uuid))
-        .join(m.ExtARQ, m.ExtARQ.deployable_id == m.Deployable.id)
-        .where(m.Deployable.device_id.in_([r.id for r in rows]),
-               m.ExtARQ.state.in_(states.ARQ_HOLDS_HANDLE))
-        .group_by(m.Deployable.device_id)).all())
     out = []
     for r in rows:
         try:
@@ -189,8 +182,7 @@ def devices_not_healthy(session) -> list[dict]:
             conditions = []
         out.append({'uuid': r.uuid, 'type': r.type, 'hostname': r.hostname,
                     'device_state': r.device_state, 'health_fault': r.health_fault,
-                    'conditions': [c for c in conditions if isinstance(c, dict)],
-                    'instance': holders.get(r.id)})
+                    'conditions': [c for c in conditions if isinstance(c, dict)]})
     return out
 
 

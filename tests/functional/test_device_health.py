@@ -132,10 +132,14 @@ def test_a_drive_failing_under_its_tenant_is_cleaned_and_kept_out_until_replaced
     assert got['health']['fault'] and 'nvme.critical_warning.spare' in got['health']['fault']
     assert got['last_error'].startswith('unhealthy: ')
     assert steps(st, dev['uuid'])[-1][:3] == ('allocated', 'unhealthy', 'allocated')
-    # The operator sees which instance holds the failing drive.
-    held = {s.labels['server'] for s in samples(st, 'steward_device_health_condition')
-            if s.labels['device'] == dev['uuid']}
+    # The operator sees which instance holds the failing drive: in the API (the
+    # ARQs bound on its provider), never in the scrape, which names no tenant's.
+    rp = st.deployable(dev)['rp_uuid']
+    held = {a['instance_uuid'] for a in st.api.get('/v2/accelerator_requests').json()['arqs']
+            if a['device_rp_uuid'] == rp and a['state'] == 'Bound'}
     assert held == {inst}
+    assert all(set(s.labels) == {'device', 'type', 'host', 'code', 'severity'}
+               for s in samples(st, 'steward_device_health_condition'))
 
     st.release(inst)
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'error'

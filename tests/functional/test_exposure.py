@@ -90,7 +90,7 @@ def test_metrics_apart_from_the_api_and_without_tenant_labels():
     # Hosts, device types, states and outcomes; never a project, user, instance or
     # request: whoever reads the scrape learns nothing about tenants.
     assert labels <= {'host', 'type', 'state', 'kind', 'outcome', 'action', 'le',
-                      'reason'}, labels
+                      'reason', 'device', 'health', 'code', 'severity'}, labels
 
 
 def test_a_bad_metrics_listen_refuses_to_start(tmp_path):

@@ -34,12 +34,15 @@ from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 import os_traits
 
+from steward.common import context
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor import health_ops
 from steward.conductor.device_match import canonical, identity_of
 from steward.conductor.report import diff
 from steward.conductor.report import placement_sync
+from steward.db import devices as device_db
 from steward.db import discoveries
 
 LOG = logging.getLogger(__name__)
@@ -152,8 +155,14 @@ class FirstRegistrations:
                 self._registering += collections.Counter()    # drops the zeros
 
     def _write(self, items, plans):
+        healths = {}
+        for item in items:
+            for plan, rep in zip(plans[item.host], item.devices):
+                reading = health_ops.parse(getattr(rep, 'health', None), plan['uuid'])
+                if reading is not None:
+                    healths[plan['uuid']] = reading
         try:
-            dep_ids = self._insert(plans)
+            dep_ids = self._insert(plans, healths)
         except db_exc.DBError as err:
             # A host registered meanwhile (another conductor, a retry), a
             # duplicate name: the usual way judges each host with its rows.
@@ -211,14 +220,24 @@ class FirstRegistrations:
                 found = list(pool.map(find, items))
         return [item for item in found if item is not None]
 
-    def _insert(self, plans):
+    def _insert(self, plans, healths):
+        """``healths``: {device uuid: its health reading (health_ops.parse)}, applied
+        in the same transaction as the usual diff applies them (issue 38)."""
         with self.database.writer() as s:
             # Checked again where it counts: inside the writing transaction.
             again = discoveries.hosts_with_devices(s, list(plans))
             if again:
                 raise db_exc.DBError(f'hosts registered meanwhile: {sorted(again)}')
-            return discoveries.first_registration_insert(
+            dep_ids = discoveries.first_registration_insert(
                 s, [d for devices in plans.values() for d in devices])
+            ctx = context.get_admin_context()
+            for host, devices in plans.items():
+                for plan in devices:
+                    reading = healths.get(plan['uuid'])
+                    if reading is not None:
+                        health_ops.apply(s, ctx, device_db.device_get(s, plan['uuid']),
+                                         reading, actor=f'agent {host}')
+            return dep_ids
 
     def _mirror(self, items, plans, dep_ids):
         specs, host_of = [], {}
