@@ -105,3 +105,67 @@ sys.exit(code)
         venv, tmp_path, ['tests/functional/api/test_device_history.py'], str(shim))
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     assert 'last_error' in out.stdout, out.stdout[-3000:]
+
+
+def _arq_states(url):
+    import httpx
+    with httpx.Client(base_url=url, timeout=30) as api:
+        return sorted((a['instance_uuid'], a['state'])
+                      for a in api.get('/v2/accelerator_requests').json()['arqs'])
+
+
+def test_one_host_upgrades_from_it_under_its_running_serve(venv, tmp_path):
+    """The upgrade on one host, as doc/multihost.md orders it: the release's
+    ``steward serve`` binds an instance; this tree's ``db sync`` runs under it and
+    it keeps binding and releasing; restarted on the new schema it serves again
+    (with ``[database] sync_on_startup = false``: the release migrates at start by
+    default and cannot on a schema it does not know, the crash loop the issue
+    found, shown here too); then this tree's serve takes over the same database and
+    embedded Placement, the instances bound by the release intact."""
+    import httpx
+
+    from tests.fixtures.stack import bind_instance, release_instance, running_stack
+    old = os.path.join(venv, 'bin', 'steward')
+    state = tmp_path / 'state'
+    state.mkdir()
+    conf = tmp_path / 'sync.conf'
+    conf.write_text(f'[DEFAULT]\nstate_path = {state}\n')
+    profile = [{'name': 'upgrade-dp', 'groups': [{'resources:FPGA': '1'}]}]
+
+    def version():
+        return subprocess.run([os.path.join(BIN, 'steward'), 'db', 'version',
+                               '--config-file', str(conf)], capture_output=True,
+                              text=True, timeout=300).stdout.strip()
+
+    with running_stack(steward=old, state_path=str(state)) as st:
+        assert version() == previous_release.SCHEMA          # it migrated at start
+        with httpx.Client(base_url=st.url, timeout=30) as api:
+            api.post('/v2/device_profiles', json=profile).raise_for_status()
+        first = bind_instance(st.url, st.placement_url, 'upgrade-dp', 'FPGA', 'bench-host')
+        sync = subprocess.run([os.path.join(BIN, 'steward-manage'), 'db', 'sync',
+                               '--config-file', str(conf)], capture_output=True,
+                              text=True, timeout=300)
+        assert sync.returncode == 0, sync.stderr
+        from steward.db import migration
+        assert version() == migration.head_revision() != previous_release.SCHEMA
+        # Still serving on the new schema, reads and writes.
+        second = bind_instance(st.url, st.placement_url, 'upgrade-dp', 'FPGA',
+                               'bench-host')
+        release_instance(st.url, st.placement_url, second)
+        assert _arq_states(st.url) == [(first, 'Bound')]
+    # The release restarted as it is configured by default: it cannot start.
+    with pytest.raises(RuntimeError) as exited:
+        with running_stack(steward=old, state_path=str(state)):
+            pass
+    assert "Can't locate revision" in str(exited.value)
+    # As doc/multihost.md says to run it during the upgrade: it serves.
+    with running_stack(steward=old, state_path=str(state),
+                       extra_conf='[database]\nsync_on_startup = false\n') as st:
+        assert _arq_states(st.url) == [(first, 'Bound')]
+        third = bind_instance(st.url, st.placement_url, 'upgrade-dp', 'FPGA', 'bench-host')
+    # This tree's serve takes over.
+    with running_stack(state_path=str(state)) as st:
+        assert _arq_states(st.url) == sorted([(first, 'Bound'), (third, 'Bound')])
+        release_instance(st.url, st.placement_url, first)
+        release_instance(st.url, st.placement_url, third)
+        assert _arq_states(st.url) == []
