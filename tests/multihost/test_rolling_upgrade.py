@@ -147,3 +147,39 @@ def test_rolling_upgrade_from_the_previous_release(previous_bin, database):
         assert flows.transient(cluster) == ([], [])
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize('database', previous_release.DATABASES)
+def test_a_contract_step_applied_early_fails_the_upgrade(previous_bin, database):
+    """The same deployment of the previous release, with a migration that drops a
+    column it reads (devices.last_error) applied after this tree's db sync: the
+    step's checks fail, as they must for a migration that breaks the rule of
+    doc/contributor/schema-changes.md."""
+    import sqlalchemy as sa
+    cluster_mod.require(database)
+    cluster = cluster_mod.Cluster(
+        hosts=HOSTS, conductors=1, api_workers=1, database=database,
+        bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}})
+    cluster.start()
+    try:
+        rp = cluster.pci_rp(HOSTS[0])
+        with cluster.api_client() as api:
+            flows.ensure_profile(api)
+            instance, arqs = flows.boot(cluster, api, HOSTS[0], rp)
+        kept = (instance, arqs[0]['uuid'], rp)
+        _invariants(cluster, 'the previous release', kept)
+        sync_conf = cluster.write_conf('db-sync', cluster.common_conf('db-sync', 'mh-sync'))
+        subprocess.run([os.path.join(NEW, 'steward-manage'), 'db', 'sync', '--config-file',
+                        sync_conf], check=True, capture_output=True, timeout=300)
+        engine = sa.create_engine(cluster.db_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text('ALTER TABLE devices DROP COLUMN last_error'))
+        finally:
+            engine.dispose()
+        with pytest.raises((AssertionError, KeyError)):
+            _invariants(cluster, 'a contract step too early', kept)
+        with cluster.api_client() as api:
+            assert api.get('/v2/devices').status_code == 500
+    finally:
+        cluster.stop()
