@@ -2,7 +2,7 @@
 and then upstream Cyborg 17 in the same topology, side by side.
 
     .venv/bin/python bench/production.py [--database postgresql|mariadb] [--workers 2]
-        [--sequential 200] [--clients 4,16] [--per-client 50] [--warm-up 50]
+        [--conductors 1] [--sequential 200] [--clients 4,16] [--per-client 50] [--warm-up 50]
         [--no-cyborg] [--no-single] [--keep-logs] [--quick]
 
 Started here, on loopback, throw-away, and stopped at the end: one RabbitMQ node
@@ -24,7 +24,10 @@ os-server-external-events (both sides post an event per bind, as in production):
   state ENUM named to create its schema; when it still fails, the output says so.
 
 Each side gets the same calls (bench/load.py, the load generator of
-bench/arq_lifecycle.py): warm-up instances, then sequential instances, then 4 and 16
+bench/arq_lifecycle.py): warm-up instances (one client, then a round of the
+largest number of clients, so that every process has the connections, threads
+and pools its concurrency needs before anything is counted), then sequential
+instances, then 4 and 16
 concurrent clients, each sending what Nova's identity middleware would have
 set. Printed per run: instances/s (completed instances only), bind p50/p99, failed
 instances (bind failures separately, summarised by call, status and reason; a failed
@@ -84,6 +87,8 @@ def measure(side, url, rp_uuid, cpu, args):
     # Warm-up: steady state after the start (first reports, workers' first requests);
     # its answers are not counted.
     run(1, args.warm_up)
+    if args.client_counts:
+        run(max(args.client_counts), 2)
     side.tally = load.Tally()
     side.load_before = load.load_average()
     side.runs['sequential'] = run(1, args.sequential)
@@ -117,7 +122,8 @@ def report(side, args):
             print(f'    bind p50 {load.ms(statistics.median(r.binds))}, '
                   f'p99 {load.ms(load.pct(r.binds, 99))}{which}')
         print('    CPU ms per instance: ' + ', '.join(f'{name} {v:.1f}'
-                                                    for name, v in r.cpu.items()))
+                                                    for name, v in r.cpu.items())
+              + f'; servers in all {server_cpu(r):.1f}')
         for what, n in collections.Counter(map(load.describe, r.failures)).most_common(5):
             print(f'    {n} x {what}')
     events = ('none: no Nova configured (its default)' if side.events is None
@@ -149,6 +155,28 @@ def side_by_side(steward, cyborg, single=None):
         ratio = f'{cp / sp:.1f}x' if sp and cp else '-'
         print(f'  {label + " bind p50":<24} {p50_cell(sp):>18} {p50_cell(cp):>18} '
               f'{ratio:>7}' + (f' {p50_cell(bind_p50(one)):>18}' if one else ''))
+        sp, cp = bind_p99(s), bind_p99(c)
+        print(f'  {label + " bind p99":<24} {p50_cell(sp):>18} {p50_cell(cp):>18} '
+              f'{"":>7}' + (f' {p50_cell(bind_p99(one)):>18}' if one else ''))
+        print(f'  {label + " server CPU ms":<24} {server_cpu(s):>18.1f} '
+              f'{server_cpu(c):>18.1f} {"":>7}'
+              + (f' {server_cpu(one):>18.1f}' if one else ''))
+
+
+
+def against_single(steward, single):
+    """Steward's production topology beside its single process, same load, same
+    run: throughput, server CPU per instance and bind p99 with their ratios."""
+    if steward.error or single.error:
+        return
+    print(f'production topology / steward serve{"":3} {"instances/s":>18} '
+          f'{"server CPU ms":>16} {"bind p99":>17}')
+    for label in steward.runs:
+        s, one = steward.runs[label], single.runs[label]
+        print(f'  {label:<34} {rate(s):6.1f} / {rate(one):6.1f} {server_cpu(s):6.1f} / '
+              f'{server_cpu(one):5.1f} {p50_cell(bind_p99(s)):>8} / '
+              f'{p50_cell(bind_p99(one)):>7}')
+        print(f'  {"":<34} {rate(s) / rate(one):15.2f}x {server_cpu(s) / server_cpu(one):15.2f}x')
 
 
 def p50_cell(value):
@@ -162,6 +190,16 @@ def throughput(r):
 def bind_p50(r):
     """None when any bind failed: a failed bind's latency is not a bind's."""
     return None if bind_failures(r) or not r.binds else statistics.median(r.binds)
+
+
+def bind_p99(r):
+    return None if bind_failures(r) or not r.binds else load.pct(r.binds, 99)
+
+
+def server_cpu(r):
+    """CPU ms per instance of every server process (the services, Placement, the
+    database, the broker): all but the load generator."""
+    return sum(v for name, v in r.cpu.items() if name != 'load generator')
 
 
 # -- the sides ------------------------------------------------------------------------
@@ -187,7 +225,8 @@ def run_single(args):
 
 
 def run_steward(args, db, broker, tmp):
-    side = Side('Steward', f'steward api ({args.workers} workers), steward conductor, '
+    side = Side('Steward', f'steward api ({args.workers} workers), '
+                           f'{args.conductors} x steward conductor, '
                            f'steward agent (fake driver), {db.description}, RabbitMQ, '
                            f'Placement (2 workers, {db.kind})')
     nova = cyborg_upstream.start_nova_stub()
@@ -195,7 +234,8 @@ def run_steward(args, db, broker, tmp):
     try:
         placement = topology.start_placement(db, tmp)
         deployment = topology.StewardDeployment(
-            tmp, broker, db, placement.url, nova_url(nova), args.workers)
+            tmp, broker, db, placement.url, nova_url(nova), args.workers,
+            conductors=args.conductors)
         t0 = time.perf_counter()
         rp_uuid = deployment.start()
         side.ready = time.perf_counter() - t0
@@ -298,6 +338,8 @@ def main():
     ap.add_argument('--database', choices=('postgresql', 'mariadb'), default='postgresql')
     ap.add_argument('--workers', type=int, default=2,
                     help='API processes of each side ([api] workers; gunicorn workers)')
+    ap.add_argument('--conductors', type=int, default=1,
+                    help="Steward's steward conductor processes")
     ap.add_argument('--sequential', type=int, default=200)
     ap.add_argument('--clients', default='4,16',
                     help='comma-separated numbers of concurrent clients')
@@ -351,6 +393,8 @@ def main():
                 single = run_single(args)
                 sides.append(single)
                 report(single, args)
+            if single:
+                against_single(steward, single)
             if cyborg:
                 side_by_side(steward, cyborg, single)
     finally:

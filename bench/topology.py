@@ -76,27 +76,33 @@ def start_placement(db, tmp):
 
 
 class StewardDeployment:
-    """``steward conductor``, ``steward api`` with ``workers`` and one ``steward
-    agent`` (fake driver) on ``HOST``; conductor-side Placement and Nova (events)."""
+    """``conductors`` x ``steward conductor``, ``steward api`` with ``workers`` and
+    one ``steward agent`` (fake driver) on ``HOST``; Placement and Nova (events)
+    configured on the conductors and the API, as doc/multihost.md does."""
 
-    def __init__(self, tmp, broker, db, placement_url, nova_url, workers):
+    def __init__(self, tmp, broker, db, placement_url, nova_url, workers, conductors=1):
         self.tmp, self.broker, self.placement_url = tmp, broker, placement_url
         self.workers = workers
+        self.conductor_roles = ['conductor'] + [f'conductor-{n}'
+                                                for n in range(2, conductors + 1)]
         os.makedirs(tmp, exist_ok=True)
         self.db_url = db.create(f'steward_{uuid.uuid4().hex[:8]}')
         self.port = free_port()
         self.url = f'http://127.0.0.1:{self.port}'
         admin = {'auth_type': 'admin_token', 'token': 'admin'}
+        placement = {**admin, 'endpoint': placement_url, 'endpoint_override': placement_url}
+        nova = {**admin, 'endpoint_override': nova_url}
         self.confs = {
-            'conductor': self.conf('conductor', database=True, placement={
-                **admin, 'endpoint': placement_url, 'endpoint_override': placement_url,
-                'create_compute_node': 'false'},
-                nova={**admin, 'endpoint_override': nova_url}),
+            **{role: self.conf(role, database=True, placement={
+                **placement, 'create_compute_node': 'false'}, nova=nova)
+               for role in self.conductor_roles},
             # Metrics on, as deployed, on a port of its own: the default one may be
-            # another stack's on a shared machine.
+            # another stack's on a shared machine. [placement] and [nova] as
+            # doc/multihost.md gives an API host: it runs the ARQ operations itself.
             'api': self.conf('api', database=True, api={
                 'host_ip': '127.0.0.1', 'port': self.port, 'workers': workers,
-                'metrics_listen': f'127.0.0.1:{free_port()}'}),
+                'metrics_listen': f'127.0.0.1:{free_port()}'},
+                placement=placement, nova=nova),
             # An agent has no database: the conductor writes for it.
             'agent': self.conf('agent', host=HOST, agent={'enabled_drivers': 'fake'}),
         }
@@ -121,20 +127,22 @@ class StewardDeployment:
         subprocess.run([os.path.join(BIN, 'steward'), 'db', 'sync', '--config-file',
                         self.confs['conductor']], check=True, capture_output=True,
                        timeout=300)
-        for role in ('conductor', 'api'):
+        for role in self.conductor_roles + ['api']:
             self.start_service(role)
-        # Conductor on the broker first (doc/multihost.md): the agent's first report
+        # Conductors on the broker first (doc/multihost.md): the agent's first report
         # published while nobody consumes it waits for the RPC timeout.
-        cyborg_upstream.wait_for('steward conductor on the broker',
-                                 lambda: self.broker.consumers('steward-conductor'),
-                                 self, timeout)
+        cyborg_upstream.wait_for(
+            'steward conductors on the broker',
+            lambda: self.broker.consumers('steward-conductor') >= len(self.conductor_roles),
+            self, timeout)
         self.start_service('agent')
         return cyborg_upstream.wait_for(
             'the fake device in Steward and Placement',
             lambda: cyborg_upstream.offered_rp(self.url, self.placement_url), self, timeout)
 
     def start_service(self, role):
-        self.services[role] = cluster.Service(role, role, self.confs[role],
+        command = 'conductor' if role.startswith('conductor') else role
+        self.services[role] = cluster.Service(role, command, self.confs[role],
                                               os.path.join(self.tmp, f'{role}.log')).start()
 
     def check(self):
@@ -145,11 +153,15 @@ class StewardDeployment:
                                    + svc.log()[-3000:])
 
     def cpu_probes(self):
-        return {role: (lambda pid=self.services[role].pid: load.tree_cpu(pid))
-                for role in ('api', 'conductor', 'agent')}
+        probes = {role: (lambda pid=self.services[role].pid: load.tree_cpu(pid))
+                  for role in ('api', 'agent')}
+        pids = [self.services[role].pid for role in self.conductor_roles]
+        probes['conductor' if len(pids) == 1 else f'{len(pids)} conductors'] = \
+            lambda: sum(load.tree_cpu(pid) for pid in pids)
+        return probes
 
     def stop(self):
-        # Agent, API, conductor: nobody waits on a conductor already gone.
-        for role in ('agent', 'api', 'conductor'):
+        # Agent, API, conductors: nobody waits on a conductor already gone.
+        for role in ['agent', 'api'] + self.conductor_roles:
             if role in self.services:
                 self.services[role].stop(timeout=30)

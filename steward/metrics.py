@@ -82,7 +82,20 @@ class DatabaseCollector:
                 'online-data-migrations).', labels=['type', 'state', 'host']),
             core.GaugeMetricFamily(
                 'steward_accelerator_requests', 'Accelerator requests (ARQs) by state.',
-                labels=['state']))
+                labels=['state']),
+            core.GaugeMetricFamily(
+                'steward_device_health', 'Devices by type, health state (ok, warning, '
+                'unhealthy; "unknown": never read) and host.',
+                labels=['type', 'health', 'host']),
+            core.GaugeMetricFamily(
+                'steward_device_health_condition', '1 for each health condition a '
+                'device\'s last reading holds (doc/health.md lists the codes); '
+                'server: the Nova instance that holds it, empty when none.',
+                labels=['device', 'type', 'host', 'code', 'severity', 'server']),
+            core.GaugeMetricFamily(
+                'steward_device_health_fault', '1 for each device out of service '
+                'for its health until an operator brings it back.',
+                labels=['device', 'type', 'host', 'state']))
 
     @staticmethod
     def _up():
@@ -92,11 +105,14 @@ class DatabaseCollector:
             'missing).')
 
     def collect(self):
+        from steward.db import devices as device_db
         from steward.db import models as m
-        devices, arqs = self._families()
+        devices, arqs, by_health, conditions, faults = self._families()
         up = self._up()
         try:
             with self._database.reader() as s:
+                health_rows = device_db.device_health_summary(s)
+                not_ok = device_db.devices_not_healthy(s)
                 dev_rows = s.execute(
                     sa.select(m.Device.type, m.Device.device_state, m.Device.hostname,
                               sa.func.count()).group_by(
@@ -114,9 +130,22 @@ class DatabaseCollector:
         by_state.update({state: count for state, count in arq_rows})
         for state, count in by_state.items():
             arqs.add_metric([state], count)
+        for dev_type, health_state, host, count in health_rows:
+            by_health.add_metric([dev_type, health_state or 'unknown', host], count)
+        for row in not_ok:
+            if row['health_fault']:
+                faults.add_metric([row['uuid'], row['type'], row['hostname'],
+                                   row['device_state'] or 'unset'], 1)
+            for cond in row['conditions']:
+                conditions.add_metric([row['uuid'], row['type'], row['hostname'],
+                                       str(cond.get('code')), str(cond.get('severity')),
+                                       row['instance'] or ''], 1)
         up.add_metric([], 1)
         yield devices
         yield arqs
+        yield by_health
+        yield conditions
+        yield faults
         yield up
 
 

@@ -51,6 +51,9 @@ DEVICE_HISTORY = _add('2.6', 'Devices show last_error, missing and missing_since
 ARQ_MOVE = _add('2.7', 'Bound ARQs say how their device may move: '
                        'attach_handle_info.live_migratable, .cold_migratable and '
                        '.move_refusal.')
+DEVICE_HEALTH = _add('2.8', 'Devices carry their health (state, conditions, when read, '
+                            'the fault that keeps them out of service); GET /v2/devices '
+                            'filters on ?health=.')
 # --- add new microversions above this line ----------------------------------------
 
 MIN_VERSION = VERSIONS[0][0]

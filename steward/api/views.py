@@ -8,6 +8,7 @@ hard-wired an ``/accelerator`` prefix).
 import json
 
 from steward.api import microversion
+from steward.common import health
 from steward.common import moves
 from steward.db import deployables as deployable_db
 from steward.db import device_profiles as profile_db
@@ -62,7 +63,8 @@ def devices_json(req, rows):
     ``rows``: device_db.device_records(), all with the same keys in one order."""
     flags = ('device', req.version >= microversion.DEVICE_STATUS,
              req.version >= microversion.DEVICE_STATE,
-             req.version >= microversion.DEVICE_HISTORY, req.base_url)
+             req.version >= microversion.DEVICE_HISTORY,
+             req.version >= microversion.DEVICE_HEALTH, req.base_url)
     return json_list('devices', [
         _encoded((flags, *row.values()), lambda row=row: devices(req, [row])[0])
         for row in rows])
@@ -85,6 +87,7 @@ def devices(req, rows):
     status = req.version >= microversion.DEVICE_STATUS
     state = req.version >= microversion.DEVICE_STATE
     history = req.version >= microversion.DEVICE_HISTORY
+    with_health = req.version >= microversion.DEVICE_HEALTH
     prefix = f'{req.base_url}/v2/devices/'
     ts = db_query.timestamp
     result = []
@@ -102,11 +105,26 @@ def devices(req, rows):
             out['last_error'] = row['last_error']
             out['missing'] = row['missing_since'] is not None
             out['missing_since'] = ts(row['missing_since'])
+        if with_health:
+            out['health'] = _health(row)
         out['created_at'] = ts(row['created_at'])
         out['updated_at'] = ts(row['updated_at'])
         out['links'] = [{'href': prefix + row['uuid'], 'rel': 'self'}]
         result.append(out)
     return result
+
+
+def _health(row):
+    """A device's health at 2.8 (issue 38): the driver's last reading, and the
+    fault that keeps it out of service until an operator brings it back."""
+    try:
+        conditions = json.loads(row['health_conditions'] or '[]')
+    except ValueError:
+        conditions = []
+    return {'state': row['health'] or health.HEALTH_UNKNOWN,
+            'conditions': conditions,
+            'read_at': db_query.timestamp(row['health_read_at']),
+            'fault': row['health_fault']}
 
 
 def deployable(req, row, attributes):

@@ -5,25 +5,31 @@ api`` inherits it from the fork; a hosting server's worker reads it at import). 
 shared between workers but the listening socket: each opens its own broker
 connection and database pool, and every state change is a conditional UPDATE or a
 row lock in the database, which is what keeps several workers (and several API
-hosts) correct. None of them reaches an agent: what needs one goes to the
-conductor that owns it, over RPC.
+hosts) correct. Each runs the ARQ operations itself when it can
+(Root.api_arq_service); none of them reaches an agent: what needs one goes to
+the conductors, over RPC.
 """
 from steward import process
 from steward.cmd import checks
 
 
-def build(root=None):
-    """The app for an already configured process: conductors over RPC, capped at
-    ``[upgrade_levels] conductor``. ``root``: the process's composition root
-    (steward/cmd/root.py); None in a gunicorn worker, which builds its own once
-    forked (its metrics land in the multiprocess files the parent serves)."""
+def build(root=None, announce=True):
+    """The app for an already configured process: the ARQ operations run here
+    when the configuration allows (Root.api_arq_service), everything else goes to
+    conductors over RPC, capped at ``[upgrade_levels] conductor``. ``root``: the
+    process's composition root (steward/cmd/root.py); None in a gunicorn worker,
+    which builds its own once forked (its metrics land in the multiprocess files
+    the parent serves). ``announce``: log how accelerator requests are served
+    (once per process group)."""
     from steward.cmd import root as cmd_root
     from steward.conductor import rpcapi
     if root is None:
         root = cmd_root.Root(metrics=True, policy=True, transport=True)
-    app = root.api_app(
-        rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
-                            transport=root.transport),
-        transport_url=root.transport.url)
+    conductor = rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
+                                    transport=root.transport)
+    arqs = root.api_arq_service(conductor, announce=announce)
+    if arqs is not None:
+        conductor.run_arqs_here(arqs)
+    app = root.api_app(conductor, transport_url=root.transport.url)
     process.settle_heap()
     return app

@@ -78,6 +78,44 @@ class Root:
             agent_api=agent_rpcapi.AgentAPI(self.transport,
                                             version_cap=agent_version_cap))
 
+    def api_arq_service(self, conductor_api, announce=True):
+        """The ARQ operations an API process runs itself (steward/conductor/
+        arq_service.py), or None: they go to the conductors over RPC. Run here when
+        ``[placement]`` names the deployment's Placement (a single-accelerator
+        device is reserved there at bind and release) and ``[upgrade_levels]
+        conductor`` lets 1.2 through (the conductors take released devices'
+        cleanups from an API at 1.2). Its Nova events go where ``[nova]`` says.
+        ``announce``: log which it is (once per process group)."""
+        from steward.conductor import arq_service
+        from steward.conductor import deps
+        from steward.conductor import nova
+        from steward.conductor import rpcapi
+        from steward.placement import handle
+        why_not = None
+        if handle.is_embedded(CONF):
+            why_not = ('[placement] names no Placement service (auth_type or '
+                       'endpoint_override)')
+        elif not conductor_api.can_send_version(rpcapi.LOCAL_ARQS_VERSION):
+            why_not = (f'[upgrade_levels] conductor caps the conductors below '
+                       f'{rpcapi.LOCAL_ARQS_VERSION}')
+        if why_not is not None:
+            if announce:
+                LOG.warning('Accelerator requests are created, bound and deleted by '
+                            'the conductors over RPC, not by this API: %s '
+                            '(doc/multihost.md, "API hosts")', why_not)
+            return None
+        notifier = nova.NovaNotifier(announce=False)
+        if announce:
+            LOG.info('Accelerator requests are created, bound and deleted by this API '
+                     'process itself; Nova events %s', 'on' if notifier.enabled else
+                     'off ([nova] names no endpoint on this API host)')
+        return arq_service.ARQService(
+            deps.Deps(database=self.database, metrics=self.metrics,
+                      placement_client=self.placement_client(), nova=None,
+                      notifier=notifier, agent_api=None),
+            dispatch_cleanup=conductor_api.device_release_for_cleaning,
+            actor=f'api {CONF.host}')
+
     def api_app(self, conductor_api, transport_url=None):
         """The API application (steward/api/app.py) on this root's database,
         metrics and policy enforcer (build the Root with ``metrics`` and

@@ -245,6 +245,19 @@ class DeviceMaintaining(Conflict):
     message = 'Device %(uuid)s is disabled (maintaining); it cannot be bound.'
 
 
+class DeviceUnhealthy(Conflict):
+    code = 'cyb.bind.device_unhealthy'
+    message = ('Device %(uuid)s is out of service for its health (%(fault)s); it '
+               'cannot be bound.')
+
+
+class DeviceStillUnhealthy(Conflict):
+    code = 'cyb.device.still_unhealthy'
+    message = ('Device %(uuid)s cannot be brought back: its driver still reads it '
+               'unhealthy (%(conditions)s, read %(read_at)s). Replace or reset the '
+               'device and wait for the next discovery.')
+
+
 class InvalidStateTransition(Conflict):
     code = 'cyb.state.invalid_transition'
     message = '%(kind)s %(uuid)s cannot go from %(current)s to %(target)s.'

@@ -7,6 +7,8 @@ here touches the database: ``steward.db.transitions.advance()`` is the choke poi
 through which every state change is persisted, checked against these tables.
 """
 import collections
+import contextlib
+import contextvars
 
 from steward.common import exception
 from steward.conf import CONF
@@ -55,8 +57,10 @@ DEV_PENDING_CLEANING = 'pending_cleaning'
 DEV_CLEANING = 'cleaning'
 """The agent is running the locked-in cleanup action."""
 DEV_ERROR = 'error'
-"""Cleanup failed, timed out or was interrupted: never handed out until an operator
-re-cleans it (POST /v2/devices/{uuid}/clean)."""
+"""Cleanup failed, timed out or was interrupted, or the device's driver read it
+unhealthy: never handed out until an operator re-cleans it (POST
+/v2/devices/{uuid}/clean; a device read unhealthy only once the condition has
+cleared)."""
 
 DEVICE_STATES = (DEV_AVAILABLE, DEV_ALLOCATED, DEV_PENDING_CLEANING, DEV_CLEANING,
                  DEV_ERROR)
@@ -136,6 +140,14 @@ DEVICE_TRANSITIONS = (
     # Discovery found the hardware cannot meet the configured cleanup policy.
     Transition(DEV_AVAILABLE, 'fail', DEV_ERROR),
     Transition(DEV_ERROR, 'operator_clean', DEV_PENDING_CLEANING),
+    # Health (issue 38): its driver read the device unhealthy while nothing was on
+    # it; or a tenant released it (a device that needs no cleaning), or its
+    # cleanup ended, after it was read unhealthy: never handed out again.
+    Transition(DEV_AVAILABLE, 'unhealthy', DEV_ERROR),
+    Transition(DEV_ALLOCATED, 'release_unhealthy', DEV_ERROR),
+    Transition(DEV_CLEANING, 'unhealthy', DEV_ERROR),
+    # A device that needs no cleaning, back from a health fault that cleared.
+    Transition(DEV_ERROR, 'operator_clean', DEV_AVAILABLE),
 )
 
 ERASE_TRANSITIONS = (
@@ -163,10 +175,26 @@ def can_transition(kind, current, target, event=None):
     return current in sources(kind, target, event)
 
 
+# Who the code running in this context acts as, when not this conductor: an API
+# process running the ARQ operations (acting_as). A context variable, so each
+# request's thread says it for itself.
+_ACTOR = contextvars.ContextVar('steward_actor', default=None)
+
+
+@contextlib.contextmanager
+def acting_as(actor):
+    """Transitions made in the block are recorded as made by ``actor``."""
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
+
+
 def default_actor():
     """Who a transition is recorded as made by when the caller names nobody: this
-    conductor."""
-    return f'conductor {CONF.host}'
+    conductor, or whom an enclosing ``acting_as`` names."""
+    return _ACTOR.get() or f'conductor {CONF.host}'
 
 
 def actor_of(ctx):

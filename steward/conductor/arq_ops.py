@@ -16,7 +16,6 @@ import logging
 
 from oslo_messaging import exceptions as messaging_exc
 from oslo_utils import uuidutils
-import sqlalchemy as sa
 
 from steward.common import exception
 from steward.common import states
@@ -62,10 +61,10 @@ def validate_binding(b):
                                          reason='a non-empty host name is required')
 
 
-def bind(deps, ctx, bindings):
+def bind(deps, ctx, bindings, dispatch=None):
     """Bind ARQs: ``bindings`` is a list of dicts with uuid, hostname,
     device_rp_uuid, instance_uuid and optionally project_id. Returns the bound
-    records. All or nothing."""
+    records. All or nothing. ``dispatch``: see after_release."""
     for b in bindings:
         validate_binding(b)
     uuids = [b['uuid'] for b in bindings]
@@ -78,7 +77,7 @@ def bind(deps, ctx, bindings):
             device_ops.reserve(deps, dep, reserve=True)
     except exception.StewardError as err:
         LOG.error('Bind of %s failed after commit (%s); rolling back', uuids, err)
-        _fail_bound(deps, ctx, uuids, reason=str(err))
+        _fail_bound(deps, ctx, uuids, reason=str(err), dispatch=dispatch)
         err.failed_arqs = [(r['uuid'], r['instance_uuid']) for r in records]
         raise
     return records
@@ -141,12 +140,13 @@ def _check_second_set(s, arqs, bindings, deployables, locked):
                                                       host=host)
 
 
-def _fail_bound(deps, ctx, uuids, reason):
+def _fail_bound(deps, ctx, uuids, reason, dispatch=None):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
     released = _fail_bound_in_db(deps, ctx, uuids, reason)
     # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
     after_release(deps,
-                  [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx)
+                  [r for r in released if isinstance(r, device_ops.CleanupRequest)], ctx,
+                  dispatch=dispatch)
 
 
 @retry.on_deadlock
@@ -179,8 +179,8 @@ def _unbind_one(s, ctx, arq):
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
-def unbind(deps, ctx, arq_uuids):
-    after_release(deps, _unbind_in_db(deps, ctx, arq_uuids), ctx)
+def unbind(deps, ctx, arq_uuids, dispatch=None):
+    after_release(deps, _unbind_in_db(deps, ctx, arq_uuids), ctx, dispatch=dispatch)
 
 
 @retry.on_deadlock
@@ -195,14 +195,15 @@ def _unbind_in_db(deps, ctx, arq_uuids):
     return released
 
 
-def delete(deps, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
+def delete(deps, ctx, arq_uuids=None, instance_uuid=None, project_id=None,
+           dispatch=None):
     """Delete ARQs by uuid list (all must exist: 404 otherwise, nothing deleted) or
     by instance (idempotent). Each goes through Deleting (the state machine's way
     out) and is removed in the same transaction, with its handle freed; a row
     found in Deleting already (a crash of an older release between its two
     transactions, or reconciliation) is finished here too."""
     count, released = _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id)
-    after_release(deps, released, ctx)
+    after_release(deps, released, ctx, dispatch=dispatch)
     return count
 
 
@@ -257,15 +258,11 @@ def _start_deleting(s, ctx, arq):
     raise exception.ConcurrentUpdate(kind=m.ExtARQ.__state_kind__, uuid=arq.uuid)
 
 
-_DELETE_ARQ = sa.delete(m.ExtARQ.__table__).where(
-    m.ExtARQ.__table__.c.id == sa.bindparam('arq_id'))
-
-
 def _remove(s, ctx, arq):
     """Remove a Deleting ARQ and free its handle; returns what after_release must
     do once committed."""
     handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
-    s.execute(_DELETE_ARQ, {'arq_id': arq.id})
+    arq_db.arq_remove(s, arq.id)
     if handle_id is None:
         return []
     handle_db.attach_handle_release(s, handle_id)
@@ -291,12 +288,19 @@ def finish_deleting(deps, ctx, uuids):
     return len(uuids)
 
 
-def after_release(deps, released, ctx):
+def after_release(deps, released, ctx, dispatch=None):
     """After a release is committed: lift the reservations of the deployables in
-    ``released`` and dispatch the cleanups (its CleanupRequests)."""
+    ``released`` and dispatch the cleanups (its CleanupRequests) through
+    ``dispatch(ctx, device_uuid)``: None, this process asks the device's agent
+    (a conductor); an API process hands them to a conductor instead
+    (ConductorAPI.device_release_for_cleaning), since only conductors talk to
+    agents."""
     for dep in released:
         if isinstance(dep, device_ops.CleanupRequest):
-            _dispatch_cleanup(deps, ctx, dep.device_uuid)
+            if dispatch is None:
+                dispatch_cleanup(deps, ctx, dep.device_uuid)
+            else:
+                dispatch(ctx, dep.device_uuid)
             continue
         try:
             device_ops.reserve(deps, dep, reserve=False)
@@ -307,7 +311,8 @@ def after_release(deps, released, ctx):
                       dep.rp_uuid, err)
 
 
-def _dispatch_cleanup(deps, ctx, device_uuid):
+def dispatch_cleanup(deps, ctx, device_uuid):
+    """Ask the agent of a released device to clean it (a conductor's part)."""
     try:
         cleanup_ops.release_for_cleaning(deps, ctx, device_uuid)
     except (exception.StewardError, messaging_exc.MessagingException) as err:

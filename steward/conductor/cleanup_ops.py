@@ -18,6 +18,7 @@ from oslo_utils import timeutils
 from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor import health_ops
 from steward.conductor import reservation
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
@@ -180,12 +181,18 @@ def operator_clean(deps, ctx, device_uuid):
         device = device_db.device_get(s, device_uuid)
         _check_cleanable(device)
         host = device.hostname
+        cleanable = device_ops.supports_cleaning(device)
+    if not cleanable:
+        return _operator_return(deps, ctx, device_uuid)
     if not deps.agent_api.can_send_version(CLEANUP_RPC, host=host):
         raise exception.AgentTooOld(host=host, feature='cleanup_device (device clean)',
                                     version=CLEANUP_RPC)
     with deps.database.writer() as s:
         device = device_db.device_get(s, device_uuid)
         _check_cleanable(device)
+        # Its cleanup reads the health again: a drive still failing goes back
+        # to error once it is cleaned.
+        health_ops.clear_fault(s, ctx, device)
         transitions.advance(s, m.Device, device, states.DEV_PENDING_CLEANING,
                             event='operator_clean', reason='POST /clean',
                             request_id=ctx.request_id, actor=states.actor_of(ctx))
@@ -201,24 +208,56 @@ def operator_clean(deps, ctx, device_uuid):
                                            reason=str(err))
 
 
+@retry.on_deadlock
+def _operator_return(deps, ctx, device_uuid):
+    """POST /clean of a device that needs no cleaning, in error for its health
+    (issue 38): nothing to erase; back to available once the condition cleared."""
+    with deps.database.writer() as s:
+        device = device_db.device_get(s, device_uuid)
+        _check_cleanable(device)
+        fault = device.health_fault
+        health_ops.clear_fault(s, ctx, device)
+        transitions.advance(s, m.Device, device, states.DEV_AVAILABLE,
+                            event='operator_clean',
+                            reason=f'POST /clean: nothing to erase; was {fault or "error"}',
+                            request_id=ctx.request_id, actor=states.actor_of(ctx))
+        deployables = deployable_db.deployable_list(s, {'device_id': device.id})
+        for d in deployables:
+            s.expunge(d)
+    # Every deployable, shared ones too: the rule now asks for 0 everywhere.
+    reserve_whole(deps, deployables, False)
+
+
 def _check_cleanable(device):
+    if not device_ops.supports_cleaning(device) and \
+            device.device_state == states.DEV_ERROR and device.health_fault:
+        # Out of service for its health (issue 38): nothing to erase, it comes
+        # back once the condition has cleared.
+        _check_present(device)
+        health_ops.check_recoverable(device)
+        return
     if not device_ops.supports_cleaning(device):
         cleanable = ', '.join(sorted(device_ops.CLEANABLE_TYPES))
         raise exception.DeviceCannotClean(
             uuid=device.uuid, reason=f'devices of type {device.type} are not cleaned '
                                      f'(only {cleanable})')
-    if device.missing_since is not None:
-        raise exception.DeviceMissing(uuid=device.uuid, host=device.hostname,
-                                      since=db_query.timestamp(device.missing_since),
-                                      action='cleaned')
+    _check_present(device)
     if device.device_state != states.DEV_ERROR:
         raise exception.DeviceCleaningConflict(uuid=device.uuid,
                                                state=device.device_state or 'not backfilled')
+    health_ops.check_recoverable(device)
     board = board_of(device)
     if not board.get('cleanup_action'):
         reason = (board.get('cleanup') or {}).get('reason') or \
             'no cleanup action was locked in at discovery'
         raise exception.DeviceCannotClean(uuid=device.uuid, reason=reason)
+
+
+def _check_present(device):
+    if device.missing_since is not None:
+        raise exception.DeviceMissing(uuid=device.uuid, host=device.hostname,
+                                      since=db_query.timestamp(device.missing_since),
+                                      action='cleaned')
 
 
 def plan(deps, ctx, device_uuid):
@@ -297,6 +336,9 @@ def finish(deps, ctx, device_uuid, record_uuid, succeeded, record, error_code=No
     {'device_state', 'applied', 'placement_ok'}; ``applied`` is False when the device
     had already left cleaning (timed out, recovered): the result is only recorded."""
     now = timeutils.utcnow()
+    record = dict(record or {})
+    # The health the driver read once the cleanup ended (NVMe: the SMART log).
+    reading = health_ops.parse(record.pop('health', None), device_uuid)
     values = _result_values(record)
     values.update(finished_at=now)
     if succeeded:
@@ -322,13 +364,27 @@ def finish(deps, ctx, device_uuid, record_uuid, succeeded, record, error_code=No
                 deps.metrics.cleanup_ended(rec.action, 'late', rec.started_at, now)
             return {'device_state': device.device_state, 'applied': False,
                     'placement_ok': True}
+        health_ops.apply(s, ctx, device, reading, actor=agent_actor(device.hostname))
+        if device.health_fault:
+            # Issue 38: the erase record of a device out of service for its health
+            # says so (it was cleaned all the same).
+            values['details']['device_unhealthy'] = device.health_fault
+        if reading is not None:
+            values['details']['health_after'] = reading.to_dict()
         if succeeded:
             transitions.advance(s, m.EraseRecord, rec, states.ERASE_SUCCEEDED, event='succeed',
                                 values=erase_db.erase_values(values))
         else:
             transitions.advance(s, m.EraseRecord, rec, states.ERASE_FAILED, event='fail',
                                 values=erase_db.erase_values(values))
-        if succeeded:
+        if succeeded and device.health_fault:
+            # Cleaned, and never handed out again: read unhealthy (issue 38).
+            transitions.advance(s, m.Device, device, states.DEV_ERROR, event='unhealthy',
+                                reason=f'{values.get("action")} verified; unhealthy: '
+                                       f'{device.health_fault}',
+                                request_id=ctx.request_id, actor=agent_actor(device.hostname))
+            deployables = _single_deployables(s, device)
+        elif succeeded:
             transitions.advance(s, m.Device, device, states.DEV_AVAILABLE, event='cleaned',
                                 reason=f'{values.get("action")} verified',
                                 request_id=ctx.request_id, actor=agent_actor(device.hostname))
@@ -338,7 +394,7 @@ def finish(deps, ctx, device_uuid, record_uuid, succeeded, record, error_code=No
                                if p)
             deployables = fail_device(s, device, reason, ctx, actor=agent_actor(device.hostname))
         state = device.device_state
-    ok = reserve_whole(deps, deployables, not succeeded)
+    ok = reserve_whole(deps, deployables, state != states.DEV_AVAILABLE)
     deps.metrics.cleanup_ended(values.get('action') or rec.action,
                           'succeeded' if succeeded else 'failed', rec.started_at, now)
     return {'device_state': state, 'applied': True, 'placement_ok': ok}

@@ -5,15 +5,12 @@ import dataclasses
 import functools
 import logging
 
-import sqlalchemy as sa
-
 from steward.common import states
 from steward.conductor import reservation
 from steward.db import attributes as attribute_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.db import models as m
-from steward.db import perf
 from steward.db import retry
 from steward.db import transitions
 
@@ -42,20 +39,10 @@ def lock_devices(session, device_ids):
     return [device for device, _ in lock_devices_counted(session, device_ids)]
 
 
-_LOCK_COUNTED = perf.OneOrMany(
-    m.Device.id, 'ids',
-    lambda clause: sa.select(m.Device, reservation.accelerators_column(m.Device.id))
-    .where(clause).order_by(m.Device.id).with_for_update(of=m.Device)
-    .execution_options(populate_existing=True))
-
-
 def lock_devices_counted(session, device_ids):
     """lock_devices, each device with its accelerator count (what the reservation
     rule needs) read in the same statement: [(Device, count)] in id order."""
-    if not device_ids:
-        return []
-    return [tuple(row) for row in session.execute(
-        *_LOCK_COUNTED(sorted(set(device_ids)))).all()]
+    return device_db.devices_lock_counted(session, device_ids)
 
 
 def check_bindable(session, deployable, locked=None):
@@ -83,19 +70,6 @@ def mark_allocated(session, device, ctx):
     return True
 
 
-_HANDLES_IN_USE = (sa.select(sa.func.count()).select_from(m.AttachHandle)
-                   .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
-                   .where(m.Deployable.device_id == m.Device.id,
-                          m.AttachHandle.in_use.is_(True))
-                   .correlate(m.Device).scalar_subquery())
-# The device of a deployable with what a release decides on, in one statement.
-_RELEASE_VIEW = (
-    sa.select(m.Device, reservation.accelerators_column(m.Device.id), _HANDLES_IN_USE)
-    .where(m.Device.id == sa.select(m.Deployable.device_id)
-           .where(m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery())
-    .execution_options(populate_existing=True))
-
-
 def release_after_unbind(session, deployable_id, ctx):
     """A handle of ``deployable_id`` was freed. When the device has none left in
     use it leaves ``allocated`` for ``available``; a device whose driver must clean
@@ -104,7 +78,7 @@ def release_after_unbind(session, deployable_id, ctx):
     and a CleanupRequest for a device to clean."""
     if deployable_id is None:
         return []
-    row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
+    row = device_db.device_release_view(session, deployable_id)
     if row is None:
         return []
     device, accelerators, in_use = row
@@ -114,10 +88,18 @@ def release_after_unbind(session, deployable_id, ctx):
         # Whether its agent can be asked is known only by asking (a ping after
         # the commit): holding this transaction open for it would hold the row.
         return [CleanupRequest(device.uuid)]
+    if device.health_fault:
+        # Read unhealthy while its tenant held it (issue 38): out of service now,
+        # and its reservation stays (the rule reserves a faulted device whole).
+        transitions.advance(session, m.Device, device, states.DEV_ERROR,
+                            event='release_unhealthy',
+                            reason=f'unhealthy: {device.health_fault}',
+                            request_id=ctx.request_id)
+        return []
     transitions.advance(session, m.Device, device, states.DEV_AVAILABLE, event='release',
                         request_id=ctx.request_id)
     if reservation.policy(session, device, accelerators=accelerators).single:
-        dep = session.get(m.Deployable, deployable_id)
+        dep = deployable_db.deployable_get_by_id(session, deployable_id)
         session.expunge(dep)
         return [dep]
     return []
@@ -134,10 +116,10 @@ def current_reserved(deps, deployable_id, fallback=None):
     it after reading the provider's generation, on every attempt, so when two
     conductors race the last writer writes the newest device state."""
     with deps.database.reader() as s:
-        dep = s.get(m.Deployable, deployable_id)
+        dep = deployable_db.deployable_get_by_id(s, deployable_id)
         if dep is None:
             return fallback
-        device = s.get(m.Device, dep.device_id)
+        device = device_db.device_get_by_id(s, dep.device_id)
         wanted = reservation.policy(s, device).reserved_for(dep)
     return fallback if wanted is None else wanted
 

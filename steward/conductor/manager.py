@@ -13,6 +13,7 @@ from steward.common import exception
 from steward.common import rpc
 from steward.common import states
 from steward.conductor import arq_ops
+from steward.conductor import arq_service
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
 from steward.conductor import device_ops
@@ -59,6 +60,7 @@ class ConductorManager:
     def __init__(self, deps):
         """``deps``: the steward.conductor.deps.Deps of this conductor."""
         self.deps = deps
+        self.arqs = arq_service.ARQService(deps)
         self.reporter = report.Reporter(deps, CONF.placement.create_compute_node)
         self.periodic = periodic.PeriodicTasks(deps, self.reporter)
 
@@ -120,29 +122,20 @@ class ConductorManager:
     # -- API -----------------------------------------------------------------------
     @expected(*ROUTINE)
     def arq_create(self, ctx, device_profile_name, project_id):
-        return arq_ops.create(self.deps, ctx, device_profile_name, project_id)
+        return self.arqs.arq_create(ctx, device_profile_name, project_id)
 
     @expected(*ROUTINE)
     def arq_bind(self, ctx, bindings):
-        try:
-            records = arq_ops.bind(self.deps, ctx, bindings)
-        except exception.StewardError as err:
-            failed = getattr(err, 'failed_arqs', None)
-            if failed:
-                self.notifier.notify([(inst, arq, 'failed') for arq, inst in failed])
-            raise
-        self.notifier.notify([(r['instance_uuid'], r['uuid'], 'completed')
-                              for r in records])
-        return records
+        return self.arqs.arq_bind(ctx, bindings)
 
     @expected(*ROUTINE)
     def arq_unbind(self, ctx, arq_uuids):
-        return arq_ops.unbind(self.deps, ctx, arq_uuids)
+        return self.arqs.arq_unbind(ctx, arq_uuids)
 
     @expected(*ROUTINE)
     def arq_delete(self, ctx, arq_uuids=None, instance_uuid=None, project_id=None):
-        return arq_ops.delete(self.deps, ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
-                              project_id=project_id)
+        return self.arqs.arq_delete(ctx, arq_uuids=arq_uuids, instance_uuid=instance_uuid,
+                                    project_id=project_id)
 
     @expected(*ROUTINE)
     def device_set_status(self, ctx, device_uuid, status):
@@ -206,3 +199,10 @@ class ConductorManager:
     @expected(*ROUTINE)
     def device_recover_missed_cleanup(self, ctx, device_uuid):
         return cleanup_recovery.recover_missed(self.deps, ctx, device_uuid)
+
+    # -- 1.2: ARQ operations in the API process ---------------------------------------
+    def device_release_for_cleaning(self, ctx, device_uuid):
+        """An API process released the last ARQ of a device that needs cleaning
+        (cast): ask its agent, as after a release done here. Never raises: a lost
+        or failed dispatch is found again by the periodic clean_missed_releases."""
+        arq_ops.dispatch_cleanup(self.deps, ctx, device_uuid)

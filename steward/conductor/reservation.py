@@ -13,6 +13,9 @@
   used at all (pending_cleaning, cleaning, error), and may be bound while
   ``available`` or ``allocated``.
 * ``status = maintaining`` (disable) reserves whole in both cases and refuses binds.
+* A device with a health fault (``health_fault`` set: its driver read it unhealthy,
+  issue 38) reserves whole in both cases and refuses binds, whatever its state: its
+  tenant keeps it, nothing new lands on it.
 * A missing device (``missing_since`` set) is never bound; its reservation stays
   what its state asks (it is kept only while not available).
 * A device whose state was never set (before the online data migration) keeps
@@ -20,11 +23,9 @@
 """
 import dataclasses
 
-import sqlalchemy as sa
-
 from steward.common import exception
 from steward.common import states
-from steward.db import models as m
+from steward.db import deployables as deployable_db
 from steward.db import query as db_query
 
 # States in which a device reserves everything even with several accelerators.
@@ -39,12 +40,13 @@ class Policy:
     maintaining: bool
     missing_since: object
     single: bool
+    health_fault: str | None = None
 
     def reserved_for(self, deployable):
         """Placement ``reserved`` for ``deployable`` (anything with
         ``num_accelerators``, its provider's total), or None: leave it as it is."""
         total = deployable.num_accelerators
-        if self.maintaining:
+        if self.maintaining or self.health_fault:
             return total
         if self.device_state is None:
             return None
@@ -57,6 +59,9 @@ class Policy:
         """Why a binding is refused now (an exception to raise), or None."""
         if self.maintaining:
             return exception.DeviceMaintaining(uuid=self.device_uuid)
+        if self.health_fault:
+            return exception.DeviceUnhealthy(uuid=self.device_uuid,
+                                             fault=self.health_fault)
         if self.missing_since is not None:
             return exception.DeviceMissing(uuid=self.device_uuid, host=self.hostname,
                                            since=db_query.timestamp(self.missing_since),
@@ -73,31 +78,20 @@ class Policy:
         return self.refusal is None
 
 
-def accelerators_column(device_id_column):
-    """A scalar subquery: the accelerators of the device ``device_id_column``
-    names, for selecting a device and its count in one statement."""
-    return (sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
-            .where(m.Deployable.device_id == device_id_column).scalar_subquery())
-
-
-def accelerators_of(session, device_id):
-    return session.execute(
-        sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
-        .where(m.Deployable.device_id == device_id)).scalar()
-
-
 def policy(session, device, deployables=None, accelerators=None):
     """The rule applied to ``device`` as it is in ``session``; ``deployables``: all
     of the device's deployables when the caller holds them already, or
-    ``accelerators``: their sum when the caller read it with the device (see
-    accelerators_column); else they are counted in the database."""
+    ``accelerators``: their sum when the caller read it with the device
+    (steward.db.devices.devices_lock_counted, device_release_view); else they are
+    counted in the database."""
     if accelerators is not None:
         count = accelerators
     elif deployables is not None:
         count = sum(d.num_accelerators for d in deployables)
     else:
-        count = accelerators_of(session, device.id)
+        count = deployable_db.device_accelerators(session, device.id)
     return Policy(device_uuid=device.uuid, hostname=device.hostname,
                   device_state=device.device_state,
                   maintaining=device.status == states.DEVICE_STATUS_MAINTAINING,
-                  missing_since=device.missing_since, single=count == 1)
+                  missing_since=device.missing_since, single=count == 1,
+                  health_fault=device.health_fault)

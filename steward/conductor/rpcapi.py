@@ -12,12 +12,25 @@ History of the conductor RPC API:
           From agents: device_cleanup_start, device_cleanup_progress,
           device_cleanup_finish, device_recovery_info, device_fail_interrupted,
           device_recover_missed_cleanup.
+    1.2 - device_release_for_cleaning (cast). An API process that runs the ARQ
+          operations itself (arq_service.ARQService) hands a released device's
+          cleanup to a conductor with it; arq_create, arq_bind, arq_unbind and
+          arq_delete stay for APIs of earlier releases and capped ones.
 """
+import logging
+
+import futurist
+import oslo_messaging as messaging
+
 from steward.common import exception
 from steward.common import rpc
 from steward.conf import CONF
 
-RPC_API_VERSION = '1.1'
+LOG = logging.getLogger(__name__)
+
+RPC_API_VERSION = '1.2'
+# What an API process needs of the conductors to run the ARQ operations itself.
+LOCAL_ARQS_VERSION = '1.2'
 # Clients are built at the oldest version: each 1.1 method asks for 1.1 itself, so a
 # rolling upgrade's [upgrade_levels] conductor = 1.0 still lets 1.0 calls through.
 BASE_VERSION = '1.0'
@@ -31,18 +44,42 @@ CALLER_WAITS = frozenset({'arq_create', 'arq_bind', 'arq_unbind', 'arq_delete',
                           'device_clean_plan'})
 
 
+ARQ_METHODS = ('arq_create', 'arq_bind', 'arq_unbind', 'arq_delete')
+
+
 class ConductorAPI:
     """``manager``: the ConductorManager of this process, called directly; else
     conductors over RPC on ``transport`` (a steward.common.rpc.Transport), capped
-    at ``version_cap``."""
+    at ``version_cap``. ``run_arqs_here`` makes the ARQ operations run in this
+    process instead (an API process, steward/cmd/api_factory.py)."""
 
     def __init__(self, manager=None, version_cap=None, transport=None):
         self._manager = manager
         self._transport = transport
+        self._arqs = None
+        # The thread that sends device_release_for_cleaning (started on first use).
+        self._casts = None if manager is not None else futurist.ThreadPoolExecutor(
+            max_workers=1)
         self._client = None if manager is not None else transport.client(
             CONF.rpc_topic_conductor, BASE_VERSION, version_cap=version_cap)
 
+    def can_send_version(self, version):
+        """Whether ``[upgrade_levels] conductor`` lets ``version`` through (always,
+        to the conductor of this process)."""
+        return self._client is None or self._client.can_send_version(version)
+
+    def run_arqs_here(self, service):
+        """arq_create, arq_bind, arq_unbind and arq_delete go to ``service`` (an
+        arq_service.ARQService of this process), not to a conductor."""
+        self._arqs = service
+
+    @property
+    def arqs_here(self):
+        return self._arqs is not None
+
     def _call(self, ctx, method, timeout=None, version=None, **kwargs):
+        if self._arqs is not None and method in ARQ_METHODS:
+            return getattr(self._arqs, method)(ctx, **kwargs)
         if self._manager is not None:
             return getattr(self._manager, method)(ctx, **kwargs)
         prepare = {k: v for k, v in (('timeout', timeout), ('version', version)) if v}
@@ -121,3 +158,24 @@ class ConductorAPI:
     def device_recover_missed_cleanup(self, ctx, device_uuid):
         return self._call(ctx, 'device_recover_missed_cleanup', version='1.1',
                           device_uuid=device_uuid)
+
+    # -- 1.2: the ARQ operations in the API process ----------------------------------
+    def device_release_for_cleaning(self, ctx, device_uuid):
+        """Cast: a conductor asks the agent of ``device_uuid`` (released by an ARQ
+        operation of this process) to clean it. Sent from a thread of its own, so
+        the release's answer never waits for the broker; with the broker
+        unreachable it gives up after [DEFAULT] rpc_unavailable_timeout and logs:
+        the release is committed, the device stays reserved, and a conductor's
+        periodic clean_missed_releases asks its agent later. Returns a Future."""
+        if self._manager is not None:
+            return self._manager.device_release_for_cleaning(ctx, device_uuid)
+        return self._casts.submit(self._cast_release, ctx, device_uuid)
+
+    def _cast_release(self, ctx, device_uuid):
+        client = self._client.prepare(version=LOCAL_ARQS_VERSION,
+                                      retry=rpc.retries_within(CONF.rpc_unavailable_timeout))
+        try:
+            client.cast(ctx, 'device_release_for_cleaning', device_uuid=device_uuid)
+        except messaging.MessagingException as err:
+            LOG.error('device %s: cleanup could not be handed to a conductor (%s); a '
+                      'conductor\'s periodic task asks its agent later', device_uuid, err)

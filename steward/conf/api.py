@@ -53,9 +53,11 @@ opts = [
                help='Processes serving steward api: above 1, gunicorn worker '
                     'processes running uvicorn on the same port (one Python process '
                     'uses at most one core, so more processes serve more clients at '
-                    'once; each takes about 100 MB). They reach the conductor over '
-                    'RPC like any API process. steward serve is always one process '
-                    'and ignores it.'),
+                    'once; each takes about 100 MB). Each runs the accelerator '
+                    'requests\' operations itself (with [placement] set, '
+                    'doc/multihost.md) and reaches the conductors over RPC for the '
+                    'rest, like any API process. steward serve is always one '
+                    'process and ignores it.'),
 ]
 
 

@@ -253,3 +253,11 @@ def arq_list_by_uuids_in_state(session, uuids, state) -> list[ROW]:
             .with_for_update(skip_locked=True))
     return [ArqRow(profile_name=None, **row._mapping)
             for row in session.execute(stmt.order_by(_ARQ_T.c.id))]
+
+
+_DELETE_ARQ = sa.delete(_ARQ_T).where(_ARQ_T.c.id == sa.bindparam('arq_id'))
+
+
+def arq_remove(session, arq_id) -> None:
+    """Delete one ARQ row (the delete path moved it to Deleting first)."""
+    session.execute(_DELETE_ARQ, {'arq_id': arq_id})

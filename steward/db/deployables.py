@@ -68,3 +68,14 @@ def deployable_record(deployable) -> dict:
     """A deployable (ROW) as the record deployable_records makes: the API's answer
     for one."""
     return perf.record(deployable)
+
+
+def device_accelerators(session, device_id) -> int:
+    """The accelerators of one device: the sum of its deployables'."""
+    return session.execute(
+        sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
+        .where(m.Deployable.device_id == device_id)).scalar()
+
+
+def deployable_get_by_id(session, deployable_id) -> ROW | None:
+    return session.get(m.Deployable, deployable_id)

@@ -1,5 +1,6 @@
 """Device history: one row per device state change, written by
-steward.db.transitions.advance() in the transaction of the change.
+steward.db.transitions.advance() in the transaction of the change, and the
+notes of what happened to a device in its state (transitions.note: health).
 
 Row shape (``ROW``): ``m.DeviceHistory`` ORM objects; ``device_history_record`` makes the
 plain dict the API carries.
@@ -31,6 +32,9 @@ def device_entered(session, device_uuid, state) -> ROW | None:
     """The newest history row that moved the device into ``state``, or None."""
     stmt = (sa.select(m.DeviceHistory)
             .where(m.DeviceHistory.device_uuid == device_uuid,
-                   m.DeviceHistory.target_state == state)
+                   m.DeviceHistory.target_state == state,
+                   # a note (transitions.note) stays in its state: not an entry
+                   sa.or_(m.DeviceHistory.source_state.is_(None),
+                          m.DeviceHistory.source_state != m.DeviceHistory.target_state))
             .order_by(m.DeviceHistory.id.desc()).limit(1))
     return session.execute(stmt).scalar_one_or_none()

@@ -6,6 +6,9 @@ steward.db.transitions.advance()). The API formats records (``device_record``,
 ``device_records``: plain dicts of the same columns), its listing of thousands
 read without the ORM (perf.records). Counts and checks return ints and bools.
 """
+import datetime
+import json
+
 import sqlalchemy as sa
 
 from steward.common import exception
@@ -22,7 +25,7 @@ _DEVICES_T = m.Device.__table__
 
 
 DEVICE_FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status',
-                  'device_state')
+                  'device_state', 'health')
 
 
 def device_get(session, uuid) -> ROW:
@@ -90,3 +93,102 @@ def devices_in_states_anywhere(session, device_states) -> list[ROW]:
     """Devices of every host in ``device_states`` (the conductor's periodic tasks)."""
     stmt = sa.select(m.Device).where(m.Device.device_state.in_(device_states))
     return session.execute(stmt.order_by(m.Device.id)).scalars().all()
+
+
+# The accelerators of the device of the row: the sum of its deployables'
+# num_accelerators (what the reservation rule calls single or shared).
+_ACCELERATORS = (sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
+                 .where(m.Deployable.device_id == m.Device.id)
+                 .correlate(m.Device).scalar_subquery())
+_LOCK_COUNTED = perf.OneOrMany(
+    m.Device.id, 'ids',
+    lambda clause: sa.select(m.Device, _ACCELERATORS)
+    .where(clause).order_by(m.Device.id).with_for_update(of=m.Device)
+    .execution_options(populate_existing=True))
+
+
+def devices_lock_counted(session, device_ids) -> list[tuple[ROW, int]]:
+    """Row-lock devices for the rest of the transaction, always in id order (a
+    bind and a host's discovery report, which locks all of the host's devices,
+    then queue on each other instead of deadlocking; SQLite writers are serial
+    already and ignore FOR UPDATE), each with its accelerator count read in the
+    same statement: [(Device, count)] in id order."""
+    if not device_ids:
+        return []
+    return [tuple(row) for row in session.execute(
+        *_LOCK_COUNTED(sorted(set(device_ids)))).all()]
+
+
+_HANDLES_IN_USE = (sa.select(sa.func.count()).select_from(m.AttachHandle)
+                   .join(m.Deployable, m.AttachHandle.deployable_id == m.Deployable.id)
+                   .where(m.Deployable.device_id == m.Device.id,
+                          m.AttachHandle.in_use.is_(True))
+                   .correlate(m.Device).scalar_subquery())
+# The device of a deployable with what a release decides on, in one statement.
+_RELEASE_VIEW = (
+    sa.select(m.Device, _ACCELERATORS, _HANDLES_IN_USE)
+    .where(m.Device.id == sa.select(m.Deployable.device_id)
+           .where(m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery())
+    .execution_options(populate_existing=True))
+
+
+def device_release_view(session, deployable_id) -> tuple[ROW, int, int] | None:
+    """(the device of ``deployable_id``, its accelerators, its handles in use), or
+    None: what a release decides on, in one statement."""
+    row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
+    return None if row is None else tuple(row)
+
+
+def devices_health_read(session, hostname, read_at, older_than_seconds) -> int:
+    """The host's devices with a health reading were read again at ``read_at``
+    (their readings unchanged): refresh ``health_read_at`` where it is older than
+    ``older_than_seconds`` before it. Returns the rows changed."""
+    cutoff = read_at - datetime.timedelta(seconds=older_than_seconds)
+    result = session.execute(
+        _DEVICES_T.update().where(_DEVICES_T.c.hostname == hostname,
+                                  _DEVICES_T.c.health.is_not(None),
+                                  _DEVICES_T.c.health_read_at < cutoff)
+        .values(health_read_at=read_at))
+    return result.rowcount
+
+
+def device_health_summary(session) -> list[tuple]:
+    """(type, health, hostname, count) of every device: the metrics' GROUP BY."""
+    t = _DEVICES_T
+    return [tuple(r) for r in session.execute(
+        sa.select(t.c.type, t.c.health, t.c.hostname, sa.func.count())
+        .group_by(t.c.type, t.c.health, t.c.hostname)).all()]
+
+
+def devices_not_healthy(session) -> list[dict]:
+    """Records of the devices whose last reading holds a condition or that are out
+    of service for their health: uuid, type, hostname, device_state,
+    health_fault, conditions (parsed) and instance (the instance of an ARQ that
+    holds a handle of it, or None), for the metrics. Few rows: healthy devices
+    are not read."""
+    t = _DEVICES_T
+    rows = session.execute(
+        sa.select(t.c.id, t.c.uuid, t.c.type, t.c.hostname, t.c.device_state,
+                  t.c.health_fault, t.c.health_conditions)
+        .where(sa.or_(t.c.health.in_(('warning', 'unhealthy')),
+                      t.c.health_fault.is_not(None)))
+        .order_by(t.c.id)).all()
+    if not rows:
+        return []
+    holders = dict(session.execute(
+        sa.select(m.Deployable.device_id, sa.func.min(m.ExtARQ.instance_uuid))
+        .join(m.ExtARQ, m.ExtARQ.deployable_id == m.Deployable.id)
+        .where(m.Deployable.device_id.in_([r.id for r in rows]),
+               m.ExtARQ.state.in_(states.ARQ_HOLDS_HANDLE))
+        .group_by(m.Deployable.device_id)).all())
+    out = []
+    for r in rows:
+        try:
+            conditions = json.loads(r.health_conditions or '[]')
+        except ValueError:
+            conditions = []
+        out.append({'uuid': r.uuid, 'type': r.type, 'hostname': r.hostname,
+                    'device_state': r.device_state, 'health_fault': r.health_fault,
+                    'conditions': [c for c in conditions if isinstance(c, dict)],
+                    'instance': holders.get(r.id)})
+    return out

@@ -67,6 +67,16 @@ class Device(TimestampMixin, Base):
     # Set by `steward db import-cyborg` (``cyborg``) until a discovery of Steward's
     # recognises the device: until then it is kept (as missing) when not found.
     imported_from = orm.mapped_column(sa.String(64))
+    # Health as the driver last read it (steward/common/health.py): NULL = never
+    # read. health_conditions is a JSON list of {code, severity, detail}. No index
+    # (migration 0009 only adds columns): ?health= scans the devices table.
+    health = orm.mapped_column(sa.String(16))
+    health_conditions = orm.mapped_column(sa.Text)
+    health_read_at = orm.mapped_column(sa.DateTime)
+    # The unhealthy conditions that took the device out of service: it stays out
+    # (reserved, never bound, never handed out again) until an operator brings it
+    # back once they have cleared, whatever later readings say.
+    health_fault = orm.mapped_column(sa.Text)
 
     deployables = orm.relationship('Deployable', back_populates='device',
                                    lazy='raise')

@@ -87,6 +87,20 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     return row
 
 
+def note(session, model, row, *, event, reason='', request_id=None, actor=None):
+    """A history row for something that happened to a device without changing its
+    state (its health changed while a tenant holds it, issue 38): source and
+    target are the state it is in, so a reader looking for when the device entered
+    a state (device_history.device_entered) skips it."""
+    history = model.__history__
+    current = getattr(row, model.__state_column__)
+    session.connection().execute(history.__table__.insert(), [dict(
+        uuid=uuidutils.generate_uuid(), device_uuid=row.uuid,
+        created_at=timeutils.utcnow(), event=event, source_state=current,
+        target_state=current or 'unset', reason=reason or None, request_id=request_id,
+        actor=(actor or states.default_actor())[:255])])
+
+
 _UPDATES = {}
 
 

@@ -20,6 +20,16 @@ resource providers are adopted, not duplicated.
 Virtual functions (``physfn`` link) are skipped unless ``include_vfs``; a VF is only
 ever reported as a vGPU parent (SR-IOV vGPU puts the types on the VFs), never
 whole, and a PF whose VFs are enabled is not reported whole either.
+
+Health (issue 38), without the proprietary stack: the GPU's AER counters and
+driver binding (steward/drivers/pci/health.py), and the Xid events the NVIDIA
+kernel module logs (``NVRM: Xid (PCI:0000:3b:00): 79, ...``) in the file named
+by ``[health] gpu_kernel_log``, read from where the previous discovery stopped
+(XidLog). NVML is not used: it needs the driver's libnvidia-ml and reports
+what the same Xids say. What this cannot see: a GPU that fails without an Xid or
+an AER error (ECC page retirement pending, thermal slowdown: NVML-only), Xids
+logged while the agent was not running (it starts at the end of the log), and a
+guest's own view of a passed-through GPU.
 """
 import json
 import logging
@@ -28,14 +38,21 @@ import re
 
 import os_traits
 
+from steward.common import health
 from steward.conf import nvidia as nvidia_conf
 from steward.drivers import base
 from steward.drivers import objects
 from steward.drivers.mdev import bus as mdev_bus
 from steward.drivers.mdev import driver as mdev
+from steward.drivers.pci import health as pci_health
 from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
+
+# "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." The
+# address has no function number (GPUs are function 0).
+_XID = re.compile(r'NVRM: Xid \(PCI:([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})'
+                  r'(?:\.[0-7])?\): (\d+)(?:,\s*(.*))?')
 
 VENDOR_ID = '10de'
 DISPLAY_CLASSES = ('0300', '0302')      # VGA compatible controller, 3D controller
@@ -102,6 +119,48 @@ def is_gpu(dev):
     return dev.vendor_id == VENDOR_ID and dev.class_code[:4] in DISPLAY_CLASSES
 
 
+class XidLog:
+    """The Xid lines appended to a kernel log file since the last read, by GPU.
+    Starts at the end of the file (an Xid from before the agent started may be
+    days old); a file that shrank was rotated: read from its start."""
+
+    def __init__(self, path):
+        self.path = path
+        self._offset = self._size()
+
+    def _size(self):
+        try:
+            return os.path.getsize(self.path) if self.path else 0
+        except OSError:
+            return 0
+
+    def new_events(self):
+        """{'dddd:bb:dd': [(xid, text), ...]} logged since the previous call."""
+        if not self.path:
+            return {}
+        size = self._size()
+        if size < self._offset:
+            self._offset = 0
+        events = {}
+        try:
+            with open(self.path, 'rb') as f:
+                f.seek(self._offset)
+                data = f.read(size - self._offset)
+        except OSError as err:
+            LOG.warning('nvidia_gpu: [health] gpu_kernel_log %s unreadable: %s',
+                        self.path, err)
+            return {}
+        # A line still being written is read next time.
+        end = data.rfind(b'\n') + 1
+        self._offset += end
+        for line in data[:end].decode('utf-8', 'replace').splitlines():
+            m = _XID.search(line)
+            if m:
+                events.setdefault(m.group(1).lower(), []).append(
+                    (m.group(2), (m.group(3) or '').strip()))
+        return events
+
+
 class NvidiaGpuDriver(base.Driver):
     name = 'nvidia_gpu'
     shares_parents = True
@@ -114,6 +173,9 @@ class NvidiaGpuDriver(base.Driver):
         self._mdev = mdev_bus.MdevBusManager(self._bus_path)
         self.vgpu_by_address, self.default_vgpu_type = load_vgpu_mapping(conf)
         self._problem = mdev_bus.ProblemLog(LOG)
+        self.health = pci_health.Watch(conf)
+        self.xids = XidLog(conf.health.gpu_kernel_log)
+        self._xid_events = {}
 
     def init_host(self, context=None):
         for address, type_name in sorted(self.vgpu_by_address.items()):
@@ -139,6 +201,8 @@ class NvidiaGpuDriver(base.Driver):
                           self.vgpu_by_address[address],
                           '' if self.include_vfs else ' (VFs need include_vfs = true)')
         parents = set(self._mdev.discover_parent_devices(sorted(found)))
+        self.health.forget(found)
+        self._xid_events = self.xids.new_events()
         devices = []
         for gpu in gpus:
             device = self._device(gpu, parents)
@@ -181,7 +245,20 @@ class NvidiaGpuDriver(base.Driver):
                 'PCI', objects.pci_info(**gpu.address.info())),
             deployable_list=[deployable],
             std_board_info=json.dumps(gpu.board_info(), sort_keys=True),
-            driver_name=self.name)
+            driver_name=self.name, health=self._health(gpu))
+
+    def _health(self, gpu):
+        """AER, driver binding and the Xids logged since the last discovery."""
+        address = str(gpu.address)
+        critical = set(self.conf.health.gpu_critical_xids)
+        xids = []
+        for xid, text in self._xid_events.get(address.rsplit('.', 1)[0], ()):
+            severe = xid in critical
+            xids.append(health.Condition(
+                'gpu.xid_critical' if severe else 'gpu.xid',
+                health.HEALTH_UNHEALTHY if severe else health.HEALTH_WARNING,
+                f'Xid {xid}' + (f': {text}' if text else '')))
+        return self.health.reading(address, gpu.path, gpu.driver, xids).to_dict()
 
     def _pgpu(self, gpu):
         return objects.DriverDeployable(

@@ -56,6 +56,9 @@ class DriverDevice:
     vendor_board_info: str = '{}'
     stub: bool = False
     driver_name: str = ''
+    # steward.common.health.Reading.to_dict() of what the driver read of the
+    # device's health; None: it reads none (a conductor then keeps what it had).
+    health: dict | None = None
 
     def to_dict(self):
         return dataclasses.asdict(self)

@@ -9,8 +9,9 @@ from keystoneauth1 import exceptions as ks_exc
 
 from steward.osc import cli
 
-# The newest microversion the plugin knows (2.6: last_error, missing, history).
-MAX_VERSION = '2.6'
+# The newest microversion the plugin knows (2.8: device health; 2.6: last_error,
+# missing, history).
+MAX_VERSION = '2.8'
 _VERSION = re.compile(r'^(\d+)\.(\d+)$')
 
 

@@ -23,7 +23,7 @@ API_NAME = 'steward'
 API_VERSION_OPTION = 'os_steward_api_version'
 DEFAULT_API_VERSION = '2'
 MAX_VERSION = client.MAX_VERSION
-API_VERSIONS = ('2', '2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6')
+API_VERSIONS = ('2', '2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.8')
 _VERSION = re.compile(r'^2(\.\d+)?$')
 
 

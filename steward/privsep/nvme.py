@@ -54,6 +54,8 @@ COMMANDS = {
         ['-a'] if paths.integer('nvme', 'allocated', o.get('allocated', 0), 0, 1)
         else [])),
     'sanitize-log': ((), lambda o: ['-o', 'json']),
+    # SMART / Health Information (Get Log Page 02h), controller-wide (issue 38).
+    'smart-log': ((), lambda o: ['-o', 'json']),
     'sanitize': (('sanact',), lambda o: _sanact(o)),
     'write-zeroes': (('nsid', 'start_block', 'blocks'), lambda o: _nsid(o) + [
         '-s', _opt(o, 'start_block', 0, U64),

@@ -41,7 +41,14 @@ LIVE_AGENT_PING_TIMEOUT = 30
 
 
 class Stack:
-    def __init__(self, conf, sim, host, database, transport, agent_api=None):
+    """``api_runs_arqs``: the API is a standalone one's (the deployment's), over
+    ``transport``: it runs the ARQ operations itself (Root.api_arq_service, with
+    ``[placement]`` read from a configuration file naming the test's Placement)
+    and reaches the conductor, served on ``transport``, for everything else;
+    otherwise it holds the conductor as steward serve's does."""
+
+    def __init__(self, conf, sim, host, database, transport, agent_api=None,
+                 api_runs_arqs=False, conf_dir=None):
         self.conf, self.sim, self.host = conf, sim, host
         server = placement_fixture.get_placement()
         self.placement_url = server.url
@@ -55,7 +62,21 @@ class Stack:
                                                   agent_api=agent_api))
         self.transport = transport
         self.conductor.init_host()
-        self.app = root.api_app(ConductorAPI(self.conductor))
+        self.conductor_server = None
+        if api_runs_arqs:
+            self.conductor_server = transport.start_server(
+                CONF.rpc_topic_conductor, 'nvme-conductor', [self.conductor])
+            path = conf_dir / 'api.conf'
+            path.write_text(f'[placement]\nauth_type = admin_token\ntoken = admin\n'
+                            f'endpoint = {server.url}\nendpoint_override = {server.url}\n')
+            CONF(['--config-file', str(path)], project='steward', default_config_files=[])
+            conductor_api = ConductorAPI(transport=transport)
+            arqs = root.api_arq_service(conductor_api)
+            assert arqs is not None, 'the API would send its ARQ operations over RPC'
+            conductor_api.run_arqs_here(arqs)
+            self.app = root.api_app(conductor_api)
+        else:
+            self.app = root.api_app(ConductorAPI(self.conductor))
         self.api = testclient.TestClient(self.app, raise_server_exceptions=False)
         self.agent = self.rpc_server = None
 
@@ -95,6 +116,8 @@ class Stack:
     def stop(self):
         self.kill_agent(wait=False)
         self.api.close()
+        if self.conductor_server is not None:
+            steward_rpc.stop_server(self.conductor_server)
         self.conductor.stop()
         if self.metrics_server is not None:
             self.metrics_server.stop()
@@ -187,6 +210,7 @@ class Stack:
 class NvmeEnv:
     def __init__(self, tmp_path, conf, monkeypatch, database, transport):
         self.conf, self.database, self.transport = conf, database, transport
+        self.tmp_path = tmp_path
         self.sim = Simulation(tmp_path / 'sim')
         # The driver runs [nvme] nvme_cli with the process environment: the shim rides
         # along exactly as LD_PRELOAD would on a test host.
@@ -201,9 +225,10 @@ class NvmeEnv:
         self.host = placement_fixture.unique_name('nvme-host')
         self.stacks = []
 
-    def start(self, agent=True, agent_api=None):
+    def start(self, agent=True, agent_api=None, api_runs_arqs=False):
         st = Stack(self.conf, self.sim, self.host, self.database, self.transport,
-                   agent_api=agent_api)
+                   agent_api=agent_api, api_runs_arqs=api_runs_arqs,
+                   conf_dir=self.tmp_path)
         self.stacks.append(st)
         if agent:
             st.start_agent()

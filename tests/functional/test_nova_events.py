@@ -143,3 +143,58 @@ def test_keystoneauth_connect_retries_takes_precedence(conf, caplog):
         conf.clear_override('connect_retries', group='nova')
     assert not any('Retrying in' in r.getMessage() for r in caplog.records)
     assert 'after 1 attempt(s) (ConnectFailure)' in caplog.records[-1].getMessage()
+
+
+class HeldHandler(Handler):
+    """Holds each POST until the test lets it go (``gate``), counting arrivals."""
+    gate = threading.Semaphore(0)
+    arrived = threading.Semaphore(0)
+
+    def do_POST(self):
+        self.arrived.release()
+        assert self.gate.acquire(timeout=60)
+        super().do_POST()
+
+
+def test_binds_completed_while_a_post_is_under_way_share_the_next_post(conf):
+    """Each ARQ's event is sent once; the binds that complete while Nova answers
+    a POST go together in the next one, not one POST each."""
+    HeldHandler.replies = [(200, {'events': []})] * 2
+    HeldHandler.seen = []
+    HeldHandler.gate, HeldHandler.arrived = threading.Semaphore(0), threading.Semaphore(0)
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), HeldHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with _nova_at(conf, srv.server_address[1]):
+            notifier = nova.NovaNotifier(conf)
+            first = notifier.notify([('i-0', 'a-0', 'completed')])
+            assert HeldHandler.arrived.acquire(timeout=60)   # the first POST is held
+            later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
+                     for n in range(1, 6)]
+            HeldHandler.gate.release()
+            assert first.result(60) is True
+            assert HeldHandler.arrived.acquire(timeout=60)
+            HeldHandler.gate.release()
+            assert all(f.result(60) is True for f in later)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    tags = [[e['tag'] for e in body['events']] for _, _, body in HeldHandler.seen]
+    assert tags == [['a-0'], [f'a-{n}' for n in range(1, 6)]]
+    assert notifier.sent == 2
+
+
+def test_a_post_carries_whole_binds_up_to_its_limit(conf, monkeypatch):
+    """A backlog larger than MAX_EVENTS is sent in several POSTs, never splitting
+    a bind's events."""
+    monkeypatch.setattr(nova, 'MAX_EVENTS', 3)
+    notifier = nova.NovaNotifier(conf)
+    for n in range(4):
+        notifier._pending.append(([(f'i-{n}', f'a-{n}-{k}', 'completed')
+                                   for k in range(2)], None))
+    sizes = []
+    while notifier._pending:
+        sizes.append([len(events) for events, _ in notifier._take()])
+    assert sizes == [[2], [2], [2], [2]]
+    notifier._pending.append(([('i', 'big', 'completed')] * 5, None))
+    assert [len(e) for e, _ in notifier._take()] == [5]

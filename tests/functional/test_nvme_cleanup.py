@@ -184,9 +184,14 @@ def test_released_device_is_cleaned_before_it_is_available_again(
     assert alloc.status_code == 204 and bind.status_code == 202, bind.text
 
 
-def test_unbind_by_patch_cleans_too(nvme):
+@pytest.mark.parametrize('api_runs_arqs', [False, True],
+                         ids=['conductor-binds', 'api-binds'])
+def test_unbind_by_patch_cleans_too(nvme, api_runs_arqs):
+    """Also with the API running the ARQ operations itself: it hands the released
+    device to the conductor (device_release_for_cleaning over the broker), which
+    asks the agent."""
     ctrl = nvme.sim.add_controller(sanitize_seconds=0.1)
-    st = nvme.start()
+    st = nvme.start(api_runs_arqs=api_runs_arqs)
     dev = st.device()
     _, arq, _, bind = st.bind(dev)
     assert bind.status_code == 202
@@ -197,6 +202,11 @@ def test_unbind_by_patch_cleans_too(nvme):
     assert r.status_code == 202, r.text
     assert st.wait_state(dev['uuid'], ('available', 'error'))[-1] == 'available'
     assert not nvme_stack.tenant_bytes_anywhere(ctrl)
+    # Who did what: the bind's device transition is the API's when it binds.
+    assert _transitions(st, dev['uuid'])[0] == (
+        'available', 'bind', 'allocated', 'api' if api_runs_arqs else 'conductor')
+    assert _transitions(st, dev['uuid'])[1] == (
+        'allocated', 'release_for_cleaning', 'pending_cleaning', 'conductor')
 
 
 def test_write_zeroes_is_the_kernels_zeroout_over_the_whole_namespace(nvme):

@@ -128,8 +128,11 @@ def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(databa
     def timeout():
         # [nvme] cleanup_timeout is read by a cleanup's supervisor once its work has
         # begun: record how many devices had begun (cleaning or done) at each read.
-        begun = sum(_state(database, d) != 'pending_cleaning' for d in devs)
+        # Counted under the lock: two supervisors reading at once append in the
+        # order they counted (a count made outside could be appended after a
+        # later, larger one).
         with read:
+            begun = sum(_state(database, d) != 'pending_cleaning' for d in devs)
             reads.append(begun)
             read.notify_all()
         return 3600                     # the gate, not the timeout, ends the work

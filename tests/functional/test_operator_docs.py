@@ -201,7 +201,7 @@ def test_metrics_doc_names_every_metric():
                                  process_metrics.bind_seconds,
                                  process_metrics.cleanup_seconds, process_metrics.cleanups)
                 for f in source.describe()]
-    assert len(families) == 10
+    assert len(families) == 13
     for family in families:
         name = family.name + ('_total' if family.type == 'counter' else '')
         assert f'| `{name}` |' in text, name

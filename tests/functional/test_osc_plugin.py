@@ -86,10 +86,13 @@ def test_device_list_and_show_get_steward_columns(run, device):
     assert {'uuid', 'type', 'vendor', 'hostname'} <= set(device)     # the built-in's
     assert device['device_state'] == 'available'
     assert device['missing'] is False and device['last_error'] is None
+    assert device['health'] == 'ok'                     # 2.8: the fake driver's reading
     shown = yaml.safe_load(run('accelerator', 'device', 'show', device['uuid'],
                                '-f', 'yaml').stdout)
     assert shown['uuid'] == device['uuid'] and shown['device_state'] == 'available'
     assert {'last_error', 'missing', 'missing_since'} <= set(shown)
+    assert (shown['health'], shown['health_conditions'], shown['health_fault']) == \
+        ('ok', [], None) and shown['health_read_at']
     value = run('accelerator', 'device', 'show', device['uuid'], '-f', 'value',
                 '-c', 'device_state', '-c', 'missing').stdout.split()
     assert value == ['available', 'False']

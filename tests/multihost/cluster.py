@@ -282,16 +282,21 @@ class Cluster:
         path.write_text(_ini(sections))
         return str(path)
 
+    def placement_conf(self):
+        return {'auth_type': 'admin_token', 'endpoint': self.placement_url,
+                'token': 'admin', 'endpoint_override': self.placement_url}
+
     def conductor_conf(self, index):
         name = f'conductor-{index}'
         conf = self.common_conf(name, f'mh-ctl-{index}')
-        conf['placement'] = {'auth_type': 'admin_token', 'endpoint': self.placement_url,
-                             'token': 'admin', 'endpoint_override': self.placement_url,
-                             'create_compute_node': 'false'}
+        conf['placement'] = {**self.placement_conf(), 'create_compute_node': 'false'}
         return name, self.write_conf(name, conf)
 
     def api_conf(self):
+        """As doc/multihost.md configures an API host: with [placement], so it
+        runs the accelerator requests' operations itself."""
         conf = self.common_conf('api', 'mh-ctl-api')
+        conf['placement'] = self.placement_conf()
         conf['api'] = {'host_ip': '127.0.0.1', 'port': self.api_port,
                        'workers': self.api_workers,
                        'metrics_listen': f'127.0.0.1:{self.metrics_port}'}

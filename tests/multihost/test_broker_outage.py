@@ -1,7 +1,9 @@
-"""RabbitMQ down: what needs the conductor answers 503 within [DEFAULT]
+"""RabbitMQ down: a boot and a delete go on (the API runs the accelerator
+requests' operations itself, on the database), what needs a conductor (a
+device's enable or disable, its cleaning) answers 503 within [DEFAULT]
 rpc_unavailable_timeout and is never done behind the caller's back, reads keep
 working, everything recovers by itself when the broker returns; a lost bind race
-is one INFO line in the conductor, never a traceback (doc/multihost.md)."""
+is a 409 and one INFO line, never a traceback (doc/multihost.md)."""
 import time
 import uuid
 
@@ -53,6 +55,7 @@ def test_broker_down_503_nothing_behind_the_callers_back_and_recovery(healthy):
         before = _arq_uuids(cluster)
         instance = str(uuid.uuid4())
 
+        device = next(iter(cluster.db_view(host)[0]))
         cluster.rabbit.stop()
         try:
             # Reads are the API's own.
@@ -60,28 +63,30 @@ def test_broker_down_503_nothing_behind_the_callers_back_and_recovery(healthy):
                          '/v2/accelerator_requests'):
                 r, took = _timed(lambda path=path: api.get(path))
                 assert r.status_code == 200 and took < 5, (path, r.status_code, took)
-            # Writes need the conductor.
-            _unavailable(*_timed(lambda: api.post(
-                '/v2/accelerator_requests', json={'device_profile_name': flows.PCI_PROFILE})))
-            _unavailable(*_timed(lambda: api.patch(
-                '/v2/accelerator_requests',
-                json=flows.bind_body(waiting, host, rp, instance))))
-            _unavailable(*_timed(lambda: api.delete(
-                '/v2/accelerator_requests', params={'arqs': waiting[0]['uuid']})))
+            # So are the accelerator requests: a boot and a delete need no broker.
+            outage_instance, _ = flows.boot(cluster, api, host, rp)
+            flows.delete(cluster, api, outage_instance)
+            # What needs a conductor answers 503, and is not done later.
+            _unavailable(*_timed(lambda: api.post(f'/v2/devices/{device}/disable')))
             # An API started while the broker is down (its reply queue cannot be
             # opened yet) answers the same, instead of hanging on its first call.
             cluster.api.restart()
             cluster.wait_for(cluster.api_answers, 'the API answering again')
             for _ in range(2):      # whichever worker answers
-                _unavailable(*_timed(lambda: api.post(
-                    '/v2/accelerator_requests',
-                    json={'device_profile_name': flows.PCI_PROFILE})))
+                _unavailable(*_timed(lambda: api.post(f'/v2/devices/{device}/disable')))
+            r = api.post('/v2/accelerator_requests',
+                         json={'device_profile_name': flows.PCI_PROFILE})
+            assert r.status_code == 201, r.text
+            api.delete('/v2/accelerator_requests', params={'arqs': r.json()['arqs'][0]['uuid']})
         finally:
             cluster.rabbit.start()
         _wait_consuming(cluster)
         # Give anything queued behind the outage the time to arrive: it must not.
         time.sleep(5)
         assert _arq_uuids(cluster) == before
+        r = api.get(f'/v2/devices/{device}',
+                    headers={'OpenStack-API-Version': 'accelerator latest'})
+        assert r.status_code == 200 and r.json()['status'] == 'enabled', r.text
         # Recovered without a restart of the conductors or agents.
         flows.claim(cluster, host, instance, rp)
         r = api.patch('/v2/accelerator_requests',
@@ -97,6 +102,7 @@ def test_a_lost_bind_race_is_one_info_line_not_a_traceback(healthy):
     host = cluster.hosts[2]
     rp = cluster.pci_rp(host)
     offsets = [c.log_size() for c in cluster.conductors]
+    api_offset = cluster.api.log_size()
     with cluster.api_client() as api:
         flows.ensure_profile(api)
         instance, _ = flows.boot(cluster, api, host, rp)
@@ -115,6 +121,9 @@ def test_a_lost_bind_race_is_one_info_line_not_a_traceback(healthy):
             flows.delete(cluster, api, instance)
     logs = ''.join(c.log_since(off) for c, off in zip(cluster.conductors, offsets))
     assert 'Traceback' not in logs and 'Exception during message handling' not in logs
-    refused = [line for line in logs.splitlines() if 'arq_bind refused with 409' in line]
-    assert len(refused) == 1 and ' INFO ' in refused[0], logs[-3000:]
-    assert code in refused[0]
+    # The API refused it itself: its request line, INFO, with the code.
+    api_log = cluster.api.log_since(api_offset)
+    assert 'Traceback' not in api_log and ' ERROR ' not in api_log, api_log[-3000:]
+    refused = [line for line in api_log.splitlines()
+               if 'PATCH /v2/accelerator_requests"' in line and 'status: 409' in line]
+    assert len(refused) == 1 and ' INFO ' in refused[0], api_log[-3000:]

@@ -34,6 +34,7 @@ def test_32_concurrent_binds_on_16_handles_across_conductors_and_api_workers(hea
     host = cluster.hosts[0]
     rp = cluster.fake_rp(host)
     offsets = {c.name: c.log_size() for c in cluster.conductors}
+    api_offset = cluster.api.log_size()
     with cluster.api_client() as api:
         flows.ensure_profile(api, name='mh-fpga', rc='FPGA')
         arqs = [api.post('/v2/accelerator_requests',
@@ -67,13 +68,18 @@ def test_32_concurrent_binds_on_16_handles_across_conductors_and_api_workers(hea
         assert len({a['attach_handle_uuid'] for a in bound}) == 16
         assert len({tuple(sorted(a['attach_handle_info'].items())) for a in bound}) == 16
 
-        # Both conductors bound some, and both API workers talked to them.
-        served = [c.name for c in cluster.conductors
-                  if 'BindStarted' in c.log_since(offsets[c.name])]
-        assert served == [c.name for c in cluster.conductors]
+        # The API workers bound them themselves (the API runs the ARQ
+        # operations: doc/multihost.md), each line of a transition naming its
+        # process (which worker accepts which connection is the kernel's choice);
+        # no conductor was asked.
         workers = cluster.api_worker_pids()
-        connected = cluster.broker_connections()
-        assert len([p for p in workers if p in connected]) == cluster.api_workers
+        lines = [line for line in cluster.api.log_since(api_offset).splitlines()
+                 if 'BindStarted' in line]
+        binding = {int(line.split()[2]) for line in lines}
+        assert binding and binding <= set(workers), lines
+        assert len(workers) == cluster.api_workers
+        assert not any('BindStarted' in c.log_since(offsets[c.name])
+                       for c in cluster.conductors)
 
         r = api.delete('/v2/accelerator_requests',
                        params={'arqs': ','.join(sorted(mine))})

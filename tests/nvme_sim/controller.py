@@ -409,6 +409,42 @@ class Controller:
             _write_kv(self.dir / 'config', config)
             _write_kv(self.dir / 'state', state)
 
+    # What the drive's firmware measures, served in its SMART / Health Information
+    # log page (Get Log Page 02h, NVMe Base 2.0 Figure 207) by shim.c smart_fill().
+    HEALTH_FIELDS = {'temperature_k': 'temp_k', 'available_spare': 'avail_spare',
+                     'spare_threshold': 'spare_thresh', 'percent_used': 'percent_used',
+                     'extra_warning': 'extra_warning', 'media_errors': 'media_errors',
+                     'error_log_entries': 'err_log_entries',
+                     'warning_temp_minutes': 'warning_temp_min',
+                     'critical_temp_minutes': 'critical_temp_min', 'lie': 'lie'}
+
+    def set_health(self, **changes):
+        """Change what the SMART log reports from now on (the fields keep their
+        values across calls). The controller derives Critical Warning bit 0 from
+        available_spare < spare_threshold and bit 1 from temperature_k >= WCTEMP
+        (343 K); ``extra_warning`` ORs in any other bit (2 reliability degraded, 3
+        read only, 4 volatile backup failed, 5 PMR read only), as does
+        ``update(critical_warning=)``. ``lie=True``: the page says a new, healthy
+        drive whatever else is set (a firmware that hides its wear)."""
+        unknown = set(changes) - set(self.HEALTH_FIELDS)
+        if unknown:
+            raise SimError(f'cannot set health {sorted(unknown)}; known: '
+                           f'{sorted(self.HEALTH_FIELDS)}')
+        for name, value in changes.items():
+            if name == 'lie':
+                continue
+            if not isinstance(value, int) or value < 0:
+                raise SimError(f'health {name} must be an integer >= 0, not {value!r}')
+            if name in ('available_spare', 'spare_threshold', 'extra_warning') and \
+                    value > 255:
+                raise SimError(f'health {name} is one byte (Figure 207), not {value}')
+        with self._locked():
+            path = self.dir / 'health'
+            current = _read_kv(path) if path.exists() else {}
+            for name, value in changes.items():
+                current[self.HEALTH_FIELDS[name]] = str(int(value))
+            _write_kv(path, current)
+
     # -- the device coming and going (link drop, driver rebind, device_spec edits)
 
     @property

@@ -120,6 +120,12 @@ static struct {
 	char sysfs_root[PATH_MAX];
 } sim;
 
+/* WCTEMP / CCTEMP that Identify Controller reports (Kelvin, bytes 267:266 and
+ * 269:268): the composite temperature at or above WCTEMP sets Critical Warning
+ * bit 1 (NVMe Base 2.0 Figure 207, byte 0 bit 1). */
+#define SIM_WCTEMP 343
+#define SIM_CCTEMP 353
+
 struct conf {
 	char name[32];
 	unsigned index, vid, ssvid, cntlid, max_ns;
@@ -1206,8 +1212,8 @@ static void id_ctrl(const struct ctx *c, struct nvme_id_ctrl *id)
 	 * event log a preset's model has are not served, so not claimed */
 	id->lpa = cf->lpa & 0x7;
 	id->elpe = 63;
-	id->wctemp = 343;
-	id->cctemp = 353;
+	id->wctemp = SIM_WCTEMP;
+	id->cctemp = SIM_CCTEMP;
 	le128(id->tnvmcap, cf->capacity);
 	le128(id->unvmcap, cf->ns_mgmt ? cf->capacity - allocated(&c->st) : 0);
 	id->sanicap = sanicap(cf);
@@ -1332,6 +1338,68 @@ static int cmd_identify(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, ui
 	}
 }
 
+/* The SMART / Health Information the test gives a controller (controller.py
+ * set_health(), file <state>/nvmeN/health): what the drive's firmware measures.
+ * Absent keys keep a new, healthy drive's values. */
+struct health {
+	unsigned temp_k, avail_spare, spare_thresh, percent_used, extra_warning;
+	unsigned long long media_errors, err_log_entries;
+	unsigned warning_temp_min, critical_temp_min;
+	int lie;                /* report a healthy drive whatever the media's state */
+};
+
+static void health_kv(void *obj, const char *k, const char *v, const char *line)
+{
+	struct health *h = obj;
+
+	(void)line;
+#define NUM(field) if (!strcmp(k, #field)) { h->field = strtoull(v, NULL, 0); return; }
+	NUM(temp_k); NUM(avail_spare); NUM(spare_thresh); NUM(percent_used);
+	NUM(extra_warning); NUM(media_errors); NUM(err_log_entries);
+	NUM(warning_temp_min); NUM(critical_temp_min); NUM(lie);
+#undef NUM
+}
+
+static void smart_fill(struct ctx *c, struct nvme_smart_log *l)
+{
+	char path[PATH_MAX + 16];
+	struct health h = {.temp_k = 310, .avail_spare = 100, .spare_thresh = 10};
+	unsigned cw;
+
+	snprintf(path, sizeof(path), "%s/health", c->dir);
+	kv_load(path, health_kv, &h);       /* a missing file: a healthy drive */
+	if (h.lie) {
+		/* A lying firmware: every field of a new drive, whatever happened. */
+		h = (struct health){.temp_k = 310, .avail_spare = 100, .spare_thresh = 10};
+		cw = 0;
+	} else {
+		/* NVMe Base 2.0 §5.16.1.3 Figure 207 byte 0 (Critical Warning): the
+		 * controller sets bit 0 while Available Spare is below its threshold and
+		 * bit 1 while the temperature is over WCTEMP (or under an under-temp
+		 * threshold, not simulated); bits 2-5 are the test's
+		 * (update(critical_warning=) and extra_warning). */
+		cw = c->st.critical_warning | h.extra_warning;
+		if (h.avail_spare < h.spare_thresh)
+			cw |= 0x01;
+		if (h.temp_k >= SIM_WCTEMP)
+			cw |= 0x02;
+	}
+	l->critical_warning = cw & 0xff;
+	/* bytes 2:1 Composite Temperature, Kelvin, little endian */
+	l->temperature[0] = h.temp_k & 0xff;
+	l->temperature[1] = (h.temp_k >> 8) & 0xff;
+	l->avail_spare = h.avail_spare;         /* byte 3, percent */
+	l->spare_thresh = h.spare_thresh;       /* byte 4, percent */
+	/* byte 5: may exceed 100, 255 is the cap (Figure 207) */
+	l->percent_used = h.percent_used > 255 ? 255 : h.percent_used;
+	/* bytes 175:160 and 191:176: 128-bit little-endian counters */
+	memcpy(l->media_errors, &h.media_errors, sizeof(h.media_errors));
+	memcpy(l->num_err_log_entries, &h.err_log_entries, sizeof(h.err_log_entries));
+	/* bytes 195:192, 199:196: minutes over WCTEMP / CCTEMP */
+	l->warning_temp_time = h.warning_temp_min;
+	l->critical_comp_time = h.critical_temp_min;
+}
+
 static int cmd_get_log(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uint8_t *out)
 {
 	uint8_t page[4096];
@@ -1353,13 +1421,7 @@ static int cmd_get_log(struct ctx *c, const struct nvme_passthru_cmd64 *cmd, uin
 		 * other than 0h/FFFFFFFFh is aborted with Invalid Field in Command */
 		if (cmd->nsid && cmd->nsid != NS_ALL && !(c->cf.lpa & 0x1))
 			return SC_INVALID_FIELD;
-		struct nvme_smart_log *l = (void *)page;
-		unsigned kelvin = 310;
-
-		l->critical_warning = s->critical_warning;
-		memcpy(l->temperature, &kelvin, 2);
-		l->avail_spare = 100;
-		l->spare_thresh = 10;
+		smart_fill(c, (void *)page);
 		break;
 	}
 	case NVME_LOG_LID_FW_SLOT: {

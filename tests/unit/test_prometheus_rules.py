@@ -300,6 +300,10 @@ def _declared_labels():
                 labels[obj._name + '_total'] = names
             else:
                 labels[obj._name] = names
+    # Families read from the database at each scrape that have no sample while
+    # nothing is wrong (steward_device_health_condition and _fault).
+    for family in metrics.DatabaseCollector._families():
+        labels.setdefault(family.name, set(family._labelnames))
     return labels
 
 
@@ -389,6 +393,8 @@ def test_rules_and_panels_select_on_labels_that_exist(served):
         ('steward_cleanups_total', 'outcome'): set(metrics.CLEANUP_OUTCOMES),
         ('steward_cleanups_total', 'action'): set(nvme_policy.ACTIONS),
         ('steward_placement_requests_total', 'kind'): {'read', 'write'},
+        ('steward_device_health_condition', 'severity'): {'warning', 'unhealthy'},
+        ('steward_device_health', 'health'): {'ok', 'warning', 'unhealthy', 'unknown'},
         ('up', 'job'): JOBS,
     }
     for suffix in ('_bucket', '_sum', '_count'):

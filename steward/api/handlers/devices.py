@@ -3,6 +3,7 @@ from steward.api import handlers
 from steward.api import microversion
 from steward.api import views
 from steward.common import exception
+from steward.common import health
 from steward.common import states
 from steward.db import device_history as history_db
 from steward.db import devices as device_db
@@ -11,15 +12,25 @@ from steward.db import erase_records as erase_db
 # Exact-match filters, applied in SQL (device_db.device_list); device_state from 2.5.
 FILTERS = ('uuid', 'id', 'type', 'vendor', 'model', 'hostname', 'status')
 FILTERS_2_5 = FILTERS + ('device_state',)
+FILTERS_2_8 = FILTERS_2_5 + ('health',)
 MAX_LIMIT = 2 ** 31
 UPSTREAM_FILTERS = ('type', 'vendor', 'hostname')
 
 
 def list_devices(req):
-    """200 {"devices": [...]}; 400 unknown filter; 403."""
+    """200 {"devices": [...]}; 400 unknown filter or health value; 403."""
     req.policy.authorize(req.ctx, 'cyborg:device:get_all')
-    filters = req.query_args(FILTERS_2_5 if req.version >= microversion.DEVICE_STATE
-                             else FILTERS, ints=('id',))
+    if req.version >= microversion.DEVICE_HEALTH:
+        allowed = FILTERS_2_8
+    elif req.version >= microversion.DEVICE_STATE:
+        allowed = FILTERS_2_5
+    else:
+        allowed = FILTERS
+    filters = req.query_args(allowed, ints=('id',))
+    if 'health' in filters and filters['health'] not in health.HEALTH_STATES:
+        raise exception.InvalidParameter(
+            name='health', value=filters['health'],
+            reason=f'expected one of {", ".join(health.HEALTH_STATES)}')
     # Upstream's own parameters are ignored when empty (``if type:``).
     filters = {k: v for k, v in filters.items() if v != '' or k not in UPSTREAM_FILTERS}
     with req.database.reader() as s:
@@ -59,7 +70,9 @@ def clean(req):
     re-runs the locked-in cleanup action. 400 not a UUID, device cannot clean
     (``cyb.device.cannot_clean``) or its agent is too old (``cyb.rpc.agent_too_old``);
     403 (admin only); 404 (also below 2.5: app.SINCE); 409 not in error
-    (``cyb.cleaning.in_progress``); 503 the agent could not be asked."""
+    (``cyb.cleaning.in_progress``) or its driver still reads it unhealthy
+    (``cyb.device.still_unhealthy``); 503 the agent could not be asked. A device
+    that needs no cleaning, in error for a health fault, goes back to available."""
     req.policy.authorize(req.ctx, 'cyborg:device:clean')
     req.query_args(())
     uuid = handlers.check_uuid('device uuid', req.params['uuid'])

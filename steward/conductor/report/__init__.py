@@ -15,6 +15,7 @@ import hashlib
 import json
 import threading
 
+from steward.conductor import health_ops
 from steward.conductor.report import diff
 from steward.conductor.report import placement_sync
 from steward.drivers import objects
@@ -25,14 +26,21 @@ class Reporter:
         self.database = deps.database
         self.placement_sync = placement_sync.PlacementSync(deps, create_compute_node)
         self._digests = {}
+        self._health_refreshed = {}     # {host: when its read_at was last written}
         self._lock = threading.Lock()
 
     def report(self, ctx, host, rp_name, devices):
-        digest = hashlib.sha1(json.dumps([rp_name, devices], sort_keys=True)
-                              .encode()).hexdigest()
+        # A health reading's time changes every cycle: it is no change (issue 38;
+        # health_ops.refresh_read_at keeps "last read" current on quiet cycles).
+        digest = hashlib.sha1(json.dumps([rp_name, health_ops.without_read_at(devices)],
+                                         sort_keys=True).encode()).hexdigest()
         with self._lock:
-            if self._digests.get(host) == digest:
-                return {'changed': False, 'placement_writes': 0}
+            quiet = self._digests.get(host) == digest
+        if quiet:
+            # Outside the lock: other hosts' reports do not wait on this write.
+            health_ops.refresh_read_at(self.database, host, devices,
+                                       self._health_refreshed)
+            return {'changed': False, 'placement_writes': 0}
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
         # Per-report state: reports of several hosts run in parallel.
         state = placement_sync.SyncState()

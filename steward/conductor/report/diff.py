@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from steward.common import states
 from steward.conductor import device_ops
+from steward.conductor import health_ops
 from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.db import attributes as attribute_db
@@ -172,6 +173,9 @@ class ReportDiff:
                     self._exclude_if_needed(s, ctx, device, host)
                     self._recognise_imported(device, rep.deployable_list,
                                              deps_by_device.get(device.id, []))
+                # Issue 38: the health read with the device (health_ops).
+                health_ops.apply(s, ctx, device, health_ops.parse(rep.health, device.uuid),
+                                 actor=f'agent {host}')
                 seen.add(device.id)
                 removed_rps += self._diff_deployables(
                     s, device, cpid_by_device[device.id], rep.deployable_list,

@@ -43,6 +43,7 @@ from steward.drivers import base
 from steward.drivers import objects
 from steward.drivers.mdev import bus as mdev_bus
 from steward.drivers.pci import driver as pci
+from steward.drivers.pci import health as pci_health
 from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
@@ -193,6 +194,7 @@ class MdevDriver(base.Driver):
             self._by_parent.setdefault(entry.address, []).append(entry)
         self._problem = mdev_bus.ProblemLog(LOG)
         self._pci_ids = {}
+        self.health = pci_health.Watch(conf)
 
     def init_host(self, context=None):
         if not self.entries:
@@ -215,6 +217,7 @@ class MdevDriver(base.Driver):
         present = set(parents)
         self._warn_not_pci(parents)
         self._pci_ids = {p: d for p, d in self._pci_ids.items() if p in present}
+        self.health.forget(present)
         devices = []
         for parent in parents:
             entries = self._by_parent[mdev_bus.canonical_parent(parent)]
@@ -265,7 +268,19 @@ class MdevDriver(base.Driver):
         return objects.DriverDevice(
             vendor=vendor, model=model, type=DEVICE_TYPE,
             controlpath_id=controlpath_id(parent), deployable_list=deployables,
-            std_board_info=json.dumps(board, sort_keys=True), driver_name=self.name)
+            std_board_info=json.dumps(board, sort_keys=True), driver_name=self.name,
+            health=self._health(parent))
+
+    def _health(self, parent):
+        """A PCI parent's AER counters and driver (read fresh: the ids cached by
+        _pci_device cannot change, the driver can); None for a parent that is not
+        a PCI function (nothing to read)."""
+        if not pci_sysfs.BDF_RE.match(parent):
+            return None
+        dev = pci_sysfs.read_device(self.sysfs_root, parent)
+        if dev is None:
+            return None
+        return self.health.reading(parent, dev.path, dev.driver).to_dict()
 
     def _warn_shared(self, parent, types, deployables):
         """Types of one parent draw on the parent's one capacity (creating an mdev of

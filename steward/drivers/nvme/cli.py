@@ -21,6 +21,7 @@ import re
 import shutil
 
 from steward.common import exception
+from steward.drivers.nvme import health as nvme_health
 from steward.privsep import nvme as privsep_nvme
 
 LOG = logging.getLogger(__name__)
@@ -386,6 +387,10 @@ class NvmeCli:
 
     def sanitize_log(self, dev):
         return parse_sanitize_log(self.run('sanitize-log', dev), os.path.basename(dev))
+
+    def smart_log(self, dev):
+        """The controller's SMART / Health Information log (nvme_health.SmartLog)."""
+        return nvme_health.parse_smart_log(self.run('smart-log', dev))
 
     def sanitize(self, dev, sanact):
         self.run('sanitize', dev, sanact=sanact)

@@ -25,11 +25,13 @@ from oslo_config import cfg
 import os_traits
 
 from steward.common import exception
+from steward.conf import health as health_conf
 from steward.drivers import base
 from steward.drivers import objects
 from steward.drivers.nvme import caps as nvme_caps
 from steward.drivers.nvme import cleanup as nvme_cleanup
 from steward.drivers.nvme import cli as nvme_cli
+from steward.drivers.nvme import health as nvme_health
 from steward.drivers.nvme import policy as nvme_policy
 from steward.drivers.nvme import sysfs as nvme_sysfs
 from steward.drivers.pci import device_spec
@@ -92,6 +94,7 @@ class NvmeDriver(base.Driver):
         super().__init__(conf, host)
         self.specs = parse_specs(conf.nvme.device_spec)
         self.cli = nvme_cli.NvmeCli(conf.nvme.nvme_cli)
+        health_conf.register_opts(conf)         # read by nvme_health
         self._identity = {}         # PCI address -> last id-ctrl read (see discover)
         self._lba_size = {}         # PCI address -> LBA size of its first namespace
         self._reported_exclusions = set()
@@ -211,7 +214,14 @@ class NvmeDriver(base.Driver):
                                       nvme_caps.profile(identity).as_dict()
                                       if identity is not None else None),
             vendor_board_info=json.dumps(vendor_info, sort_keys=True),
-            driver_name=self.name)
+            driver_name=self.name, health=self._health(ctrl))
+
+    def _health(self, ctrl):
+        """The SMART log's reading, or None while the controller is not the host's
+        (passed through to a guest: only the guest can ask it)."""
+        if ctrl is None:
+            return None
+        return nvme_health.read(self.cli, ctrl.char_path, self.conf).to_dict()
 
     # -- cleanup -------------------------------------------------------------------
     def _controller(self, device):
@@ -247,6 +257,9 @@ class NvmeDriver(base.Driver):
         nvme_cleanup.Cleaner(self.cli, ctrl, job, device['uuid'], lba_size=lba_size,
                              reason=cleanup.get('reason'),
                              discovered=cleanup.get('identify')).run(action)
+        # Issue 38: the drive's own report once it is clean; a failing drive goes
+        # back to error rather than to the next tenant.
+        job.record['health'] = self._health(ctrl)
         return job.record
 
     def describe_interrupted(self, device):

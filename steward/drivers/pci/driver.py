@@ -27,6 +27,7 @@ from steward.common import moves
 from steward.drivers import base
 from steward.drivers import objects
 from steward.drivers.pci import device_spec
+from steward.drivers.pci import health as pci_health
 from steward.drivers.pci import sysfs as pci_sysfs
 
 LOG = logging.getLogger(__name__)
@@ -201,6 +202,7 @@ class PciDriver(base.Driver):
         self.sysfs_root = conf.sysfs_root
         self.entries = load_entries(conf.pci.device_spec)
         self._logged = set()        # (reason, address): say it once, not every cycle
+        self.health = pci_health.Watch(conf)
 
     def init_host(self, context=None):
         valid = [e for e in self.entries if e.error is None]
@@ -215,7 +217,8 @@ class PciDriver(base.Driver):
         found = []
         if not self.entries:
             return found
-        for dev in pci_sysfs.list_devices(self.sysfs_root):
+        present = pci_sysfs.list_devices(self.sysfs_root)
+        for dev in present:
             entry = next((e for e in self.entries
                           if e.spec.matches(dev, self.sysfs_root)), None)
             if entry is None:
@@ -232,6 +235,7 @@ class PciDriver(base.Driver):
                            dev.address, len(dev.virtfns))
                 continue
             found.append(self._device(dev, entry))
+        self.health.forget(str(d.address) for d in present)
         return found
 
     def _once(self, reason, address, level, msg, *args):
@@ -257,4 +261,5 @@ class PciDriver(base.Driver):
                 'PCI', objects.pci_info(**address)),
             deployable_list=[deployable],
             std_board_info=json.dumps(dev.board_info(), sort_keys=True),
-            driver_name=self.name)
+            driver_name=self.name,
+            health=self.health.reading(str(dev.address), dev.path, dev.driver).to_dict())

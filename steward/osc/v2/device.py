@@ -5,7 +5,9 @@ The built-in commands (python-openstackclient's, or python-cyborgclient's under
 an older OSC) stay what they are: cliff command hooks
 (``openstack.cli.accelerator_device_list`` / ``_show`` entry points) append
 ``device_state`` (microversion 2.5), ``last_error`` and ``missing`` (2.6;
-``show`` also ``missing_since``) to whatever they return, read with the
+``show`` also ``missing_since``) and ``health`` (2.8; ``show`` also
+``health_conditions``, ``health_read_at``, ``health_fault``) to whatever they
+return, read with the
 Steward microversion (``--os-steward-api-version``). If the server cannot
 give them (older microversion, not Steward) the columns are left out with a
 warning and the built-in output is unchanged.
@@ -24,6 +26,10 @@ LOG = logging.getLogger(__name__)
 
 CLEAN = '2.5'
 HISTORY = '2.6'
+HEALTH = '2.8'
+# ``health`` of a device at 2.8, as columns: list shows the state, show all of it.
+HEALTH_COLUMNS = {'health': 'state', 'health_conditions': 'conditions',
+                  'health_read_at': 'read_at', 'health_fault': 'fault'}
 RECORD_COLUMNS = ('uuid', 'status', 'trigger', 'action', 'assurance_level',
                   'verification', 'started_at', 'finished_at', 'error_code')
 RECORD_FIELDS = ('uuid', 'device_uuid', 'hostname', 'pci_address', 'trigger', 'status',
@@ -239,7 +245,17 @@ def _extra_fields(client, show):
         fields.append('device_state')
     if client.at_least(HISTORY):
         fields += ['last_error', 'missing'] + (['missing_since'] if show else [])
+    if client.at_least(HEALTH):
+        fields += list(HEALTH_COLUMNS) if show else ['health']
     return fields
+
+
+def _field(device, name):
+    """A device's value for column ``name`` (the health columns come from its
+    ``health`` object)."""
+    if name in HEALTH_COLUMNS:
+        return (device.get('health') or {}).get(HEALTH_COLUMNS[name])
+    return device.get(name)
 
 
 class _DeviceColumnsHook(hooks.CommandHook):
@@ -250,7 +266,7 @@ class _DeviceColumnsHook(hooks.CommandHook):
 
     def get_epilog(self):
         return ('Steward adds the columns device_state (microversion 2.5), '
-                'last_error and missing (2.6) when the server offers them '
+                'last_error and missing (2.6), health (2.8) when the server offers them '
                 '(--os-steward-api-version).')
 
     def before(self, parsed_args):
@@ -277,7 +293,7 @@ class _DeviceColumnsHook(hooks.CommandHook):
             fields = []
         if fields:
             names += tuple(fields)
-            rows = [r + tuple(_cell((devices.get(r[at]) or {}).get(f)) for f in fields)
+            rows = [r + tuple(_cell(_field(devices.get(r[at]) or {}, f)) for f in fields)
                     for r in rows]
         return names, (rows[0] if self.show else rows)
 

@@ -45,14 +45,14 @@ WORDS = ['FPGA', 'GPU', 'NVME', 'fake_type', 'bogus', 'enabled', 'maintaining',
 # The parameters each URL reads: most generated queries use only these, so that
 # they get past the unknown-parameter check to the filters and the database.
 ROUTE_PARAMS = {
-    '/v2/devices': devices.FILTERS_2_5,
+    '/v2/devices': devices.FILTERS_2_8,
     '/v2/deployables': deployables.FILTERS,
     '/v2/attributes': attributes.FILTERS,
     '/v2/device_profiles': ('name', 'value'),
     '/v2/accelerator_requests': ('instance', 'bind_state', 'arqs'),
     '/v2/devices/{uuid}/erase_records': ('limit',),
 }
-VERSIONS = ['2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.8', '2.99', '3.0',
+VERSIONS = ['2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.8', '2.9', '2.99', '3.0',
             '1.0', 'latest', '2', 'abc', '2.-1', '']
 
 

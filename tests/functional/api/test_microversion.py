@@ -22,10 +22,10 @@ def test_versions_are_contiguous_from_2_0():
     assert microversion.MAX_VERSION == versions[-1]
 
 
-def test_latest_version_is_2_7():
+def test_latest_version_is_2_8():
     # Raise with care: a new microversion also needs its history entry, and
     # The newest entry of the canonical list; a new one must update this test.
-    assert microversion.max_version_string() == '2.7'
+    assert microversion.max_version_string() == '2.8'
 
 
 def test_every_version_has_a_history_entry():
@@ -45,8 +45,8 @@ def test_feature_constants_are_listed():
 
 def test_gap_is_refused():
     with pytest.raises(AssertionError):
-        microversion._add('2.9', 'a gap')
-    assert len(microversion.VERSIONS) == 8
+        microversion._add('2.10', 'a gap')
+    assert len(microversion.VERSIONS) == 9
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -54,10 +54,10 @@ def test_gap_is_refused():
     (None, (2, 0)),
     ('accelerator 2.1', (2, 1)),
     ('accelerator 2.3', (2, 3)),
-    ('accelerator latest', (2, 7)),
+    ('accelerator latest', (2, 8)),
     ('ACCELERATOR 2.2', (2, 2)),
     ('2.2', (2, 2)),                         # bare form, deprecated
-    ('latest', (2, 7)),
+    ('latest', (2, 8)),
     ('compute 2.60', (2, 0)),                # another service's: not ours
     ('compute 2.60, accelerator 2.3', (2, 3)),
 ])
@@ -103,7 +103,7 @@ def test_headers_on_every_v2_answer(client, method, path, status):
 
 
 @pytest.mark.parametrize('value', ['accelerator 2.99', 'accelerator 3.0', 'abc',
-                                   'accelerator abc', '2.9'])
+                                   'accelerator abc', '2.10'])
 def test_406_is_json_with_headers(client, value):
     r = client.get('/v2/devices', headers={'OpenStack-API-Version': value})
     assert r.status_code == 406

@@ -1,0 +1,166 @@
+"""What the conductor does with a device's health (issue 38).
+
+A driver reads the hardware's own reports and sends a ``health.Reading`` with each
+device it discovers (and the NVMe driver one after each cleanup). ``apply`` stores
+it on the device row in the caller's transaction and, when it is unhealthy,
+latches ``health_fault``: from then on the reservation rule
+(steward/conductor/reservation.py) reserves the device whole in Placement and
+refuses every bind, whatever its state.
+
+* available -> error (event ``unhealthy``): nothing was on it;
+* allocated, pending_cleaning, cleaning: the state stays (the tenant keeps its
+  device, Nova is told nothing; a cleanup in flight finishes), the change is a
+  history note and ``last_error``; the release or the cleanup's end then moves it
+  to error (``release_unhealthy`` in device_ops, ``unhealthy`` in cleanup_ops);
+* error: stays.
+
+A warning changes no state: it is a history note, the metric and the API.
+The fault is cleared only by an operator (``clear_fault``, from POST
+/v2/devices/{uuid}/clean) once the last reading no longer holds an unhealthy
+condition: a condition that came and went is still a device to look at.
+"""
+import json
+import logging
+import time
+
+from oslo_utils import timeutils
+
+from steward.common import exception
+from steward.common import health
+from steward.common import states
+from steward.conf import CONF
+from steward.db import devices as device_db
+from steward.db import models as m
+from steward.db import query as db_query
+from steward.db import transitions
+
+LOG = logging.getLogger(__name__)
+
+
+def _read_at(reading):
+    try:
+        return timeutils.normalize_time(timeutils.parse_isotime(reading.read_at))
+    except (ValueError, TypeError):
+        return timeutils.utcnow()
+
+
+def stored_conditions(device):
+    """The conditions of the device's last reading, as stored."""
+    try:
+        return json.loads(device.health_conditions or '[]')
+    except ValueError:
+        return []
+
+
+def parse(payload, device_uuid=None):
+    """A Reading from an agent's payload, or None when it sent none (an agent older
+    than health, a driver that reads none) or one this conductor cannot read."""
+    if not payload:
+        return None
+    try:
+        return health.Reading.from_dict(payload)
+    except (ValueError, KeyError, TypeError) as err:
+        LOG.warning('device %s: health reading ignored: %s', device_uuid, err)
+        return None
+
+
+def apply(session, ctx, device, reading, actor=None):
+    """Store ``reading`` on ``device`` (an ORM row in ``session``'s transaction) and
+    act on it. Returns True when it took the device out of service just now."""
+    if reading is None:
+        return False
+    before = device.health
+    new = reading.state
+    conditions = [{'code': c.code, 'severity': c.severity, 'detail': c.detail}
+                  for c in reading.conditions]
+    device.health = new
+    device.health_conditions = json.dumps(conditions, sort_keys=True)
+    device.health_read_at = _read_at(reading)
+    request_id = getattr(ctx, 'request_id', None)
+    faults = reading.unhealthy()
+    if faults and device.health_fault is None:
+        fault = health.summary(faults)
+        device.health_fault = fault
+        reason = f'unhealthy: {fault}'
+        session.flush()
+        if device.device_state == states.DEV_AVAILABLE:
+            transitions.advance(session, m.Device, device, states.DEV_ERROR,
+                                event='unhealthy', reason=reason,
+                                request_id=request_id, actor=actor)
+        else:
+            # The tenant keeps it; it leaves service when released (device_ops,
+            # cleanup_ops). last_error says why it will not be handed out again,
+            # unless it is in error already: that error's reason stays (the
+            # fault is in its health and its history).
+            if device.device_state != states.DEV_ERROR:
+                device.last_error = reason
+            transitions.note(session, m.Device, device, event='unhealthy',
+                             reason=reason, request_id=request_id, actor=actor)
+        LOG.warning('device %s (%s on %s, %s): unhealthy, out of service until an '
+                    'operator brings it back: %s', device.uuid, device.type,
+                    device.hostname, device.device_state, fault)
+        return True
+    if new != (before or health.HEALTH_OK):
+        reason = health.summary(reading.conditions) or 'no condition holds'
+        session.flush()
+        transitions.note(session, m.Device, device, event=f'health_{new}',
+                         reason=reason, request_id=request_id, actor=actor)
+        log = LOG.warning if new != health.HEALTH_OK else LOG.info
+        log('device %s (%s on %s): health %s -> %s: %s', device.uuid, device.type,
+            device.hostname, before, new, reason)
+    return False
+
+
+def check_recoverable(device):
+    """Raise unless an operator may bring ``device`` back: its last reading holds
+    no unhealthy condition (the fault, if any, has cleared)."""
+    if device.health == health.HEALTH_UNHEALTHY:
+        held = [c for c in stored_conditions(device)
+                if c.get('severity') == health.HEALTH_UNHEALTHY]
+        raise exception.DeviceStillUnhealthy(
+            uuid=device.uuid,
+            conditions='; '.join(c.get('code', '?') for c in held) or device.health_fault,
+            read_at=db_query.timestamp(device.health_read_at) or 'never')
+
+
+def clear_fault(session, ctx, device):
+    """An operator brings the device back (check_recoverable passed): the fault
+    latch goes, in the transaction that moves the device out of error."""
+    if device.health_fault is None:
+        return
+    LOG.info('device %s: health fault cleared by %s (was: %s)', device.uuid,
+             states.actor_of(ctx), device.health_fault)
+    device.health_fault = None
+
+
+def without_read_at(devices):
+    """Report payloads (DriverDevice dicts) without their readings' times: what a
+    report's digest covers."""
+    out = []
+    for d in devices:
+        h = d.get('health') if isinstance(d, dict) else None
+        if isinstance(h, dict) and 'read_at' in h:
+            d = dict(d, health={k: v for k, v in h.items() if k != 'read_at'})
+        out.append(d)
+    return out
+
+
+def refresh_read_at(database, host, devices, refreshed):
+    """A report unchanged but for its readings' times: the readings still hold, read
+    again now. At most one UPDATE of the host's devices every [health]
+    read_at_refresh seconds: ``refreshed`` ({host: monotonic time of its last
+    refresh}, the Reporter's) lets a quiet host cost nothing in between."""
+    now = time.monotonic()
+    last = refreshed.get(host)
+    if last is not None and now - last < CONF.health.read_at_refresh:
+        return
+    refreshed[host] = now
+    times = [d['health']['read_at'] for d in devices
+             if isinstance(d, dict) and isinstance(d.get('health'), dict)
+             and d['health'].get('read_at')]
+    if not times:
+        return
+    newest = _read_at(health.Reading(read_at=max(times)))
+    with database.writer() as s:
+        device_db.devices_health_read(s, host, newest,
+                                      CONF.health.read_at_refresh)
