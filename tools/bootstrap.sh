@@ -14,6 +14,13 @@ if [ -z "$py" ]; then
   done
 fi
 [ -n "$py" ] || { echo "Python >= 3.11 is required" >&2; exit 1; }
+# The test extra builds libvirt-python against libvirt-dev with pkg-config: the
+# system packages come first, whichever entry point asked (tools/lint.sh,
+# tools/test.sh, tools/test.sh --fast), or pip fails on a machine that never ran
+# the project (issue 37). Cheap when they are there: one dpkg-query per package.
+case ",$extras," in
+  *,test,*) bash tools/system-packages.sh ;;
+esac
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
   "$venv"/bin/pip install -q --upgrade pip

@@ -12,6 +12,7 @@ if [ "${1:-}" = --fast ]; then
   mapfile -t paths < <(grep -v -e '^#' -e '^$' tools/fast-tests.txt)
   exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q "${paths[@]}" "$@"
 fi
-bash tools/system-packages.sh
+# bootstrap.sh installs the system packages before the test extra (its pip builds
+# libvirt-python against them).
 bash tools/bootstrap.sh test
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup -q "$@"

@@ -14,6 +14,8 @@ from steward.common import exception
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
+# A service's exit status when the database lacks this release's migrations.
+EXIT_SCHEMA_TOO_OLD = 3
 
 USAGE = """steward COMMAND [--config-file FILE ...]
 steward --version
@@ -69,7 +71,7 @@ def cmd_serve(argv):
     servers = []
     agent = conductor = None
     try:
-        root.sync_database()
+        root.sync_database('serve')
         if placement_proc is not None:
             placement_proc.wait_ready()
             placement_proc = _supervised(placement_proc, root)
@@ -135,6 +137,7 @@ def cmd_api(argv):
     workers = CONF.api.workers
     if workers == 1:
         root = cmd_root.Root(metrics=True, policy=True, transport=True)
+        root.sync_database('api', wait=False)
         root.lifecycle.catch_reload()
         app = api_factory.build(root)
         exporter = root.serve_metrics()
@@ -158,6 +161,7 @@ def cmd_api(argv):
     # This process serves the workers' families summed and reads the database
     # families; each worker builds a Root of its own after the fork.
     root = cmd_root.Root(metrics='multiprocess')
+    root.sync_database('api', wait=False)      # once, before any worker forks
     root.lifecycle.catch_reload()       # until gunicorn's arbiter takes SIGHUP over
     exporter = root.serve_metrics()
     LOG.info('Steward API listening on http://%s:%s/v2 (%d worker processes)',
@@ -185,7 +189,7 @@ def cmd_conductor(argv):
     checks.check_service_config('conductor')
     root = cmd_root.Root(metrics=True, transport=True)
     root.lifecycle.catch_reload()
-    root.sync_database()
+    root.sync_database('conductor')
     conductor = conductor_manager.ConductorManager(
         root.conductor_deps(agent_version_cap=checks.rpc_version_cap('agent')))
     conductor.init_host()
@@ -252,8 +256,11 @@ def cmd_db(argv):
     database = cmd_root.Root().database
     try:
         if args.action == 'sync':
-            migration.upgrade(database)
-            print(f'Database at revision {migration.current_revision(database)}')
+            found = migration.upgrade(database)
+            if found.relation == 'newer':     # an older release's db sync: harmless
+                print(f'Nothing to do: the database schema is {found.describe()}')
+            else:
+                print(f'Database at revision {migration.current_revision(database)}')
         elif args.action == 'version':
             print(migration.current_revision(database))
         else:
@@ -303,6 +310,10 @@ def main(argv=None):
         return command(argv[1:])
     except exception.InvalidConfiguration as err:
         process.fail(str(err))
+    except exception.SchemaTooOld as err:
+        # Not 1: the systemd units' RestartPreventExitStatus=3 keeps a service
+        # that waits for the operator's db sync from restarting every 5 s.
+        process.fail(str(err), EXIT_SCHEMA_TOO_OLD)
     except cfg.Error as err:    # a file that is missing or unreadable, a bad value
         process.fail(f'configuration: {err}', 2)
     except KeyboardInterrupt:

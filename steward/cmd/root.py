@@ -127,14 +127,52 @@ class Root:
         return app.create_app(conductor_api, self.database, self.metrics, self.policy,
                               transport_url=transport_url)
 
-    def sync_database(self):
-        """At a service's start: wait for the database ([database] max_retries,
-        retry_interval), then migrate the schema when [database] sync_on_startup
-        says so."""
+    def sync_database(self, service, wait=True):
+        """At the start of ``service`` (serve, conductor, api): wait for the
+        database ([database] max_retries, retry_interval), migrate the schema
+        when [database] sync_on_startup says so (unset: only ``serve``), then
+        compare it with this release's (doc/contributor/schema-changes.md):
+
+        * newer (a later release's ``db sync`` ran): logged, and served as it
+          is; its migrations only added;
+        * older, or no schema: SchemaTooOld, which stops the service with the
+          advice to run ``steward-manage db sync`` (exit status 3, which the
+          systemd units do not restart: the operator's step comes first).
+
+        ``wait=False`` (the API, which starts with its database down and answers
+        503 until it is back): one try; a database that cannot be reached is
+        logged and not checked (None).
+        """
+        from oslo_db import exception as db_exc
+        import sqlalchemy as sa
+
+        from steward.common import exception
         from steward.db import migration
-        self.database.wait_reachable()
-        if CONF.database.sync_on_startup:
-            migration.upgrade(self.database)
+        if wait:
+            self.database.wait_reachable()
+        else:
+            try:
+                migration.schema_state(self.database)
+            except (sa.exc.OperationalError, db_exc.DBConnectionError) as err:
+                LOG.warning('steward %s: the database schema not checked at start, '
+                            'the database is unreachable: %s', service,
+                            str(err).splitlines()[0])
+                return None
+        migrate = CONF.database.sync_on_startup
+        if migrate is None:
+            migrate = service == 'serve'
+        if migrate:
+            found = migration.upgrade(self.database)
+            if found.relation == 'older':
+                LOG.info('steward %s: migrated the database schema (it was %s)',
+                         service, found.describe())
+        state = migration.schema_state(self.database)
+        if state.relation == 'older':
+            raise exception.SchemaTooOld(service=service, state=state.describe())
+        if state.relation == 'newer':
+            LOG.warning('steward %s: the database schema is %s', service,
+                        state.describe())
+        return state
 
     def serve_metrics(self, address=None):
         """The [api] metrics_listen server of this process (None: not configured)."""

@@ -33,18 +33,24 @@ class Checks(upgradecheck.UpgradeCommands):
     def _check_schema(self):
         from steward.db import migration
         try:
-            current = migration.current_revision(self.database)
+            state = migration.schema_state(self.database)
         except Exception as err:   # noqa: BLE001 - a database that cannot be read
             return upgradecheck.Result(
                 upgradecheck.Code.FAILURE,
                 f'Cannot read the database ([database] connection): '
                 f'{str(err).splitlines()[0]}')
-        head = migration.head_revision()
-        if current != head:
+        if state.relation == 'older':
             return upgradecheck.Result(
                 upgradecheck.Code.FAILURE,
-                f'Database schema is at {current}, code expects {head}: run '
-                f'"steward-manage db sync".')
+                f'Database schema is at {state.current}, code expects {state.head}: '
+                f'run "steward-manage db sync".')
+        if state.relation == 'newer':
+            # The services of this release run on it (its migrations only add),
+            # but this host is behind the one that migrated it.
+            return upgradecheck.Result(
+                upgradecheck.Code.WARNING,
+                f'Database schema is {state.describe()}. Upgrade this host\'s '
+                f'Steward to the release that migrated it.')
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
     def _check_data_migrations(self):

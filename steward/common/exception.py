@@ -101,6 +101,17 @@ class InvalidConfiguration(StewardError):
     message = 'Invalid configuration: %(reason)s'
 
 
+class SchemaTooOld(StewardError):
+    """Raised at service start: the database lacks migrations this release needs
+    (steward/cmd/root.py ``Root.sync_database``); not an API error."""
+    status = 500
+    code = 'cyb.db.schema_too_old'
+    message = ('the database schema is %(state)s. Run "steward-manage db sync" '
+               '(or "steward db sync") with this release, then start steward '
+               '%(service)s again (it does not migrate at start unless [database] '
+               'sync_on_startup = true).')
+
+
 # 401/403 --------------------------------------------------------------------------
 class NotAuthenticated(StewardError):
     status = 401

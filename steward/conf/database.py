@@ -62,9 +62,20 @@ def _oslo_db_opts():
 steward_opts = [
     cfg.IntOpt('sqlite_busy_timeout', default=30000, min=0,
                help='Milliseconds a SQLite writer waits for the write lock.'),
-    cfg.BoolOpt('sync_on_startup', default=True,
-                help='Run schema migrations and online data migrations when a '
-                     'service starts.'),
+    # NOTE: unset by default, and then it depends on the service: a service of a
+    # multi-host deployment migrating at start is what made an old conductor,
+    # restarted mid-upgrade on the new release's schema, crash-loop (issue 37).
+    cfg.BoolOpt('sync_on_startup', default=None,
+                help='Apply the schema migrations when a service starts. Unset (the '
+                     'default): steward serve does (one host, nothing older runs '
+                     'beside it) and steward api and steward conductor do not: the '
+                     'operator runs "steward-manage db sync", as for every '
+                     'OpenStack service, and a service that finds the schema older '
+                     'than its release needs exits with that advice (exit status '
+                     '3). true or false: every service does, or none does. A schema '
+                     'newer than the service knows (a later release migrated it) is '
+                     'never migrated at start: the service logs it and serves '
+                     '(doc/contributor/schema-changes.md).'),
 ]
 
 opts = _oslo_db_opts() + steward_opts

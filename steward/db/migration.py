@@ -1,6 +1,15 @@
-"""Schema migrations (Alembic) and the online data migrations."""
+"""Schema migrations (Alembic) and the online data migrations.
+
+A database may be at a revision this code does not know: a newer release ran
+``steward-manage db sync`` while this one still runs (a rolling upgrade). That
+schema only added to the one this code knows (doc/contributor/schema-changes.md,
+tests/unit/test_schema_changes.py), so it is served as it is: ``schema_state``
+says ``newer`` and ``upgrade`` leaves it alone instead of failing on the unknown
+revision.
+"""
 import logging
 import os
+from typing import NamedTuple
 
 from alembic import command
 from alembic import config as alembic_config
@@ -32,6 +41,52 @@ def _ensure_sqlite_dir(url):
                     exist_ok=True)
 
 
+class SchemaState(NamedTuple):
+    """The database's revision (``current``, None: no Steward schema) beside the
+    newest this code knows (``head``)."""
+    current: str | None
+    head: str
+    known: frozenset
+
+    @property
+    def relation(self):
+        """``current``, ``older`` (migrations of this release not applied; no
+        schema at all is older too) or ``newer`` (a revision of a later release)."""
+        if self.current == self.head:
+            return 'current'
+        if self.current is None or self.current in self.known:
+            return 'older'
+        return 'newer'
+
+    def describe(self):
+        return {'current': f'at revision {self.head}, this release\'s newest',
+                'older': (f'at revision {self.current}, older than this release\'s '
+                          f'{self.head}' if self.current else
+                          f'empty (no Steward schema; this release\'s is {self.head})'),
+                'newer': (f'at revision {self.current}, newer than this release knows '
+                          f'(its newest is {self.head}): a later release migrated it; '
+                          f'its migrations only add, this release serves on it '
+                          f'(doc/contributor/schema-changes.md)')}[self.relation]
+
+
+def _script():
+    return alembic_script.ScriptDirectory.from_config(_config())
+
+
+def _state_on(conn):
+    script = _script()
+    current = alembic_migration.MigrationContext.configure(conn).get_current_revision()
+    return SchemaState(current, script.get_current_head(),
+                       frozenset(r.revision for r in script.walk_revisions()))
+
+
+def schema_state(database):
+    """The SchemaState of ``database`` (reads it; raises the driver's error when it
+    cannot be reached)."""
+    with database.engine.connect() as conn:
+        return _state_on(conn)
+
+
 def upgrade(database, revision='head'):
     """Migrate to ``revision``. On PostgreSQL the migration holds an advisory lock
     for its transaction, on MariaDB/MySQL a named lock for its session: two
@@ -39,7 +94,8 @@ def upgrade(database, revision='head'):
     finds nothing left to do. SQLite admits one writer at a time already.
     (MariaDB commits each DDL statement on its own: a migration that fails there
     half way leaves what it did; each migration checks its data before its first
-    DDL statement.)"""
+    DDL statement.) A database a later release migrated is left as it is. Returns
+    the SchemaState found before migrating."""
     _ensure_sqlite_dir(database.url)
     with database.engine.connect() as conn:
         if conn.dialect.name == 'mysql':
@@ -52,16 +108,27 @@ def upgrade(database, revision='head'):
                 raise RuntimeError(f'could not take the migration lock {name!r}')
             try:
                 with conn.begin():
-                    command.upgrade(_config(conn), revision)
+                    state = _upgrade_known(conn, revision)
             finally:
                 conn.execute(sa.text('SELECT RELEASE_LOCK(:name)'), {'name': name})
                 conn.commit()
-            return
+            return state
         with conn.begin():
             if conn.dialect.name == 'postgresql':
                 conn.execute(sa.text('SELECT pg_advisory_xact_lock(:key)'),
                              {'key': MIGRATION_LOCK_KEY})
-            command.upgrade(_config(conn), revision)
+            return _upgrade_known(conn, revision)
+
+
+def _upgrade_known(conn, revision):
+    """Under the migration lock: migrate unless a later release already did
+    (Alembic would fail on the revision it cannot locate). The state found."""
+    state = _state_on(conn)
+    if state.relation == 'newer':
+        LOG.warning('Not migrating: the database schema is %s', state.describe())
+        return state
+    command.upgrade(_config(conn), revision)
+    return state
 
 
 def current_revision(database):
@@ -70,4 +137,4 @@ def current_revision(database):
 
 
 def head_revision():
-    return alembic_script.ScriptDirectory.from_config(_config()).get_current_head()
+    return _script().get_current_head()

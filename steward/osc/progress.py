@@ -14,7 +14,15 @@ Usage (``openstack accelerator device clean --wait``, steward/osc/v2/device.py):
 ``wait_for`` returns the object for which ``done`` was true; the caller decides
 whether that is a success. Ctrl-C raises WaitInterrupted (exit 130) and a
 ``timeout`` raises WaitTimedOut (exit 6); both print ``resume``, the command
-that watches again. The CLI never asks the server to stop anything here: the
+that watches again.
+
+Ctrl-C ends the wait at any moment: the polling runs in a thread of its own and
+the main thread only waits for it or for SIGINT (``_interruptible``). A
+KeyboardInterrupt raised wherever the polling happens to be was lost now and
+then (issue 37): when it lands while the garbage collector finalizes one of
+urllib3's responses, CPython's io finalizer clears it without a word (it
+evaluates the response's ``closed`` property, Python code, and drops any error)
+and the client kept polling a cleanup that hangs by design. The CLI never asks the server to stop anything here: the
 work the server accepted goes on. While the API cannot be reached (a restart)
 the wait goes on and says so.
 
@@ -22,7 +30,11 @@ Progress goes to stderr: on a terminal a live line (spinner, phase, bar,
 percent, elapsed), elsewhere one line per change, so stdout keeps only the
 result (``-f json``).
 """
+import os
+import select
+import signal
 import sys
+import threading
 import time
 from typing import NamedTuple
 
@@ -44,6 +56,10 @@ class Progress(NamedTuple):
 class WaitInterrupted(cli.CliError):
     exit_code = cli.EXIT_INTERRUPTED
     label = 'stopped waiting'
+
+
+class _Cancelled(Exception):
+    """The polling thread's end once the wait was interrupted."""
 
 
 class WaitTimedOut(cli.CliError):
@@ -69,7 +85,7 @@ def _transient(err):
 
 
 def wait_for(get, done, describe, *, what, resume, interval=DEFAULT_INTERVAL,
-             timeout=None, out=None, clock=time.monotonic, sleep=time.sleep):
+             timeout=None, out=None, clock=time.monotonic, sleep=None):
     """Call ``get()`` every ``interval`` seconds until ``done(obj)``; return obj.
 
     ``describe(obj)`` gives the Progress to show. ``get`` raising a CliError
@@ -78,11 +94,18 @@ def wait_for(get, done, describe, *, what, resume, interval=DEFAULT_INTERVAL,
     """
     out = sys.stderr if out is None else out
     started = clock()
-    view = _LiveView(out) if _is_terminal(out) else _LineView(out)
+    view = _Closable(_LiveView(out) if _is_terminal(out) else _LineView(out))
     shown = [Progress('waiting')]
     not_yet = object()
+    # Set once Ctrl-C ended the wait: the polling thread makes no request after
+    # it (it may still be inside one, which ends with the process).
+    cancelled = threading.Event()
+    if sleep is None:
+        sleep = cancelled.wait
 
     def poll():
+        if cancelled.is_set():
+            raise _Cancelled()
         try:
             obj = get()
         except cli.CliError as err:
@@ -111,13 +134,105 @@ def wait_for(get, done, describe, *, what, resume, interval=DEFAULT_INTERVAL,
     polling = tenacity.Retrying(retry=tenacity.retry_if_result(lambda r: r is not_yet),
                                 stop=timed_out, wait=pause, sleep=sleep,
                                 retry_error_callback=give_up)
-    try:
+    def follow():
         with view:
             return polling(poll)
+
+    try:
+        return _interruptible(follow)
     except KeyboardInterrupt:
+        cancelled.set()
+        view.close()       # nothing drawn after the message; the cursor back
         raise WaitInterrupted(
             f'after {elapsed_text(clock() - started)} at {shown[0].phase!r} (Ctrl-C); '
             f'{what} goes on on the server. Watch it again with: {resume}') from None
+
+
+def _interruptible(fn):
+    """``fn()``, run in a daemon thread while this one waits for it to end or for
+    SIGINT: KeyboardInterrupt is raised here, on SIGINT, and nowhere in ``fn``.
+
+    SIGINT is noted by ``signal.set_wakeup_fd`` (written by the C handler, at
+    delivery) and its Python handler does nothing, so no exception is injected
+    into whatever Python code runs at that moment. A thread left inside an HTTP
+    request when the wait ends dies with the process. Outside the main thread,
+    or with SIGINT ignored, ``fn`` runs here as it is.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+        return fn()
+    outcome = {}
+    done_r, done_w = os.pipe()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+
+    def work():
+        try:
+            outcome['value'] = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread
+            outcome['error'] = err
+        finally:
+            # The worker owns done_w: closed here, never reused under it.
+            try:
+                os.write(done_w, b'.')
+            except OSError:
+                pass          # the wait ended first and closed its end
+            os.close(done_w)
+
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    previous_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    try:
+        threading.Thread(target=work, name='steward-wait', daemon=True).start()
+        while True:
+            ready = select.select([done_r, wake_r], [], [])[0]
+            if wake_r in ready and signal.SIGINT in os.read(wake_r, 512):
+                raise KeyboardInterrupt
+            if done_r in ready:
+                break
+    finally:
+        # A SIGINT delivered to another thread is only noted (the wakeup byte)
+        # until the main thread runs its Python handler, at some later bytecode:
+        # after the restore below that would be the previous handler, a
+        # KeyboardInterrupt at a random point. pthread_sigmask runs the pending
+        # handlers (the no-op) before it returns; the mask stays as it was.
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGINT, previous_handler)
+        for fd in (done_r, wake_r, wake_w):
+            os.close(fd)
+    if 'error' in outcome:
+        raise outcome['error']
+    return outcome['value']
+
+
+class _Closable:
+    """A view that draws nothing once closed: the polling thread may still be
+    running when the interrupted wait prints its last line."""
+
+    def __init__(self, view):
+        self.view, self.closed, self.lock = view, False, threading.Lock()
+
+    def __enter__(self):
+        with self.lock:
+            if not self.closed:
+                self.view.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.view.__exit__(None, None, None)
+
+    def show(self, progress, elapsed):
+        with self.lock:
+            if not self.closed:
+                self.view.show(progress, elapsed)
 
 
 def _is_terminal(out):

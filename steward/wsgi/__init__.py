@@ -55,4 +55,7 @@ def init_application(env=None):
     process.prepare([], default_config_files=files, default_config_dirs=dirs)
     checks.check_service_config('api')
     root = cmd_root.Root(metrics=True, policy=True, transport=True)
+    # A schema older than this release: SchemaTooOld, the hosting server's worker
+    # does not boot (its message names "steward-manage db sync").
+    root.sync_database('api', wait=False)
     return api_factory.build(root)

@@ -408,6 +408,9 @@ def test_steward_agent_alone_serves_metrics(tmp_path):
     (tmp_path / 'agent.conf').write_text(
         common + f'host = {host}\n[agent]\ndiscovery_interval = 1\n'
         f'metrics_listen = 127.0.0.1:{port}\n')
+    # The operator's step before a conductor starts (it does not migrate at start).
+    subprocess.run([STEWARD, 'db', 'sync', '--config-file', str(tmp_path / 'conductor.conf')],
+                   check=True, capture_output=True, timeout=300)
     procs = []
     try:
         for role in ('conductor', 'agent'):

@@ -65,16 +65,19 @@ def _ini(sections):
 class Service:
     """One ``steward <role>`` process."""
 
-    def __init__(self, name, role, conf_path, log_path, netns=None, env=None):
+    def __init__(self, name, role, conf_path, log_path, netns=None, env=None, bin_dir=BIN):
         self.name, self.role, self.conf_path, self.log_path = name, role, conf_path, \
             log_path
+        # Whose ``steward``: this tree's, or a release's (tests/multihost/test_rolling_upgrade.py).
+        self.bin_dir = bin_dir
         self.netns = netns
         # Added to the inherited environment (a simulated NVMe's LD_PRELOAD shim).
         self.env = env
         self.proc = None
 
     def start(self):
-        cmd = [os.path.join(BIN, 'steward'), self.role, '--config-file', self.conf_path]
+        cmd = [os.path.join(self.bin_dir, 'steward'), self.role, '--config-file',
+               self.conf_path]
         if self.netns:
             # `ip netns exec` execs the command: the pid stays the service's.
             cmd = ['ip', 'netns', 'exec', self.netns] + cmd
@@ -214,8 +217,11 @@ class Cluster:
     quorum_queues = True
 
     def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
-                 use_netns=None, database='postgresql'):
+                 use_netns=None, database='postgresql', bin_dir=BIN, extra_conf=None):
         self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
+        # The release the deployment starts with (its ``steward``, db sync included)
+        # and sections added to every service's configuration.
+        self.bin_dir, self.extra_conf = bin_dir, extra_conf or {}
         self.hosts = list(hosts)
         self.n_conductors = conductors
         self.api_workers = api_workers
@@ -259,7 +265,7 @@ class Cluster:
     def common_conf(self, name, host, broker_host=None):
         state = self.base / name
         state.mkdir(exist_ok=True)
-        return {
+        conf = {
             'DEFAULT': {'host': host, 'state_path': str(state),
                         'transport_url': self.rabbit.url(broker_host)},
             'database': {'connection': self.db_url},
@@ -267,6 +273,9 @@ class Cluster:
             'oslo_messaging_rabbit': {'rabbit_interval_max': 4,
                                       'rabbit_quorum_queue': self.quorum_queues},
         }
+        for section, values in self.extra_conf.items():
+            conf.setdefault(section, {}).update(values)
+        return conf
 
     def write_conf(self, name, sections):
         path = self.base / f'{name}.conf'
@@ -359,11 +368,13 @@ class Cluster:
             self.compute_rps[host] = self.create_compute_node(host)
 
         sync_conf = self.write_conf('db-sync', self.common_conf('db-sync', 'mh-sync'))
-        subprocess.run([os.path.join(BIN, 'steward'), 'db', 'sync', '--config-file',
-                        sync_conf], check=True, capture_output=True, timeout=120)
+        subprocess.run([os.path.join(self.bin_dir, 'steward'), 'db', 'sync',
+                        '--config-file', sync_conf], check=True, capture_output=True,
+                       timeout=120)
         for i in range(1, self.n_conductors + 1):
             self.add_conductor(i)
-        self.api = Service('api', 'api', self.api_conf(), str(self.base / 'api.log'))
+        self.api = Service('api', 'api', self.api_conf(), str(self.base / 'api.log'),
+                           bin_dir=self.bin_dir)
         self.api.start()
         # Conductors first, as doc/multihost.md says: a call published while no
         # conductor consumes the topic is lost and its caller waits for the timeout.
@@ -375,7 +386,8 @@ class Cluster:
 
     def add_conductor(self, index):
         name, path = self.conductor_conf(index)
-        svc = Service(name, 'conductor', path, str(self.base / f'{name}.log')).start()
+        svc = Service(name, 'conductor', path, str(self.base / f'{name}.log'),
+                      bin_dir=self.bin_dir).start()
         self.conductors.append(svc)
         return svc
 
@@ -383,7 +395,7 @@ class Cluster:
         name, path = self.agent_conf(host, rp_name=rp_name, drivers=drivers)
         ns = self.netns.get(host)
         svc = Service(name, 'agent', path, str(self.base / f'{name}.log'),
-                      netns=ns.name if ns else None).start()
+                      netns=ns.name if ns else None, bin_dir=self.bin_dir).start()
         self.agents[host] = svc
         return svc
 

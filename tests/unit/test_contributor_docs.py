@@ -11,7 +11,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONTRIBUTOR = ROOT / 'doc' / 'contributor'
-PAGES = ('architecture.md', 'drivers.md', 'microversions.md', 'states.md')
+PAGES = ('architecture.md', 'drivers.md', 'microversions.md', 'states.md',
+         'schema-changes.md')
 
 EXCERPT = re.compile(r'^<!-- from: (\S+) -->\n```[a-z]*\n(.*?)^```', re.M | re.S)
 FENCED = re.compile(r'^```.*?^```', re.M | re.S)

@@ -113,3 +113,47 @@ def test_progress_on_a_terminal_draws_a_live_line():
     text = re.sub(r'\x1b\[[0-9;?]*[a-zA-Z]', '', drawn)
     assert 'sanitize' in text and '50%' in text
     assert re.search(r'done ━+ 100% elapsed 0:00:0\d', text), text
+
+
+# --- Ctrl-C lands inside a finalizer (issue 37) ----------------------------------------------
+class _Response(io.RawIOBase):
+    """What the garbage collector finalizes during a poll: one of urllib3's
+    responses is an io object, and io's finalizer evaluates ``closed`` (Python
+    code there) and drops any error it raises, a KeyboardInterrupt included."""
+
+    def __init__(self, on_finalize):
+        super().__init__()
+        self.on_finalize = on_finalize
+
+    @property
+    def closed(self):
+        self.on_finalize()
+        for _ in range(1000):     # bytecode: where a pending Python handler runs
+            pass
+        return False
+
+
+def test_progress_ctrl_c_inside_a_finalizer_still_ends_the_wait():
+    """The SIGINT arrives while a response is finalized in the middle of a poll,
+    the poll after it finds the work done: the wait still ends as interrupted
+    (before, the KeyboardInterrupt vanished in the finalizer and the wait went
+    on), and no KeyboardInterrupt is left pending for later."""
+    import os
+    import signal
+    polls = []
+
+    def get():
+        polls.append(1)
+        if len(polls) == 2:
+            _Response(lambda: os.kill(os.getpid(), signal.SIGINT))   # dropped: finalized
+            return {'phase': 'done'}
+        return {'phase': 'sanitize', 'pct': 10}
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(progress.WaitInterrupted) as caught:
+        progress.wait_for(get, lambda o: o['phase'] == 'done', _describe, what='w',
+                          resume='r', interval=0, out=io.StringIO())
+    assert caught.value.exit_code == 130
+    for _ in range(100000):      # a KeyboardInterrupt left pending would land here
+        pass
+    assert signal.getsignal(signal.SIGINT) is before
