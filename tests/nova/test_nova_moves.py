@@ -21,6 +21,7 @@ import uuid
 
 import pytest
 
+from tests.fixtures.sysfs_tree import write_aer
 from tests.multihost import cluster as cluster_mod
 from tests.nova import cloud as cloud_mod
 from tests.nova import series
@@ -495,3 +496,50 @@ def test_live_migrate_refused_for_a_device_that_cannot_move(cloud, lm_server):
     delete(cloud, sid)
     assert arqs(cloud, sid) == []
     assert allocations(cloud, sid) == {}
+
+
+def test_a_boot_never_lands_on_an_unhealthy_device(cloud):
+    """Issue 38 through the real Nova 34: C1's fixed-product function reports a
+    fatal AER error (the kernel's counter in its sysfs tree). Within a discovery
+    it leaves Placement's free capacity; Nova's scheduler, with no host named,
+    puts the next boot on C2's healthy function, and once that one is taken no
+    host is valid: the unhealthy device is never handed out. Last of the module:
+    the device stays out of service (only an operator brings it back)."""
+    flavor = cloud.flavors['acc']
+    path = cloud.sysfs_for(C1) / 'devices' / 'pci0000:00' / cloud_mod.FIXED_ADDRESS
+    write_aer(path, fatal={'Surprise Down Error': 1})
+    sick = cloud.device_rp(C1, cloud_mod.FIXED_ADDRESS)
+    cloud_mod.wait_until(lambda: host_usage(cloud, C1)[1].get(sick, {}),
+                         lambda reserved: reserved == {flavor.rc: 1},
+                         'the unhealthy function reserved in Placement')
+    with cloud.api_client() as api:
+        devices = api.get('/v2/devices', params={'hostname': C1},
+                          headers=A_LATEST).json()['devices']
+    (health,) = [d['health'] for d in devices
+                 if cloud_mod.FIXED_ADDRESS in d['std_board_info']]
+    assert health['state'] == 'unhealthy' and 'pci.aer_fatal' in health['fault'], health
+
+    def boot_anywhere():
+        with cloud.nova_client() as nova:
+            r = nova.post('/servers', json={'server': {
+                'name': f'acc-{uuid.uuid4().hex[:6]}', 'imageRef': IMAGE,
+                'flavorRef': flavor.id, 'networks': 'none'}})
+        assert r.status_code == 202, r.text
+        return r.json()['server']['id']
+
+    first = boot_anywhere()
+    s = wait_server(cloud, first, 'ACTIVE')
+    assert s['OS-EXT-SRV-ATTR:host'] == C2, s
+    healthy = cloud.device_rp(C2, cloud_mod.FIXED_ADDRESS)
+    assert [(a['state'], a['device_rp_uuid']) for a in arqs(cloud, first)] == [
+        ('Bound', healthy)]
+    assert allocations(cloud, first) == {
+        cloud.compute_rps[C2]: flavor.compute_resources(), healthy: {flavor.rc: 1}}
+    second = boot_anywhere()
+    s = wait_server(cloud, second, 'ERROR')
+    assert 'No valid host' in s['fault']['message'], s['fault']
+    assert arqs(cloud, second) == [] and allocations(cloud, second) == {}
+    used, _ = host_usage(cloud, C1)
+    assert sick not in used
+    delete(cloud, second)
+    delete(cloud, first)
