@@ -63,8 +63,9 @@ def main(argv):
 def fake_driver_devices(host):
     """What Steward's fake driver reports on ``host`` (the import pairs a Cyborg
     fake deployable's handles with these)."""
+    from steward.conf import CONF
     from steward.drivers import fake
-    return fake.FakeDriver(None, host).discover()
+    return fake.FakeDriver(CONF, host).discover()
 
 
 def report(result, dry_run, source, failed=False):

@@ -80,6 +80,9 @@ def test_rolling_upgrade_from_the_previous_release(previous_bin, database):
     cluster = cluster_mod.Cluster(
         hosts=HOSTS, conductors=2, api_workers=2, database=database,
         bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}})
+    # Beside the session's own deployments of this test process (their veths and
+    # namespaces are named by tag 'v' and 'm').
+    cluster.netns_tag = 'u'
     cluster.start()
     try:
         sync_conf = cluster.write_conf('db-sync', cluster.common_conf('db-sync', 'mh-sync'))
@@ -160,6 +163,7 @@ def test_a_contract_step_applied_early_fails_the_upgrade(previous_bin, database)
     cluster = cluster_mod.Cluster(
         hosts=HOSTS, conductors=1, api_workers=1, database=database,
         bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}})
+    cluster.netns_tag = 'w'
     cluster.start()
     try:
         rp = cluster.pci_rp(HOSTS[0])
