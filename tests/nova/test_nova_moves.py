@@ -515,8 +515,8 @@ def test_a_boot_never_lands_on_an_unhealthy_device(cloud):
     with cloud.api_client() as api:
         devices = api.get('/v2/devices', params={'hostname': C1},
                           headers=A_LATEST).json()['devices']
-    (health,) = [d['health'] for d in devices
-                 if cloud_mod.FIXED_ADDRESS in d['std_board_info']]
+    (device,) = [d for d in devices if cloud_mod.FIXED_ADDRESS in d['std_board_info']]
+    health = device['health']
     assert health['state'] == 'unhealthy' and 'pci.aer_fatal' in health['fault'], health
 
     def boot_anywhere():
@@ -543,3 +543,21 @@ def test_a_boot_never_lands_on_an_unhealthy_device(cloud):
     assert sick not in used
     delete(cloud, second)
     delete(cloud, first)
+    # The operator brings it back, and not before the condition cleared: refused
+    # while the driver still reads it unhealthy; the function re-enumerated (its
+    # counters read 0 again), read healthy at a discovery, then back in service.
+    with cloud.api_client() as api:
+        r = api.post(f'/v2/devices/{device["uuid"]}/clean', headers=A_LATEST)
+        assert r.status_code == 409, r.text
+        assert r.json()['error_code'] == 'cyb.device.still_unhealthy', r.text
+        write_aer(path)
+        cloud_mod.wait_until(
+            lambda: api.get(f'/v2/devices/{device["uuid"]}',
+                            headers=A_LATEST).json()['health']['state'],
+            lambda state: state == 'ok', 'the function read healthy again')
+        r = api.post(f'/v2/devices/{device["uuid"]}/clean', headers=A_LATEST)
+        assert r.status_code == 202, r.text
+    # (The module's live-migratable server may hold C1's other function.)
+    cloud_mod.wait_until(lambda: host_usage(cloud, C1)[1].get(sick),
+                         lambda reserved: reserved is None, 'the reservation lifted')
+    assert device_states(cloud, C1)[cloud_mod.FIXED_ADDRESS] == 'available'
