@@ -26,8 +26,6 @@ def _acting(fn):
     service's ``actor`` (None: the conductor, states.default_actor)."""
     @functools.wraps(fn)
     def inner(self, *args, **kwargs):
-        if self.actor is None:
-            return fn(self, *args, **kwargs)
         with states.acting_as(self.actor):
             return fn(self, *args, **kwargs)
     return inner

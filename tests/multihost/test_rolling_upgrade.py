@@ -74,16 +74,22 @@ def _invariants(cluster, step, kept):
     # is being replaced times out and is logged, then sent again next cycle.)
 
 
-@pytest.mark.parametrize('database', previous_release.DATABASES)
-def test_rolling_upgrade_from_the_previous_release(previous_bin, database):
+def _previous_deployment(previous_bin, database, size, tag):
+    """The previous release's deployment, started: ``size`` conductors and API
+    workers, its services not migrating at start (as doc/multihost.md has the
+    operator set before upgrading). ``tag`` names its namespaces and veths apart
+    from the session's own deployments of this test process ('v' and 'm')."""
     cluster_mod.require(database)
     cluster = cluster_mod.Cluster(
-        hosts=HOSTS, conductors=2, api_workers=2, database=database,
+        hosts=HOSTS, conductors=size, api_workers=size, database=database,
         bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}})
-    # Beside the session's own deployments of this test process (their veths and
-    # namespaces are named by tag 'v' and 'm').
-    cluster.netns_tag = 'u'
-    cluster.start()
+    cluster.netns_tag = tag
+    return cluster.start()
+
+
+@pytest.mark.parametrize('database', previous_release.DATABASES)
+def test_rolling_upgrade_from_the_previous_release(previous_bin, database):
+    cluster = _previous_deployment(previous_bin, database, 2, 'u')
     try:
         sync_conf = cluster.write_conf('db-sync', cluster.common_conf('db-sync', 'mh-sync'))
 
@@ -159,12 +165,7 @@ def test_a_contract_step_applied_early_fails_the_upgrade(previous_bin, database)
     step's checks fail, as they must for a migration that breaks the rule of
     doc/contributor/schema-changes.md."""
     import sqlalchemy as sa
-    cluster_mod.require(database)
-    cluster = cluster_mod.Cluster(
-        hosts=HOSTS, conductors=1, api_workers=1, database=database,
-        bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}})
-    cluster.netns_tag = 'w'
-    cluster.start()
+    cluster = _previous_deployment(previous_bin, database, 1, 'w')
     try:
         rp = cluster.pci_rp(HOSTS[0])
         with cluster.api_client() as api:
