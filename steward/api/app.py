@@ -6,6 +6,7 @@ method answers 405 with ``Allow``), served by a short, fixed pipeline of ASGI
 layers (see create_app) that renders every error through ``errors.py``.
 """
 import asyncio
+import os
 from concurrent import futures
 import logging
 import uuid as uuidlib
@@ -237,7 +238,7 @@ def _api_request(scope, app):
 # beside a write; the event loop still parses every connection meanwhile.
 SQLITE_HANDLER_THREADS = 2
 # On a database with parallel writers: anyio's default.
-HANDLER_THREADS = 40
+HANDLER_THREADS = int(os.environ.get("STW_HT", "40"))
 
 
 def handler_threads(database):

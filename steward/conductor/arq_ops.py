@@ -95,13 +95,12 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope):
                 raise exception.ARQBadState(uuid=arq.uuid, state=arq.state,
                                             action='bind',
                                             expected=list(states.ARQ_BINDABLE))
-        deployables = deployable_db.deployables_by_rp_uuids(
+        deployables, device_states = deployable_db.deployables_by_rp_uuids(
             s, list(dict.fromkeys(b['device_rp_uuid'] for b in bindings)))
         # Every device of the bind locked up front, in id order (see lock_devices),
         # with its accelerator count; the lock holds until the commit.
         locked = {device.id: (device, count) for device, count in
-                  device_ops.lock_devices_counted(
-                      s, [d.device_id for d in deployables.values()])}
+                  device_ops.lock_for_bind(s, device_states)}
         _check_second_set(s, arqs, bindings, deployables, locked)
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]

@@ -39,10 +39,32 @@ def lock_devices(session, device_ids):
     return [device for device, _ in lock_devices_counted(session, device_ids)]
 
 
-def lock_devices_counted(session, device_ids):
+def lock_devices_counted(session, device_ids, shared=False):
     """lock_devices, each device with its accelerator count (what the reservation
-    rule needs) read in the same statement: [(Device, count)] in id order."""
-    return device_db.devices_lock_counted(session, device_ids)
+    rule needs) read in the same statement: [(Device, count)] in id order.
+    ``shared``: see devices.devices_lock_counted."""
+    return device_db.devices_lock_counted(session, device_ids, shared=shared)
+
+
+def lock_for_bind(session, device_states):
+    """Lock the devices a bind takes handles of (``device_states``: {device id: the
+    state read with its deployable}), as lock_devices_counted returns them.
+
+    A device allocated already stays allocated through the bind (mark_allocated
+    writes nothing): a share lock is enough to keep it from being released,
+    reported or latched under the bind, and binds to one device then run side by
+    side instead of one after the other (16 boots on one shared FPGA). Any other
+    state may change with the bind: an exclusive lock, as before. When a device
+    moved between the read and the share lock, the bind locks it again
+    exclusively (PostgreSQL and MariaDB upgrade the lock; two binds upgrading at
+    once are a deadlock the database breaks, and on_deadlock re-runs the bind)."""
+    ids = list(device_states)
+    if not all(state == states.DEV_ALLOCATED for state in device_states.values()):
+        return lock_devices_counted(session, ids)
+    locked = lock_devices_counted(session, ids, shared=True)
+    if all(device.device_state == states.DEV_ALLOCATED for device, _ in locked):
+        return locked
+    return lock_devices_counted(session, ids)
 
 
 def check_bindable(session, deployable, locked=None):

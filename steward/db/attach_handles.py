@@ -17,31 +17,48 @@ ROW = sa.engine.Row
 _HANDLES = m.AttachHandle.__table__
 # Table columns, not the mapped class's: a statement naming mapped attributes runs
 # through the ORM's bulk-update machinery, which cost more than the UPDATE itself.
-_FREE_HANDLE_ID = (sa.select(_HANDLES.c.id)
-                   .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
-                          _HANDLES.c.in_use.is_(False))
-                   .order_by(_HANDLES.c.id).limit(1).scalar_subquery())
+def _free_handle_id(skip_locked):
+    free = (sa.select(_HANDLES.c.id)
+            .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
+                   _HANDLES.c.in_use.is_(False))
+            .order_by(_HANDLES.c.id).limit(1))
+    if skip_locked:
+        free = free.with_for_update(skip_locked=True)
+    return free.scalar_subquery()
+
+
 # The handle comes back as a read-only row (id, uuid, attach_type, attach_info), not
 # an ORM object: loading an entity from RETURNING was a quarter of a bind.
-_TAKE_FREE_HANDLE = (sa.update(_HANDLES)
-                     .where(_HANDLES.c.id == _FREE_HANDLE_ID, _HANDLES.c.in_use.is_(False))
-                     .values(in_use=True)
-                     .returning(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
-                                _HANDLES.c.attach_info))
+def _take_free_handle(skip_locked):
+    return (sa.update(_HANDLES)
+            .where(_HANDLES.c.id == _free_handle_id(skip_locked),
+                   _HANDLES.c.in_use.is_(False))
+            .values(in_use=True)
+            .returning(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
+                       _HANDLES.c.attach_info))
+
+
+# Two ways of taking a free handle, tried in this order (``skip_locked``): past the
+# free handles other transactions are taking (SKIP LOCKED: binds to one device
+# under its share lock, device_ops.lock_for_bind, each take the next free one at
+# once instead of queueing on the first), then, when every free handle was
+# locked, waiting for them: such a handle is one another bind, a report or a
+# release is changing, and it may be free once that commits (or rolls back).
+_TAKE_FREE_HANDLE = {skip: _take_free_handle(skip) for skip in (True, False)}
 _ANY_FREE_HANDLE = (sa.select(_HANDLES.c.id)
                     .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
                            _HANDLES.c.in_use.is_(False)).limit(1))
 # MariaDB and MySQL have no UPDATE ... RETURNING, and refuse a subquery on the
 # table an UPDATE changes (1093): the free handle is locked first (FOR UPDATE, a
 # read of the latest committed row, not the transaction's snapshot), then taken
-# by id. Not SKIP LOCKED: the bind holds its device's row lock already
-# (device_ops.lock_devices_counted), so a handle locked by someone else is one a
-# report or a release is changing, and it may be free once that commits.
-_LOCK_FREE_HANDLE = (sa.select(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
-                               _HANDLES.c.attach_info)
-                     .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
-                            _HANDLES.c.in_use.is_(False))
-                     .order_by(_HANDLES.c.id).limit(1).with_for_update())
+# by id.
+_LOCK_FREE_HANDLE = {skip: (
+    sa.select(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
+              _HANDLES.c.attach_info)
+    .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
+           _HANDLES.c.in_use.is_(False))
+    .order_by(_HANDLES.c.id).limit(1).with_for_update(skip_locked=skip))
+    for skip in (True, False)}
 _TAKE_HANDLE = (sa.update(_HANDLES)
                 .where(_HANDLES.c.id == sa.bindparam('handle_id'),
                        _HANDLES.c.in_use.is_(False))
@@ -58,7 +75,7 @@ def attach_handle_allocate(session, deployable) -> ROW:
     conn = session.connection()
     take = _take_locked if conn.dialect.name == 'mysql' else _take_returning
     for _ in range(16):
-        handle = take(conn, params)
+        handle = take(conn, params, True) or take(conn, params, False)
         if handle is not None:
             return handle
         # Nothing taken: none free, or another transaction took the one we saw.
@@ -67,12 +84,12 @@ def attach_handle_allocate(session, deployable) -> ROW:
     raise exception.NoFreeAttachHandle(deployable=deployable.name)
 
 
-def _take_returning(conn, params):
-    return conn.execute(_TAKE_FREE_HANDLE, params).first()
+def _take_returning(conn, params, skip_locked):
+    return conn.execute(_TAKE_FREE_HANDLE[skip_locked], params).first()
 
 
-def _take_locked(conn, params):
-    handle = conn.execute(_LOCK_FREE_HANDLE, params).first()
+def _take_locked(conn, params, skip_locked):
+    handle = conn.execute(_LOCK_FREE_HANDLE[skip_locked], params).first()
     if handle is None:
         return None
     taken = conn.execute(_TAKE_HANDLE, {'handle_id': handle.id}).rowcount

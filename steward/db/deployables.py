@@ -33,21 +33,26 @@ def deployable_get_by_rp_uuid(session, rp_uuid) -> ROW:
                      'rp_uuid', rp_uuid)
 
 
-_DEPLOYABLES_BY_RP = perf.OneOrMany(m.Deployable.rp_uuid, 'rp_uuids',
-                                    sa.select(m.Deployable).where)
+_DEPLOYABLES_BY_RP = perf.OneOrMany(
+    m.Deployable.rp_uuid, 'rp_uuids',
+    lambda clause: sa.select(m.Deployable, m.Device.device_state)
+    .join(m.Device, m.Device.id == m.Deployable.device_id).where(clause))
 
 
-def deployables_by_rp_uuids(session, rp_uuids) -> dict[str, ROW]:
-    """{rp_uuid: deployable} for every one of ``rp_uuids`` in one query (the device
-    is not loaded: a bind locks and re-reads it); raises for the first unknown
-    one."""
-    found = {d.rp_uuid: d for d in session.execute(
-        *_DEPLOYABLES_BY_RP(rp_uuids)).scalars()}
+def deployables_by_rp_uuids(session, rp_uuids) -> tuple[dict[str, ROW], dict[int, str]]:
+    """({rp_uuid: deployable}, {device id: its device_state as last committed}) for
+    every one of ``rp_uuids`` in one query (the device itself is not loaded: a
+    bind locks and re-reads it; the state says how it locks, see
+    devices.devices_lock_counted); raises for the first unknown one."""
+    found, device_states = {}, {}
+    for dep, device_state in session.execute(*_DEPLOYABLES_BY_RP(rp_uuids)):
+        found[dep.rp_uuid] = dep
+        device_states[dep.device_id] = device_state
     for rp_uuid in rp_uuids:
         if rp_uuid not in found:
             raise exception.DeployableNotFound(resource='Deployable', key='rp_uuid',
                                                value=rp_uuid)
-    return found
+    return found, device_states
 
 
 def deployable_list(session, filters=None) -> list[ROW]:

@@ -100,23 +100,31 @@ def devices_in_states_anywhere(session, device_states) -> list[ROW]:
 _ACCELERATORS = (sa.select(sa.func.coalesce(sa.func.sum(m.Deployable.num_accelerators), 0))
                  .where(m.Deployable.device_id == m.Device.id)
                  .correlate(m.Device).scalar_subquery())
-_LOCK_COUNTED = perf.OneOrMany(
+_LOCK_COUNTED = {shared: perf.OneOrMany(
     m.Device.id, 'ids',
-    lambda clause: sa.select(m.Device, _ACCELERATORS)
-    .where(clause).order_by(m.Device.id).with_for_update(of=m.Device)
-    .execution_options(populate_existing=True))
+    lambda clause, shared=shared: sa.select(m.Device, _ACCELERATORS)
+    .where(clause).order_by(m.Device.id).with_for_update(of=m.Device, read=shared)
+    .execution_options(populate_existing=True)) for shared in (False, True)}
 
 
-def devices_lock_counted(session, device_ids) -> list[tuple[ROW, int]]:
+def devices_lock_counted(session, device_ids, shared=False) -> list[tuple[ROW, int]]:
     """Row-lock devices for the rest of the transaction, always in id order (a
     bind and a host's discovery report, which locks all of the host's devices,
     then queue on each other instead of deadlocking; SQLite writers are serial
     already and ignore FOR UPDATE), each with its accelerator count read in the
-    same statement: [(Device, count)] in id order."""
+    same statement: [(Device, count)] in id order.
+
+    ``shared``: a share lock (``FOR SHARE``, MariaDB's ``LOCK IN SHARE MODE``),
+    for a transaction that reads the devices' state and writes none of them
+    (a bind to a device allocated already: its handle is a compare-and-swap of
+    its own). Share locks do not wait for each other, so binds to one shared
+    device run side by side; anything that changes a device (a release's
+    transition, a discovery report, a health latch) still waits for them, and
+    they for it."""
     if not device_ids:
         return []
     return [tuple(row) for row in session.execute(
-        *_LOCK_COUNTED(sorted(set(device_ids)))).all()]
+        *_LOCK_COUNTED[shared](sorted(set(device_ids)))).all()]
 
 
 _HANDLES_IN_USE = (sa.select(sa.func.count()).select_from(m.AttachHandle)

@@ -1,0 +1,55 @@
+"""Binds on databases with parallel writers (PostgreSQL, MariaDB): what runs side
+by side and what waits. SQLite's writers are serial (steward/db/sqlite.py)."""
+import concurrent.futures
+
+import pytest
+
+from steward.common import states
+from steward.conductor import device_ops
+from steward.db import attach_handles as handle_db
+from steward.db import deployables as deployable_db
+from steward.db import devices as device_db
+from steward.db import models as m
+from tests.functional import conductor_fixtures as cf
+from tests.functional.test_arq_lifecycle import _bind
+
+pytestmark = pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
+
+
+class _LeftOpen(Exception):
+    """Rolls back the transaction a test left open half-way."""
+
+
+def test_binds_to_an_allocated_device_do_not_wait_for_each_other(transport, database,
+                                                                   db, conf):
+    """A bind to a device allocated already share-locks it and takes its handle
+    past the ones other binds are taking: a second bind completes while the first
+    is still open, with another handle. Under an exclusive lock it would wait for
+    the first's commit (16 boots on one shared device went one after another)."""
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    dep = cf.deployable(database)
+    _bind(conductor, conductor.arq_create(cf.admin(), 'dp1', 'p')[0], dep)
+    second = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    finished_while_open = None
+    with pytest.raises(_LeftOpen):
+        with database.writer() as s:
+            _, device_states = deployable_db.deployables_by_rp_uuids(s, [dep.rp_uuid])
+            assert set(device_states.values()) == {states.DEV_ALLOCATED}
+            device_ops.lock_for_bind(s, device_states)
+            held = handle_db.attach_handle_allocate(s, dep)
+            future = pool.submit(_bind, conductor, second, dep)
+            # Bounded only for the failure's sake: a bind that waits for this
+            # transaction never finishes before it ends.
+            concurrent.futures.wait([future], timeout=120)
+            finished_while_open = future.done()
+            raise _LeftOpen()
+    bound = future.result()[0]
+    pool.shutdown()
+    assert finished_while_open
+    assert bound['state'] == states.ARQ_BOUND
+    with database.reader() as s:
+        taken = s.query(m.AttachHandle).filter_by(uuid=bound['attach_handle_uuid']).one()
+        assert taken.id != held.id and taken.in_use
+        assert device_db.device_list(s)[0].device_state == states.DEV_ALLOCATED
