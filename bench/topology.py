@@ -39,10 +39,13 @@ class Database:
         found = re.search(r'(\d+\.\d+(\.\d+)?)', out)
         self.description = f'{kind} {found.group(1) if found else "?"}'
 
-    def create(self, name):
+    def create(self, name, driver='psycopg'):
+        """A new database's URL; ``driver`` on PostgreSQL: psycopg (3), as
+        doc/multihost.md configures Steward, or psycopg2, what OpenStack services
+        (upstream Cyborg among them) are deployed with."""
         if self.kind == 'PostgreSQL':
             self.server.psql(f'CREATE DATABASE {name}')
-            return self.server.url(name)
+            return self.server.url(name, driver=driver)
         return self.server.create_database(name)
 
     def stop(self):

@@ -6,7 +6,6 @@ method answers 405 with ``Allow``), served by a short, fixed pipeline of ASGI
 layers (see create_app) that renders every error through ``errors.py``.
 """
 import asyncio
-import os
 from concurrent import futures
 import logging
 import uuid as uuidlib
@@ -237,11 +236,17 @@ def _api_request(scope, app):
 # ~100 ms and 16 clients got no more done than one. Two threads keep a read going
 # beside a write; the event loop still parses every connection meanwhile.
 SQLITE_HANDLER_THREADS = 2
-# On a database with parallel writers: anyio's default.
-HANDLER_THREADS = int(os.environ.get("STW_HT", "40"))
+# On a database with parallel writers. The same queue on the GIL made 40
+# threads (anyio's default) hold a device's row lock for a bind's ~6 round
+# trips times every other runnable thread's turn: at 16 clients on two API
+# workers, bind p99 618 ms with 40 threads, 107 ms with 4 (bench/production.py,
+# PostgreSQL, 2026-11-28, a loaded machine), and more instances per second.
+HANDLER_THREADS = 4
 
 
 def handler_threads(database):
+    if CONF.api.handler_threads:
+        return CONF.api.handler_threads
     sqlite = database.engine.dialect.name == 'sqlite'
     return SQLITE_HANDLER_THREADS if sqlite else HANDLER_THREADS
 

@@ -71,7 +71,11 @@ def bind(deps, ctx, bindings, dispatch=None):
     if len(set(uuids)) != len(uuids):
         raise exception.PatchInvalid(reason='an ARQ appears twice')
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
-    records, reserve = _bind_in_db(deps, ctx, bindings, uuids, project_scope)
+    try:
+        records, reserve = _bind_in_db(deps, ctx, bindings, uuids, project_scope)
+    except device_ops.SharedLockMissed:
+        records, reserve = _bind_in_db(deps, ctx, bindings, uuids, project_scope,
+                                       exclusive=True)
     try:
         for dep in reserve:
             device_ops.reserve(deps, dep, reserve=True)
@@ -84,9 +88,10 @@ def bind(deps, ctx, bindings, dispatch=None):
 
 
 @retry.on_deadlock
-def _bind_in_db(deps, ctx, bindings, uuids, project_scope):
+def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
     """The bind's transaction: (records, deployables whose device must be
-    reserved in Placement once it is committed)."""
+    reserved in Placement once it is committed). ``exclusive``: see
+    device_ops.lock_for_bind."""
     reserve, handles = [], {}
     with deps.database.writer() as s:
         arqs = arq_db.arq_get_many(s, uuids, project_scope)
@@ -100,7 +105,7 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope):
         # Every device of the bind locked up front, in id order (see lock_devices),
         # with its accelerator count; the lock holds until the commit.
         locked = {device.id: (device, count) for device, count in
-                  device_ops.lock_for_bind(s, device_states)}
+                  device_ops.lock_for_bind(s, device_states, exclusive)}
         _check_second_set(s, arqs, bindings, deployables, locked)
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]

@@ -46,7 +46,14 @@ def lock_devices_counted(session, device_ids, shared=False):
     return device_db.devices_lock_counted(session, device_ids, shared=shared)
 
 
-def lock_for_bind(session, device_states):
+class SharedLockMissed(Exception):
+    """A device lock_for_bind share-locked is no longer allocated: the bind's
+    transaction is rolled back (its share locks with it) and run again with
+    exclusive locks. Upgrading the lock in the transaction instead made two such
+    binds a deadlock, which the database breaks only after a second."""
+
+
+def lock_for_bind(session, device_states, exclusive=False):
     """Lock the devices a bind takes handles of (``device_states``: {device id: the
     state read with its deployable}), as lock_devices_counted returns them.
 
@@ -54,17 +61,17 @@ def lock_for_bind(session, device_states):
     writes nothing): a share lock is enough to keep it from being released,
     reported or latched under the bind, and binds to one device then run side by
     side instead of one after the other (16 boots on one shared FPGA). Any other
-    state may change with the bind: an exclusive lock, as before. When a device
-    moved between the read and the share lock, the bind locks it again
-    exclusively (PostgreSQL and MariaDB upgrade the lock; two binds upgrading at
-    once are a deadlock the database breaks, and on_deadlock re-runs the bind)."""
+    state may change with the bind, and ``exclusive`` asks for it: an exclusive
+    lock, as before. Raises SharedLockMissed when a device moved between the read
+    and the share lock."""
     ids = list(device_states)
-    if not all(state == states.DEV_ALLOCATED for state in device_states.values()):
+    if exclusive or not all(state == states.DEV_ALLOCATED
+                            for state in device_states.values()):
         return lock_devices_counted(session, ids)
     locked = lock_devices_counted(session, ids, shared=True)
-    if all(device.device_state == states.DEV_ALLOCATED for device, _ in locked):
-        return locked
-    return lock_devices_counted(session, ids)
+    if not all(device.device_state == states.DEV_ALLOCATED for device, _ in locked):
+        raise SharedLockMissed()
+    return locked
 
 
 def check_bindable(session, deployable, locked=None):

@@ -58,6 +58,16 @@ opts = [
                     'doc/multihost.md) and reaches the conductors over RPC for the '
                     'rest, like any API process. steward serve is always one '
                     'process and ignores it.'),
+    cfg.IntOpt('handler_threads', min=1, sample_default='<unset>',
+               help='Requests one API process works on at once; the others wait '
+                    'on its event loop, which reads them meanwhile. Each thread '
+                    'takes a database connection while it works. Unset: 2 on SQLite '
+                    '(its writers are serial), 4 on PostgreSQL and MariaDB: more '
+                    'threads than that in one interpreter queue on its lock after '
+                    'every database round trip, which lengthens the time a bind '
+                    'holds its device (doc/multihost.md, sizing). A process whose '
+                    'requests wait on slow peers rather than on the CPU may use '
+                    'more.'),
 ]
 
 

@@ -29,7 +29,7 @@ _DEFAULTS = {
 
 _HELP = {
     'connection': 'SQLAlchemy URL. SQLite for one host; PostgreSQL '
-                  '(postgresql+psycopg2://...) or MariaDB/MySQL, Galera included '
+                  '(postgresql+psycopg://...) or MariaDB/MySQL, Galera included '
                   '(mysql+pymysql://...?charset=utf8mb4, the ``mysql`` extra) when '
                   'several hosts share it.',
     'db_max_retries': 'Times a write transaction that failed on a deadlock (on '

@@ -130,7 +130,7 @@ class Database:
         self._reader_factory = orm.sessionmaker(bind=self.engine, expire_on_commit=False)
         single = {'steward_single_read': True}
         if self.engine.dialect.name == 'postgresql':
-            # One statement is its own snapshot: psycopg2 in autocommit (a flag
+            # One statement is its own snapshot: psycopg in autocommit (a flag
             # on the client) sends it without the BEGIN and the ROLLBACK a
             # transaction would cost, two round trips of every API read. Not on
             # MySQL, where switching autocommit is itself a statement.

@@ -61,3 +61,15 @@ def deployable(database, name_like=None):
 
 def admin():
     return context.get_admin_context()
+
+
+def lock_waits(database):
+    """How many transactions of this database wait for a row lock now."""
+    with database.single_read() as conn:
+        if conn.dialect.name == 'postgresql':
+            sql = ("SELECT count(*) FROM pg_stat_activity "
+                   "WHERE datname = current_database() AND wait_event_type = 'Lock'")
+        else:
+            sql = "SELECT count(*) FROM information_schema.INNODB_TRX " \
+                  "WHERE trx_state = 'LOCK WAIT'"
+        return conn.exec_driver_sql(sql).scalar()

@@ -1,11 +1,14 @@
 """Binds on databases with parallel writers (PostgreSQL, MariaDB): what runs side
 by side and what waits. SQLite's writers are serial (steward/db/sqlite.py)."""
 import concurrent.futures
+import time
 
 import pytest
 
 from steward.common import states
+from steward.conductor import arq_ops
 from steward.conductor import device_ops
+from steward.db import arqs as arq_db
 from steward.db import attach_handles as handle_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
@@ -53,3 +56,38 @@ def test_binds_to_an_allocated_device_do_not_wait_for_each_other(transport, data
         taken = s.query(m.AttachHandle).filter_by(uuid=bound['attach_handle_uuid']).one()
         assert taken.id != held.id and taken.in_use
         assert device_db.device_list(s)[0].device_state == states.DEV_ALLOCATED
+
+
+def test_a_bind_whose_device_was_released_under_its_share_lock_locks_it_again(
+        transport, database, db, conf):
+    """The bind read the device allocated; the last holder's release committed
+    before the bind's share lock was granted, leaving it available: the bind is
+    run again under an exclusive lock and takes the device through
+    available -> allocated, as any first bind does."""
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    dep = cf.deployable(database)
+    first = _bind(conductor, conductor.arq_create(cf.admin(), 'dp1', 'p')[0], dep)[0]
+    second = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    with database.writer() as s:
+        # The last holder's unbind, its transaction open: the device row is
+        # locked (allocated -> available, not committed yet).
+        arq = arq_db.arq_get_many(s, [first['uuid']])[0]
+        arq_ops._unbind_one(s, cf.admin(), arq)
+        future = pool.submit(_bind, conductor, second, dep)
+        # The bind reads "allocated" (the committed state) and waits for the lock.
+        while cf.lock_waits(database) == 0 and not future.done():
+            time.sleep(0.05)
+        assert not future.done()
+    bound = future.result()[0]
+    pool.shutdown()
+    assert bound['state'] == states.ARQ_BOUND
+    with database.reader() as s:
+        device = device_db.device_list(s)[0]
+        assert device.device_state == states.DEV_ALLOCATED
+        moves = [(h.source_state, h.target_state) for h in
+                 s.query(m.DeviceHistory).filter_by(device_uuid=device.uuid)
+                 .order_by(m.DeviceHistory.created_at, m.DeviceHistory.id)]
+    assert moves[-2:] == [(states.DEV_ALLOCATED, states.DEV_AVAILABLE),
+                          (states.DEV_AVAILABLE, states.DEV_ALLOCATED)]

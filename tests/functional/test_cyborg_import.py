@@ -77,9 +77,10 @@ def _databases(backend, tmp):
         requirements.need('postgres', 'PostgreSQL server binaries not installed')
     suffix = uuid.uuid4().hex[:10]
     urls = []
-    for name in (f'cyborg_{suffix}', f'steward_{suffix}'):
+    # Cyborg's database through the driver upstream Cyborg's venv has.
+    for name, driver in ((f'cyborg_{suffix}', 'psycopg2'), (f'steward_{suffix}', 'psycopg')):
         server.psql(f'CREATE DATABASE {name}')
-        urls.append(server.url(name))
+        urls.append(server.url(name, driver=driver))
     return urls
 
 

@@ -11,6 +11,7 @@ victim (InnoDB rolls back the transaction that changed fewer rows)."""
 import datetime
 import logging
 import threading
+import time
 import uuid
 
 from oslo_db import exception as db_exc
@@ -59,10 +60,14 @@ def _setup(database, transport, conf):
     cf.make_profile(database)
     dep = cf.deployable(database)
     arq = conductor.arq_create(cf.admin(), 'dp1', 'proj')[0]
-    with database.reader() as s:
+    with database.writer() as s:
         handle_id = s.execute(
             sa.select(m.AttachHandle.id).where(m.AttachHandle.deployable_id == dep.id)
             .order_by(m.AttachHandle.id).limit(1)).scalar()
+        # Its only handle: a bind takes a free handle past the ones others hold
+        # locked (SKIP LOCKED) and waits only when no other is free.
+        s.execute(sa.delete(m.AttachHandle).where(
+            m.AttachHandle.deployable_id == dep.id, m.AttachHandle.id != handle_id))
     return conductor, dep, arq, handle_id
 
 
@@ -89,13 +94,20 @@ class ClaimReached:
 
     def __call__(self, _conn, _cursor, statement, *_args):
         text = ' '.join(statement.split()).lower()
-        if 'attach_handles' in text and ('for update' in text or
-                                         text.startswith('update attach_handles')):
+        # The claim that waits for a locked handle (not the one that skips it).
+        if 'attach_handles' in text and 'skip locked' not in text and (
+                'for update' in text or text.startswith('update attach_handles')):
             self.reached.set()
 
-    def wait(self, binding, results):
+    def wait(self, binding, results, database):
+        """Until the bind waits for the handle's lock: the first to wait is the
+        one PostgreSQL's deadlock check (deadlock_timeout after it began
+        waiting) finds the cycle from, and rolls back."""
         while not self.reached.wait(0.05):
             assert binding.is_alive(), f'the bind ended before its claim: {results}'
+        while cf.lock_waits(database) == 0:
+            assert binding.is_alive(), f'the bind ended before its wait: {results}'
+            time.sleep(0.02)
 
     def remove(self):
         sa.event.remove(self.engine, 'before_cursor_execute', self)
@@ -111,7 +123,7 @@ def _race(conductor, database, dep, arq, handle_id):
     claim = ClaimReached(database)
     try:
         binding.start()
-        claim.wait(binding, results)
+        claim.wait(binding, results, database)
         other.thread.start()
         other.thread.join(60)
         binding.join(60)

@@ -217,7 +217,8 @@ class Cluster:
     quorum_queues = True
 
     def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
-                 use_netns=None, database='postgresql', bin_dir=BIN, extra_conf=None):
+                 use_netns=None, database='postgresql', bin_dir=BIN, extra_conf=None,
+                 pg_driver='psycopg'):
         self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
         # The release the deployment starts with (its ``steward``, db sync included)
         # and sections added to every service's configuration.
@@ -233,6 +234,9 @@ class Cluster:
         self.rabbit = None
         # 'postgresql' (tests/multihost/pg.py) or 'mysql' (.../mariadb.py).
         self.database = database
+        # PostgreSQL's driver in the URL: psycopg (3), as doc/multihost.md says;
+        # psycopg2 for a release that has no other (tests/fixtures/previous_release.py).
+        self.pg_driver = pg_driver
         self.pg = None
         self.mariadb = None
         self.db_url = None
@@ -358,7 +362,7 @@ class Cluster:
             self.pg = pg.server()
             if self.pg is None:
                 raise RuntimeError('PostgreSQL is not installed')
-            _name, self.db_url = pg.create_database(self.pg)
+            _name, self.db_url = pg.create_database(self.pg, driver=self.pg_driver)
         port = rabbit.free_port()
         self.placement = embedded.start_subprocess(
             f'sqlite:///{self.base}/placement.sqlite', '127.0.0.1', port,

@@ -12,10 +12,10 @@ def server():
     return pg_fixture.get_postgres()
 
 
-def create_database(srv, prefix='steward_mh'):
+def create_database(srv, prefix='steward_mh', driver='psycopg'):
     name = f'{prefix}_{uuid.uuid4().hex[:10]}'
     srv.psql(f'CREATE DATABASE {name}')
-    return name, srv.url(name)
+    return name, srv.url(name, driver=driver)
 
 
 def _pg_ctl(srv):

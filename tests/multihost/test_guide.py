@@ -202,11 +202,11 @@ def test_guide_blocks_start_as_printed(guide_services):
 def test_install_step_installs_the_database_driver_of_the_urls():
     guide = _guide()
     assert 'tools/bootstrap.sh postgres' in guide
-    assert 'postgresql+psycopg2://' in guide
+    assert 'postgresql+psycopg://' in guide
     with open(os.path.join(ROOT, 'pyproject.toml')) as f:
         pyproject = f.read()
     extra = re.search(r'(?m)^postgres = \[(.*)\]$', pyproject)
-    assert extra and 'psycopg2' in extra.group(1)
+    assert extra and 'psycopg[binary]' in extra.group(1)
     # MariaDB/MySQL: the mysql extra carries the driver of mysql+pymysql:// URLs.
     assert 'tools/bootstrap.sh mysql' in guide
     assert 'mysql+pymysql://' in guide and '?charset=utf8mb4' in guide

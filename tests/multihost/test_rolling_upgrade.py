@@ -82,7 +82,8 @@ def _previous_deployment(previous_bin, database, size, tag):
     cluster_mod.require(database)
     cluster = cluster_mod.Cluster(
         hosts=HOSTS, conductors=size, api_workers=size, database=database,
-        bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}})
+        bin_dir=previous_bin, extra_conf={'database': {'sync_on_startup': 'false'}},
+        pg_driver='psycopg2')
     cluster.netns_tag = tag
     return cluster.start()
 

@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 USED_WITHOUT_IMPORT = {
     # uvicorn[standard]'s extras (uvloop, httptools) are what it serves with.
     # Database drivers SQLAlchemy loads from a URL's dialect.
-    'psycopg2-binary', 'pymysql',
+    'psycopg2-binary', 'psycopg', 'pymysql',
     # Console programs the tests run (`openstack ...`).
     'python-openstackclient', 'osc-placement', 'python-cyborgclient',
     # pytest plugins, loaded by pytest itself.
