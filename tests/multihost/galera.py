@@ -25,14 +25,20 @@ configuration of its own in the cluster's temp dir) listens twice:
 """
 import getpass
 import os
+import pwd
+import random
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import uuid
 
 from tests.fixtures import mariadb_fixture
+from tests.fixtures import stack
 from tests.fixtures.stack import free_port, stop_child
+from tests.multihost import chaos
 
 PROVIDER = '/usr/lib/galera/libgalera_smm.so'
 CLUSTER_NAME = 'steward-galera'
@@ -67,19 +73,55 @@ def _haproxy():
     return shutil.which('haproxy', path='/usr/sbin:/usr/bin:' + os.environ.get('PATH', ''))
 
 
+def _fixed_port():
+    """A free port below the kernel's ephemeral range: a killed node binds its
+    ports again when it restarts, and meanwhile one from the range may have
+    become the local end of any outgoing connection (Galera's own IST receiver
+    failed to listen so)."""
+    with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
+        low = int(f.read().split()[0])
+    while True:
+        port = random.randrange(10000, low)
+        if port in stack._HANDED:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(('127.0.0.1', port))
+            except OSError:
+                continue
+        stack._HANDED.add(port)
+        return port
+
+
+def os_user():
+    """Whom the nodes run as: Debian's ``mysql`` when the tests run as root (as
+    the package runs mariadbd; the state transfers then run as mysql too, where
+    as root rsync's daemon would drop to nobody), otherwise whoever runs them."""
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam('mysql')
+            return 'mysql'
+        except KeyError:
+            pass
+    return getpass.getuser()
+
+
 class Node(mariadb_fixture.MariaDBServer):
     """One Galera node: a MariaDB server with the wsrep options of Kolla's
     galera.cnf, its ports on 127.0.0.1."""
 
     def __init__(self, base, name, peers, sst_method='mariabackup'):
         os.makedirs(base)
+        self.os_user = os_user()
+        shutil.chown(base, self.os_user)
         self.sst_method = sst_method
-        super().__init__(base, free_port())
+        super().__init__(base, _fixed_port())
         self.name = name
         self.gcomm_port, self.ist_port, self.sst_port, self.check_port = (
-            free_port() for _ in range(4))
+            _fixed_port() for _ in range(4))
         self.peers = peers        # every node's gcomm port, this one's included
         self.bootstrap = False
+        self.start_position = None
         self.check = None         # the clustercheck's socat
 
     def _command(self):
@@ -100,8 +142,9 @@ class Node(mariadb_fixture.MariaDBServer):
                     f'[client]\nsocket={self.socket}\n'
                     # The SST script's messages in the node's error log.
                     f'[sst]\nsst-syslog=-1\n')
-        cmd = [cmd[0], f'--defaults-file={cnf}'] + [a for a in cmd[2:] if a not in pool]
-        return cmd + [
+        cmd = [cmd[0], f'--defaults-file={cnf}'] + [
+            a for a in cmd[2:] if a not in pool and a != '--user=root']
+        return cmd + [f'--user={self.os_user}',
             '--binlog-format=ROW', '--default-storage-engine=innodb',
             '--innodb-autoinc-lock-mode=2',
             '--wsrep-on=ON', f'--wsrep-provider={PROVIDER}',
@@ -113,9 +156,25 @@ class Node(mariadb_fixture.MariaDBServer):
             f'--wsrep-provider-options=gmcast.listen_addr=tcp://{addr}:'
             f'{self.gcomm_port};ist.recv_addr={addr}:{self.ist_port};gcache.size=64M',
             f'--wsrep-sst-receive-address={addr}:{self.sst_port}',
-            f'--wsrep-sst-method={self.sst_method}', '--wsrep-sst-auth=root:',
+            f'--wsrep-sst-method={self.sst_method}', f'--wsrep-sst-auth={self.os_user}:',
             '--wsrep-slave-threads=2',
-        ] + (['--wsrep-new-cluster'] if self.bootstrap else [])
+        ] + (['--wsrep-new-cluster'] if self.bootstrap else []) + (
+            [f'--wsrep-start-position={self.start_position}']
+            if self.start_position else [])
+
+    def recover_position(self):
+        """``mariadbd --wsrep-recover``: the last committed position (uuid:seqno)
+        InnoDB holds, as galera_recovery prints it."""
+        log = os.path.join(self.base, 'recover.log')
+        cmd = [a for a in self._command() if not a.startswith('--log-error=')]
+        out = subprocess.run(cmd + ['--wsrep-recover', f'--log-error={log}'],
+                             capture_output=True, text=True, timeout=120)
+        with open(log, errors='replace') as f:
+            text = f.read()
+        found = re.search(r'WSREP: Recovered position: (\S+)', text)
+        if out.returncode or not found:
+            raise RuntimeError(f'{self.name}: wsrep recovery failed:\n{text[-3000:]}')
+        return found.group(1)
 
     def status(self, name):
         """SHOW STATUS ``name`` as the node says it, or None while it does not
@@ -135,10 +194,15 @@ class Node(mariadb_fixture.MariaDBServer):
         return self.proc is not None and self.proc.poll() is None
 
     def join(self, timeout):
-        """Start (the first node: bootstrap the cluster and make the test user),
-        then wait until the node is Synced."""
+        """Start, then wait until the node is Synced. A node that ran before
+        starts from the position it recovers, as Debian's systemd unit does
+        (galera_recovery): after a kill -9 its grastate.dat says seqno -1, and
+        without the position it would need a full state transfer."""
         if not os.path.exists(self.datadir):
             self.install()
+        self.start_position = None
+        if os.path.exists(os.path.join(self.datadir, 'grastate.dat')):
+            self.start_position = self.recover_position()
         self._launch()
         deadline = time.monotonic() + timeout
         while not self.synced():
@@ -152,7 +216,7 @@ class Node(mariadb_fixture.MariaDBServer):
 
     def install(self):
         out = subprocess.run(['mariadb-install-db', '--no-defaults',
-                              f'--datadir={self.datadir}', f'--user={getpass.getuser()}',
+                              f'--datadir={self.datadir}', f'--user={self.os_user}',
                               '--skip-test-db', '--auth-root-authentication-method=socket'],
                              capture_output=True, text=True, timeout=120)
         if out.returncode:
@@ -186,6 +250,7 @@ class Galera:
 
     def __init__(self, size=3):
         self.base = tempfile.mkdtemp(prefix='steward-galera-')
+        os.chmod(self.base, 0o711)      # the nodes' own directories are theirs
         self.nodes = []
         for i in range(1, size + 1):
             # Both of Debian's state transfers that copy the files, as root: the
@@ -320,3 +385,52 @@ class Galera:
     def haproxy_log(self):
         with open(os.path.join(self.base, 'haproxy.log'), errors='replace') as f:
             return f.read()[-3000:]
+
+
+class Deployment(chaos.ChaosCluster):
+    """The multi-host deployment (chaos.py's: one conductor running its repairs
+    every 2 s, two API workers, agents on two hosts) on the Galera cluster,
+    every service's [database] connection through HAProxy with Kolla's
+    connection_recycle_time (10 s) and max_retries (-1: a service that starts
+    while no node answers waits for one). ``writers(2)`` moves the API and the
+    conductor to the two-writer listener."""
+    netns_tag = 'g'
+
+    def __init__(self, **kw):
+        kw.setdefault('api_workers', 2)
+        super().__init__(database='mysql', **kw)
+        self.galera = None
+        self.db_name = f'steward_galera_{uuid.uuid4().hex[:8]}'
+        self.n_writers = 1
+
+    def start_database_server(self):
+        self.galera = Galera().start()
+        self.galera.create_database(self.db_name)
+        return self.galera.url(self.db_name)
+
+    def common_conf(self, name, host, broker_host=None):
+        conf = super().common_conf(name, host, broker_host)
+        conf['database'].update({'connection_recycle_time': 10, 'max_retries': -1})
+        if self.n_writers > 1:
+            # Two writers: a read on one node waits until it has applied what
+            # the other committed before it (read-your-writes across nodes).
+            conf['database']['mysql_wsrep_sync_wait'] = 1
+        return conf
+
+    def writers(self, n):
+        """Every service of the deployment on the listener with ``n`` writers (1:
+        Kolla's, 2: active-active), restarted as an operator would after
+        changing [database] connection."""
+        self.n_writers = n
+        self.db_url = self.galera.url(self.db_name, active_active=n > 1)
+        self.api_conf()
+        for i in range(1, len(self.conductors) + 1):
+            self.conductor_conf(i)
+        for svc in self.conductors + [self.api]:
+            svc.restart()
+        self.wait_ready(settle=False)
+
+    def stop(self):
+        super().stop()
+        if self.galera is not None:
+            self.galera.stop()
