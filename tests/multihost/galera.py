@@ -23,6 +23,7 @@ configuration of its own in the cluster's temp dir) listens twice:
 - ``mariadb_aa``: the same with the first two nodes both active (round robin)
   and the third a backup: two writers, to force certification conflicts.
 """
+import concurrent.futures
 import getpass
 import os
 import pwd
@@ -238,8 +239,11 @@ class Node(mariadb_fixture.MariaDBServer):
             stderr=subprocess.DEVNULL, start_new_session=True)
 
     def stop(self):
+        """Gone with its data: killed, a throw-away node needs no clean shutdown
+        (Galera's takes seconds per node)."""
         if self.check is not None:
             stop_child(self.check, timeout=10)
+        self.kill9()
         super().stop()
 
 
@@ -403,8 +407,20 @@ class Deployment(chaos.ChaosCluster):
         self.db_name = f'steward_galera_{uuid.uuid4().hex[:8]}'
         self.n_writers = 1
 
+    def start(self):
+        # The Galera cluster (half a minute: two state transfers) starts while
+        # the broker does.
+        self._galera = concurrent.futures.ThreadPoolExecutor(1).submit(
+            lambda: Galera().start())
+        try:
+            return super().start()
+        except BaseException:
+            if self.galera is None and self._galera.exception() is None:
+                self._galera.result().stop()
+            raise
+
     def start_database_server(self):
-        self.galera = Galera().start()
+        self.galera = self._galera.result()
         self.galera.create_database(self.db_name)
         return self.galera.url(self.db_name)
 
@@ -431,6 +447,10 @@ class Deployment(chaos.ChaosCluster):
         self.wait_ready(settle=False)
 
     def stop(self):
+        # Killed: a throw-away deployment's graceful stop (an agent's alone took
+        # 8 s) is the other multihost tests' business.
+        for svc in self.services():
+            svc.kill()
         super().stop()
         if self.galera is not None:
             self.galera.stop()
