@@ -465,6 +465,20 @@ def violations_at_rest(cluster, clients):
     return out
 
 
+def wait_at_rest(cluster, clients, timeout, interval=0.5):
+    """``violations_at_rest`` until there are none or ``timeout`` s have passed
+    (the periodic repairs may still be at work); returns the last ones."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = violations_at_rest(cluster, clients)
+        except Exception as exc:  # noqa: BLE001 - a service still coming back
+            found = [f'reading the deployment: {exc!r}']
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(interval)
+
+
 def allocations_of_live(cluster, clients):
     """Each acknowledged instance's claim still in Placement."""
     out = []

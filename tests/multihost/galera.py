@@ -215,14 +215,8 @@ class Node(mariadb_fixture.MariaDBServer):
                                    + self.tail(6000))
             time.sleep(0.3)
 
-    def install(self):
-        out = subprocess.run(['mariadb-install-db', '--no-defaults',
-                              f'--datadir={self.datadir}', f'--user={self.os_user}',
-                              '--skip-test-db', '--auth-root-authentication-method=socket'],
-                             capture_output=True, text=True, timeout=120)
-        if out.returncode:
-            raise RuntimeError('mariadb-install-db failed:\n'
-                               + (out.stdout + out.stderr)[-3000:])
+    def install(self, user=None):
+        super().install(user or self.os_user)
 
     def kill9(self):
         """kill -9 of mariadbd: no shutdown, its connections cut, its data as the
@@ -376,15 +370,15 @@ class Galera:
         return out
 
     def conflicts(self):
-        """wsrep_local_cert_failures + wsrep_local_bf_aborts summed over the live
-        nodes: the transactions Galera rolled back as a conflict with another
-        node's (each a 1213 to its client)."""
-        total = 0
+        """{node: wsrep_local_cert_failures + wsrep_local_bf_aborts} of the live
+        nodes (counted since each started): the transactions Galera rolled back
+        as a conflict with another node's, each a 1213 to its client."""
+        out = {}
         for node in self.nodes:
             if node.alive():
-                for name in ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts'):
-                    total += int(node.status(name) or 0)
-        return total
+                out[node.name] = sum(int(node.status(name) or 0) for name in (
+                    'wsrep_local_cert_failures', 'wsrep_local_bf_aborts'))
+        return out
 
     def haproxy_log(self):
         with open(os.path.join(self.base, 'haproxy.log'), errors='replace') as f:
