@@ -7,9 +7,13 @@ Each node is Debian's mariadbd with galera-4 (tests/fixtures/mariadb_fixture.py'
 server plus the wsrep options): a data directory, SQL port, group port
 (gmcast.listen_addr), IST port and SST port of its own, all on 127.0.0.1. The
 first node bootstraps the cluster (``--wsrep-new-cluster``); the others join it
-by a state transfer with mariabackup (Kolla's ``mariadb_wsrep_sst_method``),
-which runs as root here as mariadbd does (``--user=root``) and reaches the
-donor over its unix socket as root (socket authentication).
+by a full state transfer (SST), the second by mariabackup (Kolla's
+``mariadb_wsrep_sst_method``), the third by rsync. mariadbd, and so the SST
+scripts, run as Debian's ``mysql`` user when the tests run as root (``os_user``),
+and mariabackup reaches the donor as ``mysql@localhost`` over its unix socket
+(socket authentication, made by mariadb-install-db). A killed node restarts
+from the position ``mariadbd --wsrep-recover`` finds, as Debian's
+galera_recovery does, and catches up by an incremental transfer (IST).
 
 Beside each node a clustercheck: socat on a port of its own runs a shell script
 per connection that answers HTTP 200 while the node is Synced (or a donor,
@@ -77,8 +81,8 @@ def _haproxy():
 def _fixed_port():
     """A free port below the kernel's ephemeral range: a killed node binds its
     ports again when it restarts, and meanwhile one from the range may have
-    become the local end of any outgoing connection (Galera's own IST receiver
-    failed to listen so)."""
+    become the local end of some outgoing connection (a restarted node's IST
+    receiver once could not listen: "IST will be unavailable")."""
     with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
         low = int(f.read().split()[0])
     while True:
