@@ -35,15 +35,7 @@ from tests.multihost import rabbit  # noqa: E402
 
 
 def _wait_at_rest(cluster, clients, timeout=180):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = chaos.violations_at_rest(cluster, clients)
-        except Exception as exc:  # noqa: BLE001 - a service still coming back
-            found = [repr(exc)]
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.2)
+    return chaos.wait_at_rest(cluster, clients, timeout, interval=0.2)
 
 
 def one_round(cluster, client, kind, down, rng):

@@ -7,11 +7,14 @@
 # and iproute2 (`ip netns`: multi-host agents in network namespaces).
 # mariadb-server (its client comes with it): upstream Cyborg's database in the
 # switch-from-Cyborg test (tests/fixtures/mariadb_fixture.py starts a server of its own).
+# galera-4, mariadb-backup, rsync, socat and haproxy: the three-node Galera cluster
+# behind HAProxy of tests/multihost/galera.py (state transfers by mariabackup and
+# rsync, socat streaming them and serving the clustercheck).
 # python3-venv and python3-dev: Debian's python3 makes no venv without the first, and
 # pip builds uwsgi (the Keystone side venv) against the headers of the second.
 # Needs root (CI runs as root); skipped when everything is already there.
 set -euo pipefail
-pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libvirt-dev pkg-config libxml2-utils postgresql rabbitmq-server prometheus systemd iproute2 mariadb-server python3-venv python3-dev)
+pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libvirt-dev pkg-config libxml2-utils postgresql rabbitmq-server prometheus systemd iproute2 mariadb-server galera-4 mariadb-backup rsync socat haproxy python3-venv python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

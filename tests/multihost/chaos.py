@@ -201,6 +201,7 @@ class Client:
         self.violations = []      # 5xx other than 503, calls that never succeeded
         self.booted = self.failed_boots = self.refused_claims = 0
         self.statuses = {}        # (status or error) -> count, for the report
+        self.unavailable = []     # (monotonic time, what) of each 503 answer
         self.boot_times = []      # monotonic times of acknowledged boots
         self.failures = []        # why each failed boot failed, for the report
         self.pause = (0.2, 0.5)   # between retries, as Nova's clients wait
@@ -215,9 +216,11 @@ class Client:
     def _pause(self):
         time.sleep(self.rng.uniform(*self.pause))
 
-    def _retrying(self, send, what, on_transport=None):
+    def _retrying(self, send, what, on_unknown=None):
         """``send()`` until it answers something other than 503 (or another 5xx,
-        recorded as a violation) or a connection error."""
+        recorded as a violation) or a connection error. ``on_unknown()`` for each
+        try whose outcome is unknown: the request sent and its answer lost, or a
+        503 (the database lost during the commit, which may have happened)."""
         started = time.monotonic()
         while True:
             sent = time.monotonic()
@@ -227,9 +230,9 @@ class Client:
                 self._note_slow(what, type(exc).__name__, sent)
                 self._count(type(exc).__name__)
                 # Refused or never connected: the request was not sent.
-                if on_transport and not isinstance(exc, (httpx.ConnectError,
-                                                         httpx.ConnectTimeout)):
-                    on_transport()
+                if on_unknown and not isinstance(exc, (httpx.ConnectError,
+                                                       httpx.ConnectTimeout)):
+                    on_unknown()
             else:
                 self._note_slow(what, r.status_code, sent)
                 self._count(r.status_code)
@@ -237,6 +240,10 @@ class Client:
                     return r
                 if r.status_code != 503:
                     self.violations.append(f'{what}: {r.status_code} {r.text[:300]}')
+                else:
+                    self.unavailable.append((time.monotonic(), what))
+                if on_unknown:
+                    on_unknown()
             if time.monotonic() - started > GIVE_UP:
                 self.violations.append(f'{what}: no answer but 503 or errors for '
                                        f'{GIVE_UP} s')
@@ -252,7 +259,7 @@ class Client:
         def send():
             with self.cluster.api_client(timeout=120) as api:
                 return api.request(method, path, **kw)
-        return self._retrying(send, what, kw.pop('on_transport', None))
+        return self._retrying(send, what, kw.pop('on_unknown', None))
 
     def placement(self, method, path, what, **kw):
         def send():
@@ -292,7 +299,7 @@ class Client:
         lost = []
         r = self.api('POST', '/v2/accelerator_requests', 'ARQ create',
                      json={'device_profile_name': flows.PCI_PROFILE},
-                     on_transport=lambda: lost.append(1))
+                     on_unknown=lambda: lost.append(1))
         self.uncertain_creates += len(lost)
         assert r.status_code == 201, r.text
         arq = r.json()['arqs'][0]['uuid']
@@ -456,6 +463,20 @@ def violations_at_rest(cluster, clients):
             if state.get(addr) != expected_state:
                 out.append(f'{name}: device {state.get(addr)}, expected {expected_state}')
     return out
+
+
+def wait_at_rest(cluster, clients, timeout, interval=0.5):
+    """``violations_at_rest`` until there are none or ``timeout`` s have passed
+    (the periodic repairs may still be at work); returns the last ones."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = violations_at_rest(cluster, clients)
+        except Exception as exc:  # noqa: BLE001 - a service still coming back
+            found = [f'reading the deployment: {exc!r}']
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(interval)
 
 
 def allocations_of_live(cluster, clients):

@@ -265,6 +265,19 @@ class Cluster:
         else:
             pg.start(self.pg)
 
+    def start_database_server(self):
+        """The deployment's database server and a database of its own on it: the
+        URL of [database] connection."""
+        if self.database == 'mysql':
+            self.mariadb = mariadb.server()
+            if self.mariadb is None:
+                raise RuntimeError('MariaDB is not installed')
+            return mariadb.create_database(self.mariadb)[1]
+        self.pg = pg.server()
+        if self.pg is None:
+            raise RuntimeError('PostgreSQL is not installed')
+        return pg.create_database(self.pg, driver=self.pg_driver)[1]
+
     # -- configuration ----------------------------------------------------------------
     def common_conf(self, name, host, broker_host=None):
         state = self.base / name
@@ -353,16 +366,7 @@ class Cluster:
             base=str(self.base / 'rabbit'),
             extra_listeners=[ns.outer for ns in self.netns.values()])
         self.rabbit.start()
-        if self.database == 'mysql':
-            self.mariadb = mariadb.server()
-            if self.mariadb is None:
-                raise RuntimeError('MariaDB is not installed')
-            _name, self.db_url = mariadb.create_database(self.mariadb)
-        else:
-            self.pg = pg.server()
-            if self.pg is None:
-                raise RuntimeError('PostgreSQL is not installed')
-            _name, self.db_url = pg.create_database(self.pg, driver=self.pg_driver)
+        self.db_url = self.start_database_server()
         port = rabbit.free_port()
         self.placement = embedded.start_subprocess(
             f'sqlite:///{self.base}/placement.sqlite', '127.0.0.1', port,
