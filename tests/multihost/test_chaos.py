@@ -34,20 +34,6 @@ def chaos_cluster():
     c.stop()
 
 
-def _at_rest(cluster, clients, timeout):
-    """The invariants, waited for up to ``timeout`` (the periodic repairs run every
-    2 s); returns the violations still there."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = chaos.violations_at_rest(cluster, clients)
-        except Exception as exc:  # noqa: BLE001 - a service still coming back
-            found = [f'reading the deployment: {exc!r}']
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.5)
-
-
 def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, capsys):
     cluster = chaos_cluster
     seed, rounds = chaos.seed_and_rounds()
@@ -60,7 +46,7 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
     pool = chaos.Pool(cluster)
     # At rest before the storm, and the checker sees a loss: an acknowledged ARQ
     # that the deployment lacks.
-    assert _at_rest(cluster, [], timeout=60) == []
+    assert chaos.at_rest(cluster, [], timeout=60) == []
     phantom = chaos.Client(cluster, pool, 99, seed)
     phantom.live['an-instance'] = ('an-arq', cluster.hosts[0], 'a-provider')
     assert chaos.violations_at_rest(cluster, [phantom]) == [
@@ -90,7 +76,7 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
     storm = time.monotonic() - started
 
     problems = [v for c in clients for v in c.violations]
-    problems += _at_rest(cluster, clients, timeout=120)
+    problems += chaos.at_rest(cluster, clients, timeout=120)
     problems += chaos.allocations_of_live(cluster, clients)
     # Healed by itself: nobody restarted anything after the last scheduled heal.
     assert {s.name: s.pid for s in cluster.services()} == pids
@@ -117,6 +103,6 @@ def test_seeded_storm_heals_without_a_restart_and_loses_nothing(chaos_cluster, c
     for c in clients:
         c.delete_all()
     assert [v for c in clients for v in c.violations] == []
-    assert _at_rest(cluster, clients, timeout=60) == []
+    assert chaos.at_rest(cluster, clients, timeout=60) == []
     # And a whole instance life leaves Placement and the database as it found them.
     flows.boot_delete_cycle(cluster, cluster.hosts[0])
