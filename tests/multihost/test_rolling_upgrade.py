@@ -149,7 +149,8 @@ class Upgrade:
         return out.stdout
 
     def revision(self):
-        return self.manage('db', 'version', tool='steward').strip()
+        with self.engine.connect() as conn:
+            return conn.execute(sa.text('SELECT version_num FROM alembic_version')).scalar()
 
     def capped(self, svc):
         """``svc``'s configuration with [upgrade_levels] at the previous release's
@@ -282,6 +283,8 @@ class Upgrade:
                          f'{sum(counts.values())} answers '
                          f'{dict(sorted(counts.items(), key=str))}; binds by '
                          f'{self.actors.get(name)}')
+        for what, answer, took in [x for c in self.clients for x in c.slow]:
+            lines.append(f'  slow call: {what} answered {answer} after {took} s')
         for svc, start, ready in self.windows:
             n = sum(1 for sent, answered, _w, answer in self.answers()
                     if _unavailable(answer) and sent <= ready + MARGIN and answered >= start)
