@@ -59,11 +59,14 @@ CLIENTS = 2
 #: and an answer already on its way.
 MARGIN = 2.0
 #: [DEFAULT] rpc_response_timeout(_bind) of every service (default 60 s). A
-#: conductor stopped by SIGTERM loses the RPC calls delivered to it while it stops
-#: (seen with both releases: neither it nor the other conductor runs them); the
-#: API answers them 503 once this runs out. 15 s keeps each such call within its
-#: restart's window at a fraction of the default's cost, and far above any call's
-#: normal time (under a second).
+#: conductor stopped by SIGTERM loses the RPC calls RabbitMQ delivers to it after
+#: its listener stopped polling (its consumer is not cancelled at the broker; its
+#: log shows "received message msg_id: ..." while it closes its connection, after
+#: "[connection close] Deleting fanout queue"): neither it nor the other conductor
+#: runs them, with either release. The caller (the API, an agent's report) gets
+#: its answer when this runs out: the API answers 503. 15 s keeps each such call
+#: within its restart's window at a quarter of the default's cost, and far above
+#: any call's normal time (well under a second; the report lists calls over 10 s).
 RPC_TIMEOUT = 15
 #: How long a step may take to see every client boot once (a bind is resolved in
 #: well under a second on an idle deployment).
@@ -94,14 +97,14 @@ class Upgrade:
             hosts=HOSTS, conductors=size, api_workers=size, database=database,
             bin_dir=previous_bin, extra_conf={
                 'database': {'sync_on_startup': 'false'},
-                # A call a conductor received as SIGTERM stopped it is lost (both
+                # A call delivered to a conductor as it stops is lost (both
                 # releases; the caller's RPC timeout ends it: see RPC_TIMEOUT).
                 'DEFAULT': {'rpc_response_timeout': RPC_TIMEOUT,
                             'rpc_response_timeout_bind': RPC_TIMEOUT}})
         # Named apart from the session's own deployments of this test process.
         self.cluster.netns_tag = tag
         self.clients, self.keeper, self.engine = [], None, None
-        self.steps = []         # (name, monotonic start)
+        self.steps = []         # (name, monotonic start, each client's boots then)
         self.windows = []       # (service, stop started, new process ready)
         self.actors = {}        # step -> {device_history.actor of binds: count}
         self.sync_conf = None
