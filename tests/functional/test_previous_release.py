@@ -6,12 +6,14 @@ own, on template databases made by this tree's ``steward db sync``.
 What runs is the release's in-process tests of its database layer and of what
 writes through it (the API in process, the conductor's ARQ, device, cleanup and
 report operations, the state transitions, erase records, device history), on
-SQLite and, when the machine has it, PostgreSQL (the release's own PostgreSQL
-fixture). The same tests on a schema that lost one column the release uses (what
-a contract migration applied too early does) fail: the check has teeth.
+SQLite and, when the machine has them, PostgreSQL and MariaDB (the release's own
+fixtures: its tests parametrized over the three databases run on each, on
+templates made by this tree's db sync). The same tests on a schema that lost one
+column the release uses (what a contract migration applied too early does) fail:
+the check has teeth.
 
-Not here (issue 37, item 1, the larger part): the release's services started in
-the multi-host topology beside this tree's, under load, through a rolling upgrade.
+The release's services in the multi-host topology beside this tree's, under load,
+through a rolling upgrade: tests/multihost/test_rolling_upgrade.py.
 """
 import os
 import re
@@ -79,8 +81,14 @@ def test_its_database_tests_pass_on_this_trees_schema(venv, tmp_path):
     summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ''
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     assert int(re.search(r'(\d+) passed', summary).group(1)) >= 100, summary
-    # Every template it copied was this tree's schema, not one of its own.
+    # Every template it copied was this tree's schema, not one of its own, on each
+    # database the machine has.
     assert marks and {m.split()[1] for m in marks if m} == {head}, marks
+    from tests.fixtures import mariadb_fixture
+    from tests.fixtures import pg_fixture
+    expected = {'sqlite'} | ({'postgresql+psycopg2'} if pg_fixture._bindir() else set()) \
+        | ({'mysql+pymysql'} if mariadb_fixture.installed() else set())
+    assert {m.split()[0] for m in marks if m} == expected, marks
 
 
 def test_they_fail_on_a_schema_missing_a_column_it_uses(venv, tmp_path):

@@ -206,7 +206,14 @@ class Client:
         self.failures = []        # why each failed boot failed, for the report
         self.pause = (0.2, 0.5)   # between retries, as Nova's clients wait
         self.slow = []            # (what, answer, seconds) of calls over SLOW s
+        # Every answer: (sent, answered) monotonic times, what, status or error name.
+        self.answers = []
         self.stop = threading.Event()
+        # Set: the client waits between two operations (``idle`` set meanwhile),
+        # so that the deployment can be checked at rest (``hold``, ``resume``).
+        self.held, self.idle = threading.Event(), threading.Event()
+        # Set: a call in progress stops retrying (the client gives up at once).
+        self.abandon = threading.Event()
         self.thread = None
 
     # -- calls ------------------------------------------------------------------------
@@ -229,6 +236,7 @@ class Client:
             except httpx.TransportError as exc:
                 self._note_slow(what, type(exc).__name__, sent)
                 self._count(type(exc).__name__)
+                self.answers.append((sent, time.monotonic(), what, type(exc).__name__))
                 # Refused or never connected: the request was not sent.
                 if on_unknown and not isinstance(exc, (httpx.ConnectError,
                                                        httpx.ConnectTimeout)):
@@ -236,6 +244,7 @@ class Client:
             else:
                 self._note_slow(what, r.status_code, sent)
                 self._count(r.status_code)
+                self.answers.append((sent, time.monotonic(), what, r.status_code))
                 if r.status_code < 500:
                     return r
                 if r.status_code != 503:
@@ -244,6 +253,8 @@ class Client:
                     self.unavailable.append((time.monotonic(), what))
                 if on_unknown:
                     on_unknown()
+            if self.abandon.is_set():
+                raise GaveUp(what)
             if time.monotonic() - started > GIVE_UP:
                 self.violations.append(f'{what}: no answer but 503 or errors for '
                                        f'{GIVE_UP} s')
@@ -358,6 +369,12 @@ class Client:
     def run(self):
         try:
             while not self.stop.is_set():
+                if self.held.is_set():
+                    while self.held.is_set() and not self.stop.is_set():
+                        self.idle.set()
+                        self.stop.wait(0.05)
+                    self.idle.clear()
+                    continue
                 if self.live and (self.rng.random() < 0.5 or len(self.live) > 1):
                     self.delete(next(iter(self.live)))
                     continue
@@ -371,6 +388,8 @@ class Client:
             pass
         except Exception as exc:  # noqa: BLE001 - reported as a violation
             self.violations.append(f'{self.name} died: {exc!r}')
+        finally:
+            self.idle.set()         # a client that ended holds nothing either
 
     def start(self):
         self.thread = threading.Thread(target=self.run, name=self.name, daemon=True)
@@ -380,6 +399,15 @@ class Client:
     def join(self):
         self.stop.set()
         self.thread.join()
+
+    def hold(self):
+        """Ask the client to wait after its current operation; ``idle`` says when
+        it does."""
+        self.held.set()
+
+    def resume(self):
+        self.idle.clear()
+        self.held.clear()
 
     def delete_all(self):
         for instance in list(self.live):

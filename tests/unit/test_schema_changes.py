@@ -34,11 +34,9 @@ MIGRATIONS = ROOT / 'steward' / 'db' / 'migrations'
 BASELINE = previous_release.SCHEMA
 
 # Raw SQL in a migration after the baseline: revision -> why old code is unaffected.
-RAW_SQL = {
-    '0008': 'MariaDB/MySQL only: the tables convert to the utf8mb4_bin collation; '
-            'no table, column, type or constraint changes, old code reads and writes '
-            'the same rows',
-}
+# (0008, MariaDB's utf8mb4_bin collation, had the only entry until the previous
+# release moved to it.)
+RAW_SQL = {}
 # Operations that are a contract step, never applied while old services run.
 CONTRACT_OPS = {'drop_column', 'drop_table', 'drop_index', 'drop_constraint',
                 'rename_table', 'create_unique_constraint', 'create_primary_key',
