@@ -133,34 +133,21 @@ def clear_fault(session, ctx, device):
     device.health_fault = None
 
 
-def without_read_at(devices):
-    """Report payloads (DriverDevice dicts) without their readings' times: what a
-    report's digest covers."""
-    out = []
-    for d in devices:
-        h = d.get('health') if isinstance(d, dict) else None
-        if isinstance(h, dict) and 'read_at' in h:
-            d = dict(d, health={k: v for k, v in h.items() if k != 'read_at'})
-        out.append(d)
-    return out
-
-
-def refresh_read_at(database, host, devices, refreshed):
+def refresh_read_at(database, host, newest, refreshed):
     """A report unchanged but for its readings' times: the readings still hold, read
-    again now. At most one UPDATE of the host's devices every [health]
-    read_at_refresh seconds: ``refreshed`` ({host: monotonic time of its last
-    refresh}, the Reporter's) lets a quiet host cost nothing in between."""
+    again now (``newest``: the newest reading time of the report, an ISO 8601
+    text, report_digest.newest_read_at; None: nothing to refresh). At most one
+    UPDATE of the host's devices every [health] read_at_refresh seconds:
+    ``refreshed`` ({host: monotonic time of its last refresh}, the Reporter's)
+    lets a quiet host cost nothing in between."""
+    if not newest:
+        return
     now = time.monotonic()
     last = refreshed.get(host)
     if last is not None and now - last < CONF.health.read_at_refresh:
         return
     refreshed[host] = now
-    times = [d['health']['read_at'] for d in devices
-             if isinstance(d, dict) and isinstance(d.get('health'), dict)
-             and d['health'].get('read_at')]
-    if not times:
-        return
-    newest = _read_at(health.Reading(read_at=max(times)))
+    newest = _read_at(health.Reading(read_at=newest))
     with database.writer() as s:
         device_db.devices_health_read(s, host, newest,
                                       CONF.health.read_at_refresh)

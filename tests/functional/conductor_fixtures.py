@@ -61,3 +61,8 @@ def deployable(database, name_like=None):
 
 def admin():
     return context.get_admin_context()
+
+
+def summary(result):
+    """A report's answer without the digest that acknowledges it."""
+    return {k: v for k, v in result.items() if k != 'digest'}

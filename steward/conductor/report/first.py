@@ -41,6 +41,7 @@ from steward.conductor import device_ops
 from steward.conductor import health_ops
 from steward.conductor.device_match import canonical, identity_of
 from steward.conductor.report import diff
+from steward.conductor.report import digests
 from steward.conductor.report import placement_sync
 from steward.db import devices as device_db
 from steward.db import discoveries
@@ -59,8 +60,9 @@ _PARALLEL = 8
 class Pending:
     """One report waiting for its batch; ``result`` None: go the usual way."""
 
-    def __init__(self, host, rp_name, devices):
+    def __init__(self, host, rp_name, devices, digest=None):
         self.host, self.rp_name, self.devices = host, rp_name, devices
+        self.digest = digest
         self.result = None
         self.done = threading.Event()
 
@@ -78,13 +80,14 @@ class FirstRegistrations:
         # rp_uuid -> batches writing it (rows committed, Placement not yet done).
         self._registering = collections.Counter()
 
-    def register(self, host, rp_name, devices):
+    def register(self, host, rp_name, devices, digest=None):
         """The result of ``devices`` (DriverDevices) registered as ``host``'s
         first report, or None when the caller must take the report the usual
-        way."""
+        way. ``digest``: the report's (steward/common/report_digest.py), stored
+        for the host once its rows and providers are in place."""
         if not devices or self.sync.placement is None:
             return None
-        item = Pending(host, rp_name, devices)
+        item = Pending(host, rp_name, devices, digest)
         self._start()
         self._queue.put(item)
         item.done.wait()
@@ -275,6 +278,15 @@ class FirstRegistrations:
                 err = failed[item.host][0]
                 item.result['error'] = {'code': getattr(err, 'code', 'placement'),
                                         'message': str(err)}
+        # Each host's report digest, in one statement for the batch: their next
+        # reports are quiet whichever conductor takes them.
+        done = {item.host: item.digest for item in items
+                if item.digest and 'error' not in item.result}
+        if done:
+            digests.store(self.database, done)
+            for item in items:
+                if item.host in done:
+                    item.result['digest'] = item.digest
 
 
 def _device_plan(host, rep):
