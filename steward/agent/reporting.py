@@ -28,6 +28,8 @@ class ReportSender:
         self.rp_name = rp_name
         # The digest of the last report a conductor acknowledged.
         self.acknowledged = None
+        # What was sent: digests alone, whole reports (tests, bench/fleet.py).
+        self.digests_sent = self.reports_sent = 0
 
     def send(self, ctx, devices):
         """``devices``: the cycle's DriverDevice dicts. Returns the conductor's
@@ -35,6 +37,7 @@ class ReportSender:
         digest = report_digest.digest(self.rp_name, devices)
         if digest == self.acknowledged and \
                 self.conductor.can_send_version(report_digest.CONDUCTOR_RPC_VERSION):
+            self.digests_sent += 1
             try:
                 result = self.conductor.report_unchanged(
                     ctx, self.host, self.rp_name, digest,
@@ -50,6 +53,7 @@ class ReportSender:
                 result = {'resend': True}
             if not result.get('resend'):
                 return result
+        self.reports_sent += 1
         result = self.conductor.report_data(ctx, self.host, self.rp_name, devices)
         self.acknowledged = digest if result.get('digest') == digest else None
         return result

@@ -24,6 +24,12 @@ def digests(session, hosts) -> dict:
         .where(_T.c.hostname.in_(list(hosts)), _T.c.digest.is_not(None))).all())
 
 
+def all_digests(session) -> dict:
+    """{host: its stored digest} of every host that has one."""
+    return dict(session.execute(sa.select(_T.c.hostname, _T.c.digest)
+                                .where(_T.c.digest.is_not(None))).all())
+
+
 def store(session, digests_by_host) -> None:
     """Set each host's digest (None: the next report goes through the diff): an
     UPDATE of the rows there, one INSERT for the others. A row another writer

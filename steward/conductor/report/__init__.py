@@ -35,8 +35,9 @@ class Reporter:
     def __init__(self, deps, create_compute_node=True):
         self.database = deps.database
         self.placement_sync = placement_sync.PlacementSync(deps, create_compute_node)
-        self.first = first.FirstRegistrations(deps.database, self.placement_sync)
         self.stored = digests.StoredDigests(deps.database)
+        self.first = first.FirstRegistrations(deps.database, self.placement_sync,
+                                              self.stored)
         # Hosts this conductor has written rows of: their reports skip the first
         # registration's batch (and its query) for good.
         self._known = set()
@@ -54,13 +55,21 @@ class Reporter:
 
     def unchanged(self, ctx, host, rp_name, digest, read_at=None):
         """RPC 1.3: the agent's report has ``digest``, the one a conductor last
-        answered it with. Quiet when the database holds it for the host; else
+        answered it with. Quiet when the database holds it for the host (as this
+        conductor's memory of the table has it: digests.StoredDigests); else
         ``{'resend': True}``: the agent sends the whole report."""
-        if not digest or self.stored.get(host) != digest:
+        if not digest:
             return {'resend': True}
+        if self.stored.cached(host) != digest:
+            if self.stored.get(host) != digest:
+                return {'resend': True}
+            self.stored.remember({host: digest})
         return self._quiet(host, digest, read_at)
 
     def report(self, ctx, host, rp_name, devices):
+        # A whole report (an agent of an earlier release, or a report that
+        # changed) is judged by the database itself, not this conductor's memory:
+        # another conductor may have taken a change of the host since.
         digest = report_digest.digest(rp_name, devices)
         stored = self.stored.get(host)
         if stored == digest:
@@ -84,7 +93,8 @@ class Reporter:
         # next cycle even though the report itself will not change: no digest.
         applied = writes is not None and not changes.deferred
         if applied or stored is not None:
-            digests.store(self.database, {host: digest if applied else None})
+            if digests.store(self.database, {host: digest if applied else None}):
+                self.stored.remember({host: digest if applied else None})
         result = {'changed': True, 'placement_writes': writes or 0}
         if applied:
             result['digest'] = digest
@@ -104,3 +114,4 @@ class Reporter:
         takes it."""
         with self.database.writer() as s:
             host_reports.clear(s, host)
+        self.stored.forget(host)

@@ -71,9 +71,11 @@ class FirstRegistrations:
     """The batches of one conductor's Reporter: ``database`` its Database,
     ``sync`` its placement_sync.PlacementSync."""
 
-    def __init__(self, database, sync):
+    def __init__(self, database, sync, stored=None):
         self.database = database
         self.sync = sync
+        # The conductor's digests.StoredDigests: told what the batches store.
+        self.stored = stored
         self._queue = queue.SimpleQueue()
         self._workers = []
         self._lock = threading.Lock()
@@ -283,7 +285,8 @@ class FirstRegistrations:
         done = {item.host: item.digest for item in items
                 if item.digest and 'error' not in item.result}
         if done:
-            digests.store(self.database, done)
+            if digests.store(self.database, done) and self.stored is not None:
+                self.stored.remember(done)
             for item in items:
                 if item.host in done:
                     item.result['digest'] = item.digest
