@@ -30,6 +30,7 @@ from steward.common import health
 from steward.common import states
 from steward.conf import CONF
 from steward.db import devices as device_db
+from steward.db import host_reports
 from steward.db import models as m
 from steward.db import query as db_query
 from steward.db import transitions
@@ -133,21 +134,27 @@ def clear_fault(session, ctx, device):
     device.health_fault = None
 
 
-def refresh_read_at(database, host, newest, refreshed):
+def reading_time(text):
+    """A report's newest reading time (report_digest.newest_read_at: ISO 8601
+    text, or None) as the database stores it; None when there is none."""
+    return _read_at(health.Reading(read_at=text)) if text else None
+
+
+def refresh_read_at(database, host, newest, written):
     """A report unchanged but for its readings' times: the readings still hold, read
-    again now (``newest``: the newest reading time of the report, an ISO 8601
-    text, report_digest.newest_read_at; None: nothing to refresh). At most one
-    UPDATE of the host's devices every [health] read_at_refresh seconds:
-    ``refreshed`` ({host: monotonic time of its last refresh}, the Reporter's)
-    lets a quiet host cost nothing in between."""
-    if not newest:
-        return
-    now = time.monotonic()
-    last = refreshed.get(host)
-    if last is not None and now - last < CONF.health.read_at_refresh:
-        return
-    refreshed[host] = now
-    newest = _read_at(health.Reading(read_at=newest))
+    again at ``newest`` (report_digest.newest_read_at; None: nothing to refresh).
+    ``written``: the newest reading time the host's devices hold, as the host's
+    report digest row has it (digests.StoredDigests). Written (the devices and
+    that row, one transaction) only once ``newest`` is [health] read_at_refresh
+    seconds past it, so a quiet host costs nothing in between, whichever
+    conductor takes its reports. Returns the time written, or None."""
+    newest = reading_time(newest)
+    if newest is None:
+        return None
+    if written is not None and \
+            (newest - written).total_seconds() < CONF.health.read_at_refresh:
+        return None
     with database.writer() as s:
-        device_db.devices_health_read(s, host, newest,
-                                      CONF.health.read_at_refresh)
+        device_db.devices_health_read(s, host, newest, CONF.health.read_at_refresh)
+        host_reports.health_read(s, host, newest)
+    return newest

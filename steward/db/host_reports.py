@@ -16,41 +16,50 @@ _T = m.HostReport.__table__
 
 
 def digests(session, hosts) -> dict:
-    """{host: its stored digest} of the hosts of ``hosts`` that have one."""
+    """{host: (its stored digest, the newest health reading time its devices
+    hold)} of the hosts of ``hosts`` that have a digest."""
     if not hosts:
         return {}
-    return dict(session.execute(
-        sa.select(_T.c.hostname, _T.c.digest)
-        .where(_T.c.hostname.in_(list(hosts)), _T.c.digest.is_not(None))).all())
+    return {h: (d, r) for h, d, r in session.execute(
+        sa.select(_T.c.hostname, _T.c.digest, _T.c.health_read_at)
+        .where(_T.c.hostname.in_(list(hosts)), _T.c.digest.is_not(None))).all()}
 
 
 def all_digests(session) -> dict:
-    """{host: its stored digest} of every host that has one."""
-    return dict(session.execute(sa.select(_T.c.hostname, _T.c.digest)
-                                .where(_T.c.digest.is_not(None))).all())
+    """{host: (digest, health reading time)} of every host that has a digest."""
+    return {h: (d, r) for h, d, r in session.execute(
+        sa.select(_T.c.hostname, _T.c.digest, _T.c.health_read_at)
+        .where(_T.c.digest.is_not(None))).all()}
 
 
-def store(session, digests_by_host) -> None:
-    """Set each host's digest (None: the next report goes through the diff): an
-    UPDATE of the rows there, one INSERT for the others. A row another writer
-    inserted meanwhile makes the INSERT fail: the caller's transaction is retried
-    (a report of the same host from two conductors at once) or the store is
-    skipped (the next report writes it)."""
-    if not digests_by_host:
+def store(session, entries) -> None:
+    """``entries``: {host: (digest, health reading time)}; a digest None: the
+    host's next report goes through the diff. An UPDATE of the rows there, one
+    INSERT for the others. A row another writer inserted meanwhile makes the
+    INSERT fail (the caller leaves it to the next report)."""
+    if not entries:
         return
     now = timeutils.utcnow()
-    hosts = list(digests_by_host)
+    hosts = list(entries)
     there = set(session.execute(sa.select(_T.c.hostname)
                                 .where(_T.c.hostname.in_(hosts))).scalars())
     if there:
         session.execute(
             _T.update().where(_T.c.hostname == sa.bindparam('h'))
-            .values(digest=sa.bindparam('d'), updated_at=now),
-            [{'h': h, 'd': digests_by_host[h]} for h in hosts if h in there])
-    new = [{'hostname': h, 'digest': digests_by_host[h], 'updated_at': now}
-           for h in hosts if h not in there]
+            .values(digest=sa.bindparam('d'), health_read_at=sa.bindparam('r'),
+                    updated_at=now),
+            [{'h': h, 'd': entries[h][0], 'r': entries[h][1]}
+             for h in hosts if h in there])
+    new = [{'hostname': h, 'digest': entries[h][0], 'health_read_at': entries[h][1],
+            'updated_at': now} for h in hosts if h not in there]
     if new:
         session.execute(_T.insert(), new)
+
+
+def health_read(session, host, read_at) -> None:
+    """The host's devices' readings were refreshed to ``read_at``."""
+    session.execute(_T.update().where(_T.c.hostname == host)
+                    .values(health_read_at=read_at, updated_at=timeutils.utcnow()))
 
 
 def clear(session, host=None) -> None:

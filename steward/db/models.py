@@ -310,6 +310,9 @@ class HostReport(Base):
 
     hostname = orm.mapped_column(sa.String(255), primary_key=True)
     digest = orm.mapped_column(sa.String(64))
+    # The newest health reading time the host's devices hold (written with the
+    # report, and by the refresh of quiet reports: health_ops.refresh_read_at).
+    health_read_at = orm.mapped_column(sa.DateTime)
     updated_at = orm.mapped_column(sa.DateTime, nullable=True)
 
 

@@ -41,14 +41,16 @@ class Reporter:
         # Hosts this conductor has written rows of: their reports skip the first
         # registration's batch (and its query) for good.
         self._known = set()
-        self._health_refreshed = {}     # {host: when its read_at was last written}
         self._lock = threading.Lock()
 
-    def _quiet(self, host, digest, newest_read_at):
+    def _quiet(self, host, entry, newest_read_at):
+        digest, written = entry
         # A health reading's time changes every cycle: it is no change (issue 38;
         # health_ops.refresh_read_at keeps "last read" current on quiet cycles).
-        health_ops.refresh_read_at(self.database, host, newest_read_at,
-                                   self._health_refreshed)
+        refreshed = health_ops.refresh_read_at(self.database, host, newest_read_at,
+                                               written)
+        if refreshed is not None:
+            self.stored.remember({host: (digest, refreshed)})
         with self._lock:
             self._known.add(host)
         return {'changed': False, 'placement_writes': 0, 'digest': digest}
@@ -60,23 +62,26 @@ class Reporter:
         ``{'resend': True}``: the agent sends the whole report."""
         if not digest:
             return {'resend': True}
-        if self.stored.cached(host) != digest:
-            if self.stored.get(host) != digest:
+        entry = self.stored.cached(host)
+        if entry is None or entry[0] != digest:
+            entry = self.stored.get(host)
+            if entry is None or entry[0] != digest:
                 return {'resend': True}
-            self.stored.remember({host: digest})
-        return self._quiet(host, digest, read_at)
+        return self._quiet(host, entry, read_at)
 
     def report(self, ctx, host, rp_name, devices):
         # A whole report (an agent of an earlier release, or a report that
         # changed) is judged by the database itself, not this conductor's memory:
         # another conductor may have taken a change of the host since.
         digest = report_digest.digest(rp_name, devices)
+        newest = report_digest.newest_read_at(devices)
         stored = self.stored.get(host)
-        if stored == digest:
-            return self._quiet(host, digest, report_digest.newest_read_at(devices))
+        if stored is not None and stored[0] == digest:
+            return self._quiet(host, stored, newest)
+        entry = (digest, health_ops.reading_time(newest))
         parsed = [objects.DriverDevice.from_dict(d) for d in devices]
         if host not in self._known and stored is None:
-            result = self.first.register(host, rp_name, parsed, digest)
+            result = self.first.register(host, rp_name, parsed, entry)
             if result is not None:
                 with self._lock:
                     self._known.add(host)
@@ -93,8 +98,9 @@ class Reporter:
         # next cycle even though the report itself will not change: no digest.
         applied = writes is not None and not changes.deferred
         if applied or stored is not None:
-            if digests.store(self.database, {host: digest if applied else None}):
-                self.stored.remember({host: digest if applied else None})
+            done = {host: entry if applied else (None, None)}
+            if digests.store(self.database, done):
+                self.stored.remember(done)
         result = {'changed': True, 'placement_writes': writes or 0}
         if applied:
             result['digest'] = digest

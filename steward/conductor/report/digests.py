@@ -52,22 +52,23 @@ class StoredDigests:
         self._refreshing = False
 
     def cached(self, host):
-        """The digest this conductor holds for ``host`` (None: not known here),
-        the whole table read again when the last read is ``refresh`` seconds
-        old."""
+        """(digest, health reading time) this conductor holds for ``host`` (None:
+        not known here), the whole table read again when the last read is
+        ``refresh`` seconds old."""
         now = time.monotonic()
         if self._refreshed is None or now - self._refreshed >= self.refresh:
             self._reload(now)
         return self._memory.get(host)
 
-    def remember(self, digests_by_host):
-        """What this conductor stored (or found stored): None forgets."""
+    def remember(self, entries):
+        """{host: (digest, health reading time)} this conductor stored or found
+        stored; None (or a digest None) forgets the host."""
         with self._lock:
-            for host, digest in digests_by_host.items():
-                if digest is None:
+            for host, entry in entries.items():
+                if entry is None or entry[0] is None:
                     self._memory.pop(host, None)
                 else:
-                    self._memory[host] = digest
+                    self._memory[host] = entry
 
     def forget(self, host=None):
         """``host``'s digest (every host's with None) is no longer known here."""
@@ -98,13 +99,15 @@ class StoredDigests:
                 self._refreshing = False
 
     def get(self, host):
-        """The digest stored for ``host``, or None."""
+        """(digest, health reading time) stored for ``host``, or None; remembered."""
         ask = _Ask(host)
         self._start()
         self._queue.put(ask)
         ask.done.wait()
         if ask.error is not None:
             raise ask.error
+        if ask.digest is not None:
+            self.remember({host: ask.digest})
         return ask.digest
 
     def _start(self):
@@ -138,15 +141,15 @@ class StoredDigests:
                     ask.done.set()
 
 
-def store(database, digests_by_host):
-    """Record the hosts' digests; a host's row inserted meanwhile by another
-    conductor (the same report taken twice) leaves it to the next report
-    (False)."""
+def store(database, entries):
+    """Record {host: (digest, health reading time)}; a host's row inserted
+    meanwhile by another conductor (the same report taken twice) leaves it to the
+    next report (False)."""
     try:
         with database.writer() as s:
-            host_reports.store(s, digests_by_host)
+            host_reports.store(s, entries)
         return True
     except db_exc.DBDuplicateEntry:
         LOG.info('Report digests of %s: written meanwhile by another conductor; '
-                 'the next report writes them', ', '.join(sorted(digests_by_host)))
+                 'the next report writes them', ', '.join(sorted(entries)))
         return False

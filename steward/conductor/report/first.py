@@ -62,6 +62,7 @@ class Pending:
 
     def __init__(self, host, rp_name, devices, digest=None):
         self.host, self.rp_name, self.devices = host, rp_name, devices
+        # (the report's digest, its newest health reading time) or None.
         self.digest = digest
         self.result = None
         self.done = threading.Event()
@@ -85,8 +86,9 @@ class FirstRegistrations:
     def register(self, host, rp_name, devices, digest=None):
         """The result of ``devices`` (DriverDevices) registered as ``host``'s
         first report, or None when the caller must take the report the usual
-        way. ``digest``: the report's (steward/common/report_digest.py), stored
-        for the host once its rows and providers are in place."""
+        way. ``digest``: (the report's digest, steward/common/report_digest.py,
+        its newest health reading time), stored for the host once its rows and
+        providers are in place."""
         if not devices or self.sync.placement is None:
             return None
         item = Pending(host, rp_name, devices, digest)
@@ -289,7 +291,7 @@ class FirstRegistrations:
                 self.stored.remember(done)
             for item in items:
                 if item.host in done:
-                    item.result['digest'] = item.digest
+                    item.result['digest'] = item.digest[0]
 
 
 def _device_plan(host, rep):

@@ -23,6 +23,7 @@ def upgrade():
         'host_reports',
         sa.Column('hostname', sa.String(length=255), nullable=False),
         sa.Column('digest', sa.String(length=64), nullable=True),
+        sa.Column('health_read_at', sa.DateTime(), nullable=True),
         sa.Column('updated_at', sa.DateTime(), nullable=True),
         sa.PrimaryKeyConstraint('hostname'),
         # MariaDB/MySQL: host names compared byte for byte, as 0008 made the
