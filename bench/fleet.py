@@ -43,6 +43,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -219,6 +220,8 @@ def main():
     parser.add_argument('--keep', action='store_true',
                         help='keep the logs (conductors, Placement) and print where')
     args = parser.parse_args()
+    # Stopped (SIGTERM): the broker, Placement and the conductors go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not rabbit.installed():
         sys.exit('rabbitmq-server is not installed (tools/system-packages.sh)')
     srv = pg.server()

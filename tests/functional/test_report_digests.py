@@ -130,6 +130,7 @@ def test_a_changed_report_after_quiet_ones_is_applied(
     assert agent.reports.reports_sent == before + 1
 
 
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
 def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
         transport, database, db, conf, placement):
     client, server = placement
