@@ -21,7 +21,6 @@ condition: a condition that came and went is still a device to look at.
 """
 import json
 import logging
-import time
 
 from oslo_utils import timeutils
 
