@@ -85,6 +85,12 @@ class Reporter:
             if result is not None:
                 with self._lock:
                     self._known.add(host)
+                if 'error' not in result and 'digest' not in result:
+                    # Nothing of it to write (every device Nova's, said once):
+                    # the same report again is quiet.
+                    if digests.store(self.database, {host: entry}):
+                        self.stored.remember({host: entry})
+                        result['digest'] = digest
                 return result
         # Per-report state: reports of several hosts run in parallel.
         state = placement_sync.SyncState()
