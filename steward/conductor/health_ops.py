@@ -64,6 +64,20 @@ def parse(payload, device_uuid=None):
         return None
 
 
+def columns_of_first(reading):
+    """The health columns of a device seen for the first time with ``reading``,
+    written with its row, when storing them is all ``apply`` would do (an ok
+    reading on a new device: no fault, no history note); else None: ``apply``
+    it once the row is there."""
+    if reading is None or reading.state != health.HEALTH_OK or reading.unhealthy():
+        return None
+    return {'health': reading.state,
+            'health_conditions': json.dumps(
+                [{'code': c.code, 'severity': c.severity, 'detail': c.detail}
+                 for c in reading.conditions], sort_keys=True),
+            'health_read_at': _read_at(reading)}
+
+
 def apply(session, ctx, device, reading, actor=None):
     """Store ``reading`` on ``device`` (an ORM row in ``session``'s transaction) and
     act on it. Returns True when it took the device out of service just now."""

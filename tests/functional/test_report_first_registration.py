@@ -92,6 +92,11 @@ def test_first_reports_together_write_what_the_usual_way_writes(
         with database.reader() as s:
             (device,) = device_db.device_list(s, {'hostname': host})
             assert device_db.device_handles_in_use(s, device.id) == 0
+            # The fake driver's ok reading, written with the row as
+            # health_ops.apply stores it.
+            assert (device.health, device.health_conditions, device.health_fault) == \
+                ('ok', '[]', None)
+            assert device.health_read_at is not None
 
     # Quiet next cycle: no request at all; after a restart of the conductor (no
     # memory of anything), reads only.

@@ -166,7 +166,12 @@ class FirstRegistrations:
         for item in items:
             for plan, rep in zip(plans[item.host], item.devices):
                 reading = health_ops.parse(getattr(rep, 'health', None), plan['uuid'])
-                if reading is not None:
+                columns = health_ops.columns_of_first(reading)
+                if columns is not None:
+                    # Written with the row (one INSERT for the batch), not read
+                    # back and updated.
+                    plan.update(columns)
+                elif reading is not None:
                     healths[plan['uuid']] = reading
         try:
             dep_ids = self._insert(plans, healths)
@@ -304,7 +309,10 @@ def _device_plan(host, rep):
               'vendor_board_info': rep.vendor_board_info, 'hostname': host,
               'identity': identity_of(rep), 'status': states.DEVICE_STATUS_ENABLED,
               'device_state': states.DEV_ERROR if excluded else states.DEV_AVAILABLE,
-              'last_error': f'excluded: {excluded}' if excluded else None}
+              'last_error': f'excluded: {excluded}' if excluded else None,
+              # Set from an ok reading (FirstRegistrations._write); the same keys
+              # in every record of the batch's INSERT.
+              'health': None, 'health_conditions': None, 'health_read_at': None}
     device['cpid'] = {'uuid': uuidutils.generate_uuid(),
                       'cpid_type': rep.controlpath_id.cpid_type,
                       'cpid_info': canonical(rep.controlpath_id.cpid_info)}
