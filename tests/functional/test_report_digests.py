@@ -135,21 +135,28 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
         transport, database, db, conf, placement):
     client, server = placement
     first = conductor_on(database, transport, client)
+    # Another conductor (its own Placement client, so that its requests are its
+    # own), whose memory of the digests table was read before the host
+    # registered: it learns the host's digest from the database when asked.
+    other_client = placement_fixture.client_and_server()[0]
+    other = conductor_on(database, transport, other_client)
+    assert other.reporter.stored.cached('no-such-host') is None
     host = placement_fixture.unique_name('digest')
     driver = TraitDriver(conf, host)
     agent = AgentManager(conf, ConductorAPI(first), host=host, drivers=[driver])
     agent.run_cycle()
+    assert other.reporter.stored.cached(host) is None
 
-    # Another conductor (started after the host registered; its own Placement
-    # client, so that its requests are its own): the digest alone is quiet.
-    other_client = placement_fixture.client_and_server()[0]
-    other = conductor_on(database, transport, other_client)
     agent.conductor = ConductorAPI(other)
     before = dict(other_client.stats)
+    whole = agent.reports.reports_sent
     with statements(database) as seen:
         assert cf.summary(agent.run_cycle()) == QUIET
     assert writes(seen) == []
     assert other_client.stats == before
+    # Taken as the digest alone: no resend asked.
+    assert agent.reports.reports_sent == whole
+    assert other.reporter.stored.cached(host) is not None
     # A whole report of the same devices (an agent of the previous release) too.
     devices = [d.to_dict() for d in driver.discover()]
     with statements(database) as seen:
