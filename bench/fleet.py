@@ -7,7 +7,16 @@ cluster, the real Placement and ``--conductors`` `steward conductor` processes
 then runs ``--agents`` simulated hosts in this process (bench/fleet_agent.py:
 each sends what a real agent with the fake driver sends, one device with 16
 attach handles, over the real broker; ``--real-agents``: real AgentManager
-objects instead). Prints:
+objects instead).
+
+``--compute-nodes nova`` (the default: doc/multihost.md's production topology
+runs beside Nova, whose nova-compute registers each host's compute-node
+provider): the bench creates every host's root provider beforehand through
+Placement's API, as Nova's resource tracker does (its VCPU, MEMORY_MB and
+DISK_GB inventory), untimed, and the conductors run with ``[placement]
+create_compute_node = false``. ``--compute-nodes steward``: a cloud without
+Nova; the conductors create the compute nodes themselves, one more Placement
+write per host inside the timed cycle. Prints:
 
 * the first registration cycle (every host's first report: devices written to
   PostgreSQL, compute node and device providers created in Placement), target
@@ -21,11 +30,12 @@ objects instead). Prints:
   (target under 1 GiB): what says which of them limits the fleet.
 
     .venv/bin/python bench/fleet.py [--agents 1000] [--conductors 1] [--quiet-cycles 3]
-        [--clients 32] [--profile DIR]
+        [--clients 32] [--compute-nodes nova|steward] [--profile DIR]
 
 ``--profile DIR``: py-spy (not a Steward dependency: ``pip install py-spy``)
-samples each conductor while it holds the GIL, during the first cycle and during
-the quiet ones; the raw stacks go to DIR (conductor-N-first.raw, -quiet.raw).
+samples each conductor while it holds the GIL, and Placement's workers, during
+the first cycle and during the quiet ones; the raw stacks go to DIR
+(conductor-N-first.raw, placement-N-first.raw, ...-quiet.raw).
 """
 import argparse
 import concurrent.futures
@@ -33,6 +43,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,6 +88,42 @@ def write_conf(path, sections):
             f.write(f'[{name}]\n' + ''.join(f'{k} = {v}\n' for k, v in values.items()))
 
 
+def nova_compute_nodes(url, hosts, threads=8):
+    """Each host's compute-node provider, registered as nova-compute's resource
+    tracker registers it (a provider named after the host, with a uuid of its own,
+    and its VCPU, MEMORY_MB and DISK_GB inventory), through Placement's API."""
+    import uuid
+
+    import httpx
+
+    def register(chunk):
+        with httpx.Client(base_url=url, trust_env=False, timeout=60, headers={
+                'X-Auth-Token': 'admin',
+                'OpenStack-API-Version': 'placement 1.39'}) as s:
+            for host in chunk:
+                rp = str(uuid.uuid4())
+                r = s.post('/resource_providers', json={'name': host, 'uuid': rp})
+                if r.status_code not in (200, 201):
+                    raise RuntimeError(f'compute node {host}: {r.status_code} {r.text}')
+                r = s.put(f'/resource_providers/{rp}/inventories', json={
+                    'resource_provider_generation': 0, 'inventories': {
+                        'VCPU': {'total': 64, 'allocation_ratio': 4.0},
+                        'MEMORY_MB': {'total': 262144},
+                        'DISK_GB': {'total': 2048}}})
+                if r.status_code != 200:
+                    raise RuntimeError(f'compute node {host}: {r.status_code} {r.text}')
+
+    chunks = [hosts[i::threads] for i in range(threads)]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(register, chunks))
+
+
+def sent(agents):
+    """(digests sent alone, whole reports sent) by all the agents so far."""
+    return (sum(a.reports.digests_sent for a in agents),
+            sum(a.reports.reports_sent for a in agents))
+
+
 def run_cycle(agents, clients):
     """One report of every agent, ``clients`` at a time. Returns (seconds, Placement
     writes the conductors reported, reports that changed, errors reported)."""
@@ -118,17 +165,29 @@ def print_cpu(label, per_report):
           f'; all {sum(per_report.values()):.2f}')
 
 
-def start_profiles(conductors, out_dir, phase):
+def children(pid):
+    try:
+        with open(f'/proc/{pid}/task/{pid}/children') as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def start_profiles(conductors, placement, out_dir, phase):
     if not out_dir:
         return []
     os.makedirs(out_dir, exist_ok=True)
     spy = os.path.join(BIN, 'py-spy')
-    return [subprocess.Popen([spy, 'record', '--gil', '--nonblocking', '-r', '100',
-                              '-f', 'raw', '-o',
-                              os.path.join(out_dir, f'conductor-{i + 1}-{phase}.raw'),
-                              '-p', str(c.pid)],
+    targets = [(f'conductor-{i + 1}', c.pid, True) for i, c in enumerate(conductors)]
+    # Placement's workers (forked from its supervisor): their CPU, not only the GIL.
+    targets += [(f'placement-{i + 1}', pid, False)
+                for i, pid in enumerate(children(placement.pid))]
+    return [subprocess.Popen([spy, 'record'] + (['--gil'] if gil else []) +
+                             ['--nonblocking', '-r', '100', '-f', 'raw', '-o',
+                              os.path.join(out_dir, f'{name}-{phase}.raw'),
+                              '-p', str(pid)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for i, c in enumerate(conductors)]
+            for name, pid, gil in targets]
 
 
 def stop_profiles(spies):
@@ -148,6 +207,10 @@ def main():
                              'report that changed anything (several conductors)')
     parser.add_argument('--clients', type=int, default=32,
                         help='agents reporting at the same moment')
+    parser.add_argument('--compute-nodes', choices=('nova', 'steward'), default='nova',
+                        help='who creates each host\'s compute-node provider: Nova '
+                             '(beforehand, untimed, as in doc/multihost.md\'s '
+                             'topology) or the conductors (a cloud without Nova)')
     parser.add_argument('--real-agents', action='store_true',
                         help='real AgentManager objects (a discovery per report)')
     parser.add_argument('--conf', action='append', default=[], metavar='SECTION.KEY=VALUE',
@@ -157,6 +220,8 @@ def main():
     parser.add_argument('--keep', action='store_true',
                         help='keep the logs (conductors, Placement) and print where')
     args = parser.parse_args()
+    # Stopped (SIGTERM): the broker, Placement and the conductors go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not rabbit.installed():
         sys.exit('rabbitmq-server is not installed (tools/system-packages.sh)')
     srv = pg.server()
@@ -187,7 +252,9 @@ def main():
                 # service user (POST /reshaper needs it; the trial admin token of
                 # doc/multihost.md has only admin, and gets a PUT per provider).
                 'placement': {'embedded': 'true', 'embedded_host': '127.0.0.1',
-                              'embedded_port': placement_port}}
+                              'embedded_port': placement_port,
+                              'create_compute_node':
+                                  str(args.compute_nodes == 'steward').lower()}}
             for option in args.conf:
                 name, _, value = option.partition('=')
                 section, _, key = name.rpartition('.')
@@ -221,6 +288,10 @@ def main():
         # Registered with the transport; read at each call.
         CONF.set_override('rpc_response_timeout', 600)
         hosts = [f'fleet-{i:05d}' for i in range(args.agents)]
+        if args.compute_nodes == 'nova':
+            started = time.monotonic()
+            nova_compute_nodes(placement.url, hosts)
+            nova_seconds = time.monotonic() - started
         if args.real_agents:
             agents = [agent_manager.AgentManager(
                 CONF, conductor_api, host=h, drivers=[fake.FakeDriver(CONF, h)])
@@ -237,8 +308,15 @@ def main():
               f'RabbitMQ, PostgreSQL {os.path.basename(srv.bindir.rstrip("/bin"))}, '
               f'{args.clients} agents reporting at once'
               + (f'; conductor options {" ".join(args.conf)}' if args.conf else ''))
+        if args.compute_nodes == 'nova':
+            print(f'compute nodes: created beforehand as Nova creates them (untimed, '
+                  f'{nova_seconds:.1f} s); conductors with [placement] '
+                  f'create_compute_node = false (the production topology)')
+        else:
+            print('compute nodes: created by the conductors in the first cycle '
+                  '([placement] create_compute_node = true: a cloud without Nova)')
         probes = Probes(conductors, placement, srv, broker)
-        spies = start_profiles(conductors, args.profile, 'first')
+        spies = start_profiles(conductors, placement, args.profile, 'first')
         cpu0, writes0 = probes.read(), placement_requests(placement_log)
         reads0 = placement_requests(placement_log, READ)
         elapsed, reported, changed, errors = run_cycle(agents, args.clients)
@@ -270,7 +348,8 @@ def main():
                   f'{args.agents} reports reached a conductor that had not seen their '
                   f'host\'s report: {reads1 - reads0} Placement reads, conductor CPU '
                   f'{spent:.1f} s for the whole cycle')
-        spies = start_profiles(conductors, args.profile, 'quiet')
+        spies = start_profiles(conductors, placement, args.profile, 'quiet')
+        sent0 = sent(agents)
         cpu0, writes0 = probes.read(), placement_requests(placement_log)
         walls, reported_total, changed_total = [], 0, 0
         for _ in range(args.quiet_cycles):
@@ -282,8 +361,11 @@ def main():
         stop_profiles(spies)
         reports = args.agents * args.quiet_cycles
         quiet = Probes.per_report(cpu0, cpu1, reports)
+        digests, whole = (b - a for a, b in zip(sent0, sent(agents)))
         print(f'quiet cycles: {args.quiet_cycles} x {args.agents} reports, '
-              f'{sum(walls) / len(walls):.2f} s wall per cycle')
+              f'{sum(walls) / len(walls):.2f} s wall per cycle; the agents sent '
+              f'{digests} digests alone (RPC 1.3 report_unchanged) and {whole} whole '
+              f'reports')
         for name, v in quiet.items():
             if name.startswith('conductor'):
                 print(f'  {name} CPU per quiet report: {v * args.conductors:.3f} ms '

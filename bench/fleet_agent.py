@@ -5,11 +5,14 @@ Ten thousand real ``AgentManager`` objects in one benchmark process cost a
 discovery (the fake driver's objects built and turned into dicts) per report,
 on the same two cores the conductor is measured on. A ``SimAgent`` runs its
 driver's discovery once and then sends that report each cycle through the same
-``ConductorAPI`` a real agent uses: the same call (``report_data``), the same
-arguments and the same kind of context (a fresh admin context with its own
-request id). tests/unit/test_fleet_agent.py compares the two messages as the
-conductor receives them.
+``ConductorAPI`` a real agent uses, through the real agent's
+``ReportSender`` (steward/agent/reporting.py): the same calls (``report_data``,
+and ``report_unchanged`` with the digest once a conductor acknowledged the
+report), the same arguments and the same kind of context (a fresh admin context
+with its own request id). tests/unit/test_fleet_agent.py compares the messages
+as the conductor receives them.
 """
+from steward.agent import reporting
 from steward.common import context
 
 
@@ -28,9 +31,10 @@ class SimAgent:
                 dev.driver_name = dev.driver_name or driver.name
                 devices.append(dev.to_dict())
         self.devices = devices
+        self.reports = reporting.ReportSender(conductor_api, host, self.rp_name)
 
     def run_cycle(self):
         """One report, as AgentManager.run_cycle sends it; the conductor's answer."""
         ctx = context.get_admin_context()
         ctx.update_store()
-        return self.conductor.report_data(ctx, self.host, self.rp_name, self.devices)
+        return self.reports.send(ctx, self.devices)

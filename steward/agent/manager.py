@@ -7,6 +7,7 @@ import oslo_messaging as messaging
 
 from steward.agent import cleanup
 from steward.agent import drivers as driver_loader
+from steward.agent import reporting
 from steward.agent import rpcapi
 from steward.common import context
 from steward.common import exception
@@ -28,6 +29,7 @@ class AgentManager:
         self.rp_name = (conf.agent.resource_provider_name
                         or conf.placement.compute_node_name or self.host)
         self.conductor = conductor_api
+        self.reports = reporting.ReportSender(conductor_api, self.host, self.rp_name)
         self.drivers = drivers if drivers is not None else driver_loader.load(
             conf.agent.enabled_drivers, conf, self.host)
         self._thread = None     # the discovery Ticker
@@ -107,8 +109,8 @@ class AgentManager:
         devices = self.discover()
         ctx = context.get_admin_context()
         ctx.update_store()      # this cycle's request id on its log lines
-        result = self.conductor.report_data(ctx, self.host, self.rp_name,
-                                            [d.to_dict() for d in devices])
+        self.reports.conductor = self.conductor     # a test may have replaced it
+        result = self.reports.send(ctx, [d.to_dict() for d in devices])
         if result.get('error'):
             LOG.error('The conductor could not register this host\'s devices in '
                       'Placement: %s (%s)', result['error']['message'],

@@ -21,7 +21,6 @@ condition: a condition that came and went is still a device to look at.
 """
 import json
 import logging
-import time
 
 from oslo_utils import timeutils
 
@@ -30,6 +29,7 @@ from steward.common import health
 from steward.common import states
 from steward.conf import CONF
 from steward.db import devices as device_db
+from steward.db import host_reports
 from steward.db import models as m
 from steward.db import query as db_query
 from steward.db import transitions
@@ -62,6 +62,20 @@ def parse(payload, device_uuid=None):
     except (ValueError, KeyError, TypeError) as err:
         LOG.warning('device %s: health reading ignored: %s', device_uuid, err)
         return None
+
+
+def columns_of_first(reading):
+    """The health columns of a device seen for the first time with ``reading``,
+    written with its row, when storing them is all ``apply`` would do (an ok
+    reading on a new device: no fault, no history note); else None: ``apply``
+    it once the row is there."""
+    if reading is None or reading.state != health.HEALTH_OK or reading.unhealthy():
+        return None
+    return {'health': reading.state,
+            'health_conditions': json.dumps(
+                [{'code': c.code, 'severity': c.severity, 'detail': c.detail}
+                 for c in reading.conditions], sort_keys=True),
+            'health_read_at': _read_at(reading)}
 
 
 def apply(session, ctx, device, reading, actor=None):
@@ -133,34 +147,27 @@ def clear_fault(session, ctx, device):
     device.health_fault = None
 
 
-def without_read_at(devices):
-    """Report payloads (DriverDevice dicts) without their readings' times: what a
-    report's digest covers."""
-    out = []
-    for d in devices:
-        h = d.get('health') if isinstance(d, dict) else None
-        if isinstance(h, dict) and 'read_at' in h:
-            d = dict(d, health={k: v for k, v in h.items() if k != 'read_at'})
-        out.append(d)
-    return out
+def reading_time(text):
+    """A report's newest reading time (report_digest.newest_read_at: ISO 8601
+    text, or None) as the database stores it; None when there is none."""
+    return _read_at(health.Reading(read_at=text)) if text else None
 
 
-def refresh_read_at(database, host, devices, refreshed):
+def refresh_read_at(database, host, newest, written):
     """A report unchanged but for its readings' times: the readings still hold, read
-    again now. At most one UPDATE of the host's devices every [health]
-    read_at_refresh seconds: ``refreshed`` ({host: monotonic time of its last
-    refresh}, the Reporter's) lets a quiet host cost nothing in between."""
-    now = time.monotonic()
-    last = refreshed.get(host)
-    if last is not None and now - last < CONF.health.read_at_refresh:
-        return
-    refreshed[host] = now
-    times = [d['health']['read_at'] for d in devices
-             if isinstance(d, dict) and isinstance(d.get('health'), dict)
-             and d['health'].get('read_at')]
-    if not times:
-        return
-    newest = _read_at(health.Reading(read_at=max(times)))
+    again at ``newest`` (report_digest.newest_read_at; None: nothing to refresh).
+    ``written``: the newest reading time the host's devices hold, as the host's
+    report digest row has it (digests.StoredDigests). Written (the devices and
+    that row, one transaction) only once ``newest`` is [health] read_at_refresh
+    seconds past it, so a quiet host costs nothing in between, whichever
+    conductor takes its reports. Returns the time written, or None."""
+    newest = reading_time(newest)
+    if newest is None:
+        return None
+    if written is not None and \
+            (newest - written).total_seconds() < CONF.health.read_at_refresh:
+        return None
     with database.writer() as s:
-        device_db.devices_health_read(s, host, newest,
-                                      CONF.health.read_at_refresh)
+        device_db.devices_health_read(s, host, newest, CONF.health.read_at_refresh)
+        host_reports.health_read(s, host, newest)
+    return newest

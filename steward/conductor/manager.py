@@ -119,6 +119,11 @@ class ConductorManager:
     def report_data(self, ctx, host, rp_name, devices):
         return self.reporter.report(ctx, host, rp_name, devices)
 
+    @expected(*ROUTINE)
+    def report_unchanged(self, ctx, host, rp_name, digest, read_at=None):
+        """1.3: an agent's report the same as the one a conductor last answered."""
+        return self.reporter.unchanged(ctx, host, rp_name, digest, read_at)
+
     # -- API -----------------------------------------------------------------------
     @expected(*ROUTINE)
     def arq_create(self, ctx, device_profile_name, project_id):

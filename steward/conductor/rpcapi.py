@@ -16,6 +16,10 @@ History of the conductor RPC API:
           operations itself (arq_service.ARQService) hands a released device's
           cleanup to a conductor with it; arq_create, arq_bind, arq_unbind and
           arq_delete stay for APIs of earlier releases and capped ones.
+    1.3 - report_unchanged. An agent whose report has the digest a conductor
+          last answered it with sends only the digest; ``{'resend': True}``
+          asks it for the whole report (report_data, which stays for agents of
+          earlier releases and capped ones).
 """
 import logging
 
@@ -23,14 +27,17 @@ import futurist
 import oslo_messaging as messaging
 
 from steward.common import exception
+from steward.common import report_digest
 from steward.common import rpc
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
-RPC_API_VERSION = '1.2'
+RPC_API_VERSION = '1.3'
 # What an API process needs of the conductors to run the ARQ operations itself.
 LOCAL_ARQS_VERSION = '1.2'
+# What an agent needs of the conductors to send only its report's digest.
+REPORT_DIGEST_VERSION = report_digest.CONDUCTOR_RPC_VERSION
 # Clients are built at the oldest version: each 1.1 method asks for 1.1 itself, so a
 # rolling upgrade's [upgrade_levels] conductor = 1.0 still lets 1.0 calls through.
 BASE_VERSION = '1.0'
@@ -97,6 +104,13 @@ class ConductorAPI:
         """devices: list of DriverDevice dicts. Returns a summary dict."""
         return self._call(ctx, 'report_data', host=host, rp_name=rp_name,
                           devices=devices)
+
+    def report_unchanged(self, ctx, host, rp_name, digest, read_at=None):
+        """1.3: the report of ``host`` has ``digest``, the one a conductor last
+        answered a report of it with; ``read_at``: the newest time of its health
+        readings. Returns the summary, or ``{'resend': True}``: send report_data."""
+        return self._call(ctx, 'report_unchanged', version=REPORT_DIGEST_VERSION,
+                          host=host, rp_name=rp_name, digest=digest, read_at=read_at)
 
     def arq_create(self, ctx, device_profile_name, project_id):
         return self._call(ctx, 'arq_create', device_profile_name=device_profile_name,

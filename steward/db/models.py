@@ -299,5 +299,22 @@ class DeviceHistory(Base):
     actor = orm.mapped_column(sa.String(255))
 
 
+class HostReport(Base):
+    """The digest (steward/common/report_digest.py) of the last report of a host
+    whose rows and Placement providers are in place (migration 0010): any
+    conductor that receives the same report again, or only its digest (RPC 1.3
+    ``report_unchanged``), has nothing to do. NULL (or no row): the next report
+    goes through the diff. One row per host that has reported."""
+    __tablename__ = 'host_reports'
+    __table_args__ = {'mysql_charset': 'utf8mb4', 'mysql_collate': 'utf8mb4_bin'}
+
+    hostname = orm.mapped_column(sa.String(255), primary_key=True)
+    digest = orm.mapped_column(sa.String(64))
+    # The newest health reading time the host's devices hold (written with the
+    # report, and by the refresh of quiet reports: health_ops.refresh_read_at).
+    health_read_at = orm.mapped_column(sa.DateTime)
+    updated_at = orm.mapped_column(sa.DateTime, nullable=True)
+
+
 # transitions.advance() records every device transition here.
 Device.__history__ = DeviceHistory

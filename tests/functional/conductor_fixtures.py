@@ -73,3 +73,8 @@ def lock_waits(database):
             sql = "SELECT count(*) FROM information_schema.INNODB_TRX " \
                   "WHERE trx_state = 'LOCK WAIT'"
         return conn.exec_driver_sql(sql).scalar()
+
+
+def summary(result):
+    """A report's answer without the digest that acknowledges it."""
+    return {k: v for k, v in result.items() if k != 'digest'}

@@ -7,8 +7,11 @@ dispatcher hands them over."""
 import threading
 import uuid
 
+import oslo_messaging as messaging
+
 from bench import fleet_agent
 from steward.agent import manager as agent_manager
+from steward.common import report_digest
 from steward.common import rpc
 from steward.conductor import rpcapi
 from steward.conf import CONF
@@ -18,17 +21,25 @@ ANSWER = {'changed': False, 'placement_writes': 0}
 
 
 class Recorder:
-    """The conductor's report_data endpoint, keeping what it was sent."""
+    """The conductor's report endpoints, keeping what they were sent: a report
+    is acknowledged with its digest, as a conductor does once it is applied."""
+    target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
     def __init__(self):
         self.received = []
         self.arrived = threading.Event()
 
     def report_data(self, ctx, host, rp_name, devices):
-        self.received.append((ctx.to_dict(), {'host': host, 'rp_name': rp_name,
-                                              'devices': devices}))
+        self.received.append((ctx.to_dict(), {'method': 'report_data', 'host': host,
+                                              'rp_name': rp_name, 'devices': devices}))
         self.arrived.set()
-        return dict(ANSWER)
+        return dict(ANSWER, digest=report_digest.digest(rp_name, devices))
+
+    def report_unchanged(self, ctx, host, rp_name, digest, read_at=None):
+        self.received.append((ctx.to_dict(), {'method': 'report_unchanged',
+                                              'host': host, 'rp_name': rp_name,
+                                              'digest': digest, 'read_at': read_at}))
+        return dict(ANSWER, digest=digest)
 
 
 def test_a_simulated_host_sends_what_a_real_agent_sends():
@@ -45,8 +56,8 @@ def test_a_simulated_host_sends_what_a_real_agent_sends():
         real = agent_manager.AgentManager(CONF, api, host=host,
                                           drivers=[fake.FakeDriver(CONF, host)])
         sim = fleet_agent.SimAgent(api, host, [fake.FakeDriver(CONF, host)])
-        assert real.run_cycle() == ANSWER
-        assert sim.run_cycle() == sim.run_cycle() == ANSWER
+        assert cf_summary(real.run_cycle()) == cf_summary(real.run_cycle()) == ANSWER
+        assert cf_summary(sim.run_cycle()) == cf_summary(sim.run_cycle()) == ANSWER
         assert real.rp_name == sim.rp_name
     finally:
         rpc.stop_server(server)
@@ -54,14 +65,30 @@ def test_a_simulated_host_sends_what_a_real_agent_sends():
         CONF.clear_override('transport_url')
         CONF.clear_override('rpc_topic_conductor')
 
-    (real_ctx, real_args), (sim_ctx, sim_args), (again_ctx, again_args) = \
-        recorder.received
-    assert sim_args == real_args == again_args
+    # Each sends its whole report first, then (acknowledged) only its digest.
+    (real_ctx, real_args), (real_ctx2, real_args2), (sim_ctx, sim_args), \
+        (again_ctx, again_args) = recorder.received
+    # The health readings' times are the moment each discovery ran.
+    for args in (real_args, sim_args):
+        args['devices'] = report_digest.without_read_at(args['devices'])
+    for args in (real_args2, again_args):
+        assert args.pop('read_at')
+    assert sim_args == real_args
+    assert real_args['method'] == 'report_data'
+    assert again_args == real_args2
+    assert real_args2 == {'method': 'report_unchanged', 'host': host,
+                          'rp_name': host,
+                          'digest': report_digest.digest(host, real_args['devices'])}
     assert real_args['devices'], 'the fake driver reports one device'
     # Each report has its own request id, as each cycle of a real agent does;
     # every other field of the context is the same.
-    ids = {c.pop('request_id') for c in (real_ctx, sim_ctx, again_ctx)}
-    assert len(ids) == 3
-    for c in (real_ctx, sim_ctx, again_ctx):
+    contexts = (real_ctx, real_ctx2, sim_ctx, again_ctx)
+    ids = {c.pop('request_id') for c in contexts}
+    assert len(ids) == 4
+    for c in contexts:
         c.pop('global_request_id', None)
-    assert sim_ctx == real_ctx == again_ctx
+    assert sim_ctx == real_ctx == again_ctx == real_ctx2
+
+
+def cf_summary(result):
+    return {k: v for k, v in result.items() if k != 'digest'}

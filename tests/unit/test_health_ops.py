@@ -6,6 +6,7 @@ import pytest
 from steward.common import context
 from steward.common import exception
 from steward.common import health
+from steward.common import report_digest
 from steward.common import states
 from steward.conductor import health_ops
 from steward.conductor import reservation
@@ -97,6 +98,10 @@ def test_the_digest_ignores_only_the_time():
     a = [{'uuid': 1, 'health': {'state': 'ok', 'read_at': 't1', 'conditions': []}}]
     b = [{'uuid': 1, 'health': {'state': 'ok', 'read_at': 't2', 'conditions': []}}]
     c = [{'uuid': 1, 'health': {'state': 'warning', 'read_at': 't2', 'conditions': []}}]
-    assert health_ops.without_read_at(a) == health_ops.without_read_at(b)
-    assert health_ops.without_read_at(a) != health_ops.without_read_at(c)
+    assert report_digest.without_read_at(a) == report_digest.without_read_at(b)
+    assert report_digest.without_read_at(a) != report_digest.without_read_at(c)
+    assert report_digest.digest('h', a) == report_digest.digest('h', b)
+    assert report_digest.digest('h', a) != report_digest.digest('h', c)
+    assert report_digest.digest('h', a) != report_digest.digest('other', a)
+    assert report_digest.newest_read_at(a + b) == 't2'
     assert a[0]['health']['read_at'] == 't1'            # the payload is not changed

@@ -41,6 +41,7 @@ from steward.conductor import device_ops
 from steward.conductor import health_ops
 from steward.conductor.device_match import canonical, identity_of
 from steward.conductor.report import diff
+from steward.conductor.report import digests
 from steward.conductor.report import placement_sync
 from steward.db import devices as device_db
 from steward.db import discoveries
@@ -59,8 +60,10 @@ _PARALLEL = 8
 class Pending:
     """One report waiting for its batch; ``result`` None: go the usual way."""
 
-    def __init__(self, host, rp_name, devices):
+    def __init__(self, host, rp_name, devices, digest=None):
         self.host, self.rp_name, self.devices = host, rp_name, devices
+        # (the report's digest, its newest health reading time) or None.
+        self.digest = digest
         self.result = None
         self.done = threading.Event()
 
@@ -69,22 +72,26 @@ class FirstRegistrations:
     """The batches of one conductor's Reporter: ``database`` its Database,
     ``sync`` its placement_sync.PlacementSync."""
 
-    def __init__(self, database, sync):
+    def __init__(self, database, sync, stored=None):
         self.database = database
         self.sync = sync
+        # The conductor's digests.StoredDigests: told what the batches store.
+        self.stored = stored
         self._queue = queue.SimpleQueue()
         self._workers = []
         self._lock = threading.Lock()
         # rp_uuid -> batches writing it (rows committed, Placement not yet done).
         self._registering = collections.Counter()
 
-    def register(self, host, rp_name, devices):
+    def register(self, host, rp_name, devices, digest=None):
         """The result of ``devices`` (DriverDevices) registered as ``host``'s
         first report, or None when the caller must take the report the usual
-        way."""
+        way. ``digest``: (the report's digest, steward/common/report_digest.py,
+        its newest health reading time), stored for the host once its rows and
+        providers are in place."""
         if not devices or self.sync.placement is None:
             return None
-        item = Pending(host, rp_name, devices)
+        item = Pending(host, rp_name, devices, digest)
         self._start()
         self._queue.put(item)
         item.done.wait()
@@ -159,7 +166,12 @@ class FirstRegistrations:
         for item in items:
             for plan, rep in zip(plans[item.host], item.devices):
                 reading = health_ops.parse(getattr(rep, 'health', None), plan['uuid'])
-                if reading is not None:
+                columns = health_ops.columns_of_first(reading)
+                if columns is not None:
+                    # Written with the row (one INSERT for the batch), not read
+                    # back and updated.
+                    plan.update(columns)
+                elif reading is not None:
                     healths[plan['uuid']] = reading
         try:
             dep_ids = self._insert(plans, healths)
@@ -275,6 +287,16 @@ class FirstRegistrations:
                 err = failed[item.host][0]
                 item.result['error'] = {'code': getattr(err, 'code', 'placement'),
                                         'message': str(err)}
+        # Each host's report digest, in one statement for the batch: their next
+        # reports are quiet whichever conductor takes them.
+        done = {item.host: item.digest for item in items
+                if item.digest and 'error' not in item.result}
+        if done:
+            if digests.store(self.database, done) and self.stored is not None:
+                self.stored.remember(done)
+            for item in items:
+                if item.host in done:
+                    item.result['digest'] = item.digest[0]
 
 
 def _device_plan(host, rep):
@@ -287,7 +309,10 @@ def _device_plan(host, rep):
               'vendor_board_info': rep.vendor_board_info, 'hostname': host,
               'identity': identity_of(rep), 'status': states.DEVICE_STATUS_ENABLED,
               'device_state': states.DEV_ERROR if excluded else states.DEV_AVAILABLE,
-              'last_error': f'excluded: {excluded}' if excluded else None}
+              'last_error': f'excluded: {excluded}' if excluded else None,
+              # Set from an ok reading (FirstRegistrations._write); the same keys
+              # in every record of the batch's INSERT.
+              'health': None, 'health_conditions': None, 'health_read_at': None}
     device['cpid'] = {'uuid': uuidutils.generate_uuid(),
                       'cpid_type': rep.controlpath_id.cpid_type,
                       'cpid_info': canonical(rep.controlpath_id.cpid_info)}

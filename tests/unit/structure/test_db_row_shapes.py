@@ -25,7 +25,8 @@ from steward.db import transitions
 
 DB = pathlib.Path(importlib.import_module('steward.db').__file__).parent
 RESOURCES = ('arqs', 'attach_handles', 'attributes', 'deployables', 'device_history',
-             'device_profiles', 'devices', 'discoveries', 'erase_records')
+             'device_profiles', 'devices', 'discoveries', 'erase_records',
+             'host_reports')
 # Not resources: the machinery every resource module shares.
 SHARED = {'__init__', 'models', 'session', 'sqlite', 'retry', 'migration',
           'data_migrations', 'transitions', 'perf', 'query'}

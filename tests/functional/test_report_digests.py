@@ -1,0 +1,237 @@
+"""Quiet reports judged by the digest stored in the database (issue 36): an agent
+whose report is the one a conductor acknowledged sends only the digest (conductor
+RPC 1.3 ``report_unchanged``); any conductor takes it without a statement
+written or a Placement request, a changed report is still applied in full, a
+conductor that never saw the host judges it by the database, and an agent of
+the previous release (or one capped by ``[upgrade_levels] conductor``) is served
+with whole reports."""
+import contextlib
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from steward.agent.manager import AgentManager
+from steward.common import report_digest
+from steward.common import rpc
+from steward.conductor import rpcapi
+from steward.conductor.manager import ConductorManager
+from steward.conductor.rpcapi import ConductorAPI
+from steward.conf import CONF
+from steward.db import attributes as attribute_db
+from steward.drivers import fake
+from steward.drivers import objects
+from tests.fixtures import placement_fixture
+from tests.functional import conductor_fixtures as cf
+
+QUIET = {'changed': False, 'placement_writes': 0}
+
+
+class TraitDriver(fake.FakeDriver):
+    """The fake driver, with a trait the test changes between cycles."""
+    trait = 'CUSTOM_FAKE_DEVICE'
+
+    def discover(self):
+        devices = super().discover()
+        for dev in devices:
+            for dep in dev.deployable_list:
+                dep.attribute_list = [a if a.key != 'trait0' else
+                                      objects.DriverAttribute('trait0', self.trait)
+                                      for a in dep.attribute_list]
+        return devices
+
+
+@pytest.fixture
+def placement():
+    return placement_fixture.client_and_server()
+
+
+@contextlib.contextmanager
+def statements(database):
+    """The SQL statements run on ``database`` meanwhile (a list, filled in)."""
+    seen = []
+
+    def record(conn, cursor, statement, *args):
+        seen.append(statement.split(None, 1)[0].upper())
+
+    sa.event.listen(database.engine, 'before_cursor_execute', record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(database.engine, 'before_cursor_execute', record)
+
+
+def writes(seen):
+    return [s for s in seen if s in ('INSERT', 'UPDATE', 'DELETE')]
+
+
+def conductor_on(database, transport, client):
+    conductor = ConductorManager(cf.deps(database, transport, client))
+    conductor.init_host()
+    return conductor
+
+
+def traits_of(database, host):
+    with database.reader() as s:
+        dep = cf.deployable(database, host)
+        return {a.value for a in attribute_db.attributes_by_deployable(s, [dep.id])[dep.id]
+                if a.key.startswith('trait')}
+
+
+def test_a_quiet_report_is_its_digest_alone_and_writes_nothing(
+        transport, database, db, conf, placement):
+    client, _server = placement
+    conductor = conductor_on(database, transport, client)
+    host = placement_fixture.unique_name('digest')
+    agent = AgentManager(conf, ConductorAPI(conductor), host=host,
+                         drivers=[fake.FakeDriver(conf, host)])
+    first = agent.run_cycle()
+    assert first['changed'] and 'error' not in first
+    assert agent.reports.acknowledged == first['digest']
+
+    before = dict(client.stats)
+    with statements(database) as seen:
+        for _ in range(3):
+            assert cf.summary(agent.run_cycle()) == QUIET
+    assert agent.reports.digests_sent == 3 and agent.reports.reports_sent == 1
+    # No statement written (the readings' times were written with the rows),
+    # no Placement request at all.
+    assert writes(seen) == []
+    assert client.stats == before
+
+
+def test_a_changed_report_after_quiet_ones_is_applied(
+        transport, database, db, conf, placement):
+    client, server = placement
+    conductor = conductor_on(database, transport, client)
+    host = placement_fixture.unique_name('digest')
+    driver = TraitDriver(conf, host)
+    agent = AgentManager(conf, ConductorAPI(conductor), host=host, drivers=[driver])
+    agent.run_cycle()
+    assert cf.summary(agent.run_cycle()) == QUIET
+    assert agent.reports.digests_sent == 1
+
+    driver.trait = 'CUSTOM_FAKE_CHANGED'
+    result = agent.run_cycle()
+    assert result['changed'] and result['placement_writes'] >= 1
+    assert agent.reports.reports_sent == 2
+    assert traits_of(database, host) == {'CUSTOM_FAKE_CHANGED'}
+    dep = cf.deployable(database, host)
+    assert 'CUSTOM_FAKE_CHANGED' in client.get_traits(dep.rp_uuid)
+    # The new report is the one acknowledged now: quiet again, by digest.
+    assert cf.summary(agent.run_cycle()) == QUIET
+    assert agent.reports.digests_sent == 2
+
+    # A repair that forgets the host (the drift repair, a cleanup's Placement
+    # failure): the digest alone is refused and the whole report follows.
+    conductor.reporter.forget(host)
+    before = agent.reports.reports_sent
+    assert cf.summary(agent.run_cycle())['changed']
+    assert agent.reports.reports_sent == before + 1
+
+
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
+        transport, database, db, conf, placement):
+    client, server = placement
+    first = conductor_on(database, transport, client)
+    # Another conductor (its own Placement client, so that its requests are its
+    # own), whose memory of the digests table was read before the host
+    # registered: it learns the host's digest from the database when asked.
+    other_client = placement_fixture.client_and_server()[0]
+    other = conductor_on(database, transport, other_client)
+    assert other.reporter.stored.cached('no-such-host') is None
+    host = placement_fixture.unique_name('digest')
+    driver = TraitDriver(conf, host)
+    agent = AgentManager(conf, ConductorAPI(first), host=host, drivers=[driver])
+    agent.run_cycle()
+    assert other.reporter.stored.cached(host) is None
+
+    agent.conductor = ConductorAPI(other)
+    before = dict(other_client.stats)
+    whole = agent.reports.reports_sent
+    with statements(database) as seen:
+        assert cf.summary(agent.run_cycle()) == QUIET
+    assert writes(seen) == []
+    assert other_client.stats == before
+    # Taken as the digest alone: no resend asked.
+    assert agent.reports.reports_sent == whole
+    assert other.reporter.stored.cached(host) is not None
+    # A whole report of the same devices (an agent of the previous release) too.
+    devices = [d.to_dict() for d in driver.discover()]
+    with statements(database) as seen:
+        assert cf.summary(ConductorAPI(other).report_data(
+            cf.admin(), host, host, devices)) == QUIET
+    assert writes(seen) == []
+    assert other_client.stats == before
+
+    # The host changes through this conductor, then changes back through the
+    # first one, which had acknowledged the old report itself: judged by the
+    # database, not by its memory, the change back is applied.
+    driver.trait = 'CUSTOM_FAKE_CHANGED'
+    assert agent.run_cycle()['changed']
+    assert traits_of(database, host) == {'CUSTOM_FAKE_CHANGED'}
+    driver.trait = 'CUSTOM_FAKE_DEVICE'
+    agent.conductor = ConductorAPI(first)
+    assert agent.run_cycle()['changed']
+    assert traits_of(database, host) == {'CUSTOM_FAKE_DEVICE'}
+    # (Placement's side here is the first conductor's Placement client's: it
+    # remembers the traits it wrote itself and writes only what differs from
+    # that, so the provider another conductor changed meanwhile is brought back
+    # by the drift repair, steward/conductor/selfheal.py, not by this report.)
+
+
+class PreviousConductor:
+    """A conductor of the previous release on the RPC server (RPC 1.2: no
+    report_unchanged), over this release's manager."""
+
+    def __init__(self, manager):
+        import oslo_messaging as messaging
+        self.target = messaging.Target(version='1.2')
+        self.manager = manager
+
+    def report_data(self, ctx, host, rp_name, devices):
+        return self.manager.report_data(ctx, host, rp_name, devices)
+
+
+@pytest.mark.parametrize('case', ['agent capped at 1.2', 'conductor of 1.2'])
+def test_agents_and_conductors_of_the_previous_release(
+        case, transport, database, db, conf, placement):
+    """An agent capped by [upgrade_levels] conductor = 1.2 never sends a digest
+    alone; an uncapped agent whose conductor is of the previous release (no
+    report_unchanged) falls back to whole reports; both are served, quiet."""
+    client, _server = placement
+    manager = conductor_on(database, transport, client)
+    topic = f'digest-{uuid.uuid4().hex}'
+    conf.set_override('rpc_topic_conductor', topic)
+    endpoint = manager if case == 'agent capped at 1.2' else PreviousConductor(manager)
+    server = transport.start_server(topic, 'conductor', [endpoint])
+    try:
+        api = ConductorAPI(transport=transport,
+                           version_cap='1.2' if case == 'agent capped at 1.2' else None)
+        host = placement_fixture.unique_name('previous')
+        agent = AgentManager(conf, api, host=host, drivers=[fake.FakeDriver(conf, host)])
+        assert agent.run_cycle()['changed']
+        before = dict(client.stats)
+        with statements(database) as seen:
+            assert [cf.summary(agent.run_cycle()) for _ in range(2)] == [QUIET] * 2
+        assert writes(seen) == []
+        assert client.stats == before
+        if case == 'agent capped at 1.2':
+            assert agent.reports.digests_sent == 0
+            assert agent.reports.reports_sent == 3
+        else:
+            # Each cycle tries the digest, is refused by the old conductor and
+            # sends the whole report.
+            assert agent.reports.reports_sent == 3
+    finally:
+        rpc.stop_server(server)
+        conf.clear_override('rpc_topic_conductor')
+
+
+def test_the_digest_is_the_agents_and_the_conductors_alike():
+    devices = [{'a': 1, 'health': {'state': 'ok', 'read_at': '2026-11-28T10:00:00'}}]
+    later = [{'a': 1, 'health': {'state': 'ok', 'read_at': '2026-11-28T10:01:00'}}]
+    assert report_digest.digest('h', devices) == report_digest.digest('h', later)
+    assert rpcapi.REPORT_DIGEST_VERSION == '1.3' == rpcapi.RPC_API_VERSION
+    assert CONF is not None
