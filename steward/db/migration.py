@@ -26,6 +26,18 @@ MIGRATION_LOCK_KEY = 0x737465776172646d
 # MariaDB/MySQL's named lock of the same (per server; a database name in it keeps
 # two Steward databases on one server apart).
 MYSQL_LOCK_NAME = 'steward-migrate-{database}'
+# MariaDB/MySQL: how long one DDL statement of a migration waits for the
+# transactions using its table, and how many times the migration is tried again
+# when that runs out (about three minutes in all). While an ALTER waits for its
+# table's metadata lock, every new statement on that table queues behind it: a
+# bind holding a row another transaction needs, which in turn queues behind the
+# ALTER, closes a cycle no deadlock detector sees, and the services stalled for
+# innodb_lock_wait_timeout (50 s) before the ALTER gave up (seen in
+# tests/multihost/test_rolling_upgrade.py under load). Waiting a few seconds at
+# a time lets the cycle break and the services go on between the tries.
+MYSQL_DDL_LOCK_WAIT = 5
+MYSQL_DDL_TRIES = 36
+_LOCK_WAIT_TIMEOUT = 1205
 
 
 def _config(connection=None):
@@ -107,8 +119,7 @@ def upgrade(database, revision='head'):
             if got != 1:
                 raise RuntimeError(f'could not take the migration lock {name!r}')
             try:
-                with conn.begin():
-                    state = _upgrade_known(conn, revision)
+                state = _upgrade_waiting_briefly(conn, revision)
             finally:
                 conn.execute(sa.text('SELECT RELEASE_LOCK(:name)'), {'name': name})
                 conn.commit()
@@ -118,6 +129,43 @@ def upgrade(database, revision='head'):
                 conn.execute(sa.text('SELECT pg_advisory_xact_lock(:key)'),
                              {'key': MIGRATION_LOCK_KEY})
             return _upgrade_known(conn, revision)
+
+
+def _upgrade_waiting_briefly(conn, revision):
+    """MariaDB/MySQL: migrate with each statement waiting at most
+    MYSQL_DDL_LOCK_WAIT seconds for the table's users, and again from where it
+    stopped when one ran out (every migration skips the steps already done:
+    doc/contributor/schema-changes.md). The state found first."""
+    wait = int(MYSQL_DDL_LOCK_WAIT)
+    conn.exec_driver_sql(f'SET SESSION lock_wait_timeout = {wait}, '
+                         f'innodb_lock_wait_timeout = {wait}')
+    conn.commit()
+    with conn.begin():
+        first = _state_on(conn)
+    for attempt in range(1, MYSQL_DDL_TRIES + 1):
+        try:
+            with conn.begin():
+                _upgrade_known(conn, revision)
+            return first
+        except Exception as err:    # noqa: BLE001 - re-raised unless a lock wait
+            if _mysql_code(err) != _LOCK_WAIT_TIMEOUT or attempt == MYSQL_DDL_TRIES:
+                raise
+            LOG.warning('Migration waited %s s for transactions using its table; '
+                        'trying again (%d of %d): %s', wait, attempt, MYSQL_DDL_TRIES,
+                        getattr(err, 'statement', None) or err)
+    raise AssertionError('unreachable')
+
+
+def _mysql_code(err):
+    """The MySQL error number under ``err`` (oslo.db's exceptions wrap
+    SQLAlchemy's, which wrap the driver's), or None."""
+    while err is not None:
+        args = getattr(err, 'args', ())
+        if type(err).__module__.startswith('pymysql') and args and \
+                isinstance(args[0], int):
+            return args[0]
+        err = getattr(err, 'orig', None) or getattr(err, 'inner_exception', None)
+    return None
 
 
 def _upgrade_known(conn, revision):

@@ -65,6 +65,8 @@ def _engine(url):
             thread_checkin=False,
             connection_parameters=conf.connection_parameters)
         _ping_when_idle(engine)
+        if engine.dialect.name == 'mysql':
+            _read_committed(engine)
         return engine
     # Not oslo.db's SQLite engine: it swaps the pool for a NullPool (a new
     # connection, and its PRAGMAs, per transaction) and emits a deferred BEGIN of
@@ -110,6 +112,23 @@ def _ping_when_idle(engine):
             engine.dialect.do_ping(dbapi_connection)
         except engine.dialect.loaded_dbapi.Error as err:
             raise sa.exc.DisconnectionError(str(err)) from err
+
+
+def _read_committed(engine):
+    """MariaDB/MySQL transactions at READ COMMITTED, PostgreSQL's level, which
+    Steward's transactions are written for (each statement reads what is
+    committed when it starts; the bind guard is row locks and compare-and-swap).
+    At InnoDB's default, REPEATABLE READ, a locking read keeps every row it
+    scanned locked, the ones its WHERE rejected included, and updates lock the
+    gaps of the indexes around them: a bind looking for a free handle held the
+    handles in use, the delete freeing one of them waited for it, and the bind
+    then waited for the gap the delete's ARQ update locked. Four clients on one
+    device met that deadlock every few seconds, each a retry a second later."""
+    @event.listens_for(engine, 'connect')
+    def _connect(dbapi_connection, record):
+        cursor = dbapi_connection.cursor()
+        cursor.execute('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED')
+        cursor.close()
 
 
 class Database:

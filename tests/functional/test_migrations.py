@@ -2,6 +2,7 @@
 MariaDB (batch mode): 0004 adds devices.last_error/missing_since/identity and device_history
 without touching the rows already there."""
 import threading
+import time
 import uuid
 
 from oslo_db import exception as db_exc
@@ -173,3 +174,46 @@ def test_0006_adds_the_capability_decision_to_erase_records(empty_db):
     with empty_db.engine.begin() as conn:
         assert conn.execute(sa.text(
             'SELECT capability_decision FROM erase_records')).scalar() is None
+
+
+@pytest.mark.parametrize('empty_db', ['mysql'], indirect=True)
+def test_a_migration_waits_briefly_for_a_table_in_use_and_goes_on(empty_db, monkeypatch,
+                                                                  caplog):
+    """MariaDB: a transaction that holds the devices table (its metadata lock) while
+    0009 alters it. The ALTER gives up after MYSQL_DDL_LOCK_WAIT instead of
+    making every statement on the table queue behind it for 50 s; the
+    migration is tried again past the columns added already, and completes once
+    the transaction ends. (PostgreSQL's ALTER waits in the queue too, but its
+    migration is one transaction and its services' transactions are short.)"""
+    monkeypatch.setattr(migration, 'MYSQL_DDL_LOCK_WAIT', 1)
+    migration.upgrade(empty_db, '0008')
+    holder = empty_db.engine.connect()
+    holder.begin()
+    holder.execute(sa.text('SELECT count(*) FROM devices'))
+    done = threading.Event()
+    result = {}
+
+    def run():
+        try:
+            result['state'] = migration.upgrade(empty_db)
+        except Exception as err:  # noqa: BLE001 - asserted below
+            result['error'] = err
+        done.set()
+
+    caplog.set_level('WARNING', logger='steward.db.migration')
+    migrating = threading.Thread(target=run)
+    migrating.start()
+    try:
+        # The table is held until the migration has given up on it once.
+        while not any('trying again' in r.getMessage() for r in caplog.records):
+            assert not done.is_set(), result
+            time.sleep(0.1)
+    finally:
+        holder.rollback()
+        holder.close()
+    migrating.join()
+    assert 'error' not in result, result
+    assert result['state'].relation == 'older'
+    assert migration.current_revision(empty_db) == migration.head_revision()
+    columns = {c['name'] for c in sa.inspect(empty_db.engine).get_columns('devices')}
+    assert {'health', 'health_conditions', 'health_read_at', 'health_fault'} <= columns

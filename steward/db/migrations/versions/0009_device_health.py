@@ -22,9 +22,16 @@ branch_labels = None
 depends_on = None
 
 
+COLUMNS = (('health', sa.String(length=16)), ('health_conditions', sa.Text()),
+           ('health_read_at', sa.DateTime()), ('health_fault', sa.Text()))
+
+
 def upgrade():
+    # Each column its own statement on MariaDB: one that ran out of its lock
+    # wait is tried again from there (steward/db/migration.py), past the
+    # columns added already.
+    present = {c['name'] for c in sa.inspect(op.get_bind()).get_columns('devices')}
     with op.batch_alter_table('devices', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('health', sa.String(length=16), nullable=True))
-        batch_op.add_column(sa.Column('health_conditions', sa.Text(), nullable=True))
-        batch_op.add_column(sa.Column('health_read_at', sa.DateTime(), nullable=True))
-        batch_op.add_column(sa.Column('health_fault', sa.Text(), nullable=True))
+        for name, type_ in COLUMNS:
+            if name not in present:
+                batch_op.add_column(sa.Column(name, type_, nullable=True))

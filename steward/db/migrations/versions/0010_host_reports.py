@@ -19,6 +19,10 @@ depends_on = None
 
 
 def upgrade():
+    # Tried again after a lock wait on MariaDB (steward/db/migration.py): the
+    # table may be there already.
+    if sa.inspect(op.get_bind()).has_table('host_reports'):
+        return
     op.create_table(
         'host_reports',
         sa.Column('hostname', sa.String(length=255), nullable=False),
