@@ -64,7 +64,6 @@ def _engine(url):
             # per transaction on the hot path and nothing else.
             thread_checkin=False,
             connection_parameters=conf.connection_parameters)
-        _ping_when_idle(engine)
         if engine.dialect.name == 'mysql':
             _read_committed(engine)
         return engine
@@ -77,41 +76,6 @@ def _engine(url):
     engine = sa.create_engine(url, connect_args={'check_same_thread': False})
     event.listen(engine, 'handle_error', exc_filters.handler, retval=True)
     return engine
-
-
-# A pooled connection that sat unused longer than this is pinged before it is
-# handed out; one used more recently is not.
-IDLE_PING_SECONDS = 1.0
-
-
-def _ping_when_idle(engine):
-    """oslo.db pings every connection at checkout (pool_pre_ping), to find the
-    ones a database restart or a failover broke before a request does. Under
-    load that was a round trip, and a GIL hand-back, per transaction: five per
-    boot on the hot path, a sixth of its statements. A connection checked in
-    less than IDLE_PING_SECONDS ago was working then, and the connections of an
-    idle spell (through an outage, after a quiet night) are pinged as before. One
-    a restart or a failover broke within the window fails its request as a
-    connection broken mid-request always could (503, DBConnectionError), and
-    SQLAlchemy then replaces every connection the pool handed out before it."""
-    engine.pool._pre_ping = False
-
-    @event.listens_for(engine, 'checkin')
-    def _checkin(dbapi_connection, record):
-        record.info['steward_checked_in'] = time.monotonic()
-
-    @event.listens_for(engine, 'checkout')
-    def _checkout(dbapi_connection, record, proxy):
-        last = record.info.get('steward_checked_in')
-        if last is None or time.monotonic() - last < IDLE_PING_SECONDS:
-            return
-        # Pinged once per idle spell: a failed ping raises DisconnectionError,
-        # the pool replaces the connection and tries its checkout again.
-        record.info['steward_checked_in'] = None
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except engine.dialect.loaded_dbapi.Error as err:
-            raise sa.exc.DisconnectionError(str(err)) from err
 
 
 def _read_committed(engine):
