@@ -17,25 +17,24 @@ ROW = sa.engine.Row
 _HANDLES = m.AttachHandle.__table__
 # Table columns, not the mapped class's: a statement naming mapped attributes runs
 # through the ORM's bulk-update machinery, which cost more than the UPDATE itself.
-def _free_handle_id(skip_locked):
-    free = (sa.select(_HANDLES.c.id)
-            .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
-                   _HANDLES.c.in_use.is_(False))
-            .order_by(_HANDLES.c.id).limit(1))
-    if skip_locked:
-        free = free.with_for_update(skip_locked=True)
-    return free.scalar_subquery()
+# The handle comes back as a read-only row of these, not an ORM object: loading an
+# entity from RETURNING was a quarter of a bind.
+_HANDLE_COLUMNS = (_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
+                   _HANDLES.c.attach_info)
 
 
-# The handle comes back as a read-only row (id, uuid, attach_type, attach_info), not
-# an ORM object: loading an entity from RETURNING was a quarter of a bind.
-def _take_free_handle(skip_locked):
-    return (sa.update(_HANDLES)
-            .where(_HANDLES.c.id == _free_handle_id(skip_locked),
-                   _HANDLES.c.in_use.is_(False))
-            .values(in_use=True)
-            .returning(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
-                       _HANDLES.c.attach_info))
+def _free_handles(*columns):
+    return sa.select(*columns).where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
+                                     _HANDLES.c.in_use.is_(False))
+
+
+def _first_free(*columns, skip_locked=None):
+    """The free handle of lowest id; ``skip_locked`` True or False: locked
+    (FOR UPDATE), past or waiting for the ones others hold; None: not locked."""
+    first = _free_handles(*columns).order_by(_HANDLES.c.id).limit(1)
+    if skip_locked is None:
+        return first
+    return first.with_for_update(skip_locked=skip_locked)
 
 
 # Two ways of taking a free handle, tried in this order (``skip_locked``): past the
@@ -44,21 +43,19 @@ def _take_free_handle(skip_locked):
 # once instead of queueing on the first), then, when every free handle was
 # locked, waiting for them: such a handle is one another bind, a report or a
 # release is changing, and it may be free once that commits (or rolls back).
-_TAKE_FREE_HANDLE = {skip: _take_free_handle(skip) for skip in (True, False)}
-_ANY_FREE_HANDLE = (sa.select(_HANDLES.c.id)
-                    .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
-                           _HANDLES.c.in_use.is_(False)).limit(1))
+_TAKE_FREE_HANDLE = {skip: (
+    sa.update(_HANDLES)
+    .where(_HANDLES.c.id == _first_free(_HANDLES.c.id,
+                                        skip_locked=True if skip else None)
+           .scalar_subquery(), _HANDLES.c.in_use.is_(False))
+    .values(in_use=True).returning(*_HANDLE_COLUMNS)) for skip in (True, False)}
+_ANY_FREE_HANDLE = _free_handles(_HANDLES.c.id).limit(1)
 # MariaDB and MySQL have no UPDATE ... RETURNING, and refuse a subquery on the
 # table an UPDATE changes (1093): the free handle is locked first (FOR UPDATE, a
 # read of the latest committed row, not the transaction's snapshot), then taken
 # by id.
-_LOCK_FREE_HANDLE = {skip: (
-    sa.select(_HANDLES.c.id, _HANDLES.c.uuid, _HANDLES.c.attach_type,
-              _HANDLES.c.attach_info)
-    .where(_HANDLES.c.deployable_id == sa.bindparam('dep_id'),
-           _HANDLES.c.in_use.is_(False))
-    .order_by(_HANDLES.c.id).limit(1).with_for_update(skip_locked=skip))
-    for skip in (True, False)}
+_LOCK_FREE_HANDLE = {skip: _first_free(*_HANDLE_COLUMNS, skip_locked=skip)
+                     for skip in (True, False)}
 _TAKE_HANDLE = (sa.update(_HANDLES)
                 .where(_HANDLES.c.id == sa.bindparam('handle_id'),
                        _HANDLES.c.in_use.is_(False))

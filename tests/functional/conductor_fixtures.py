@@ -73,9 +73,14 @@ def lock_waits(database):
             return conn.exec_driver_sql(
                 "SELECT count(*) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND wait_event_type = 'Lock'").scalar()
-        status = conn.exec_driver_sql('SHOW ENGINE INNODB STATUS').fetchall()[0][2]
+        status = innodb_status(conn)
         transactions = status[status.find('\nTRANSACTIONS\n'):]
         return transactions.count('\nLOCK WAIT ')
+
+
+def innodb_status(conn):
+    """MariaDB's ``SHOW ENGINE INNODB STATUS`` text."""
+    return conn.exec_driver_sql('SHOW ENGINE INNODB STATUS').fetchall()[0][2]
 
 
 def summary(result):

@@ -102,8 +102,7 @@ def _deadlocks(database):
             return conn.exec_driver_sql(
                 'SELECT deadlocks FROM pg_stat_database '
                 'WHERE datname = current_database()').scalar()
-        status = conn.exec_driver_sql('SHOW ENGINE INNODB STATUS').fetchall()[0][2]
-        return int('LATEST DETECTED DEADLOCK' in status)
+        return int('LATEST DETECTED DEADLOCK' in cf.innodb_status(conn))
 
 
 def test_boots_and_deletes_on_one_device_meet_no_deadlock(transport, database, db, conf):
