@@ -394,12 +394,15 @@ def test_a_contract_step_applied_early_fails_the_upgrade(previous_bin, database)
     try:
         run.start()
         run.check('the previous release')
-        run.step('db sync and a column dropped')
+        run.step('db sync')
         run.manage('db', 'sync')
         with run.engine.begin() as conn:
             conn.execute(sa.text('ALTER TABLE devices DROP COLUMN last_error'))
+        # The step begins at the drop: the boots acknowledged while the (slower on
+        # MariaDB) db sync ran must not count as the load going on after it.
+        run.step('a column dropped')
         with pytest.raises(AssertionError) as failed:
-            run.check('db sync and a column dropped', timeout=60)
+            run.check('a column dropped', timeout=60)
         violations = [v for client in run.clients for v in client.violations]
         assert violations or run.unexplained(), str(failed.value)[:3000]
         with httpx.Client(base_url=run.cluster.api_url, timeout=60) as api:
