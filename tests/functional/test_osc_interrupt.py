@@ -26,6 +26,7 @@ import urllib.parse
 
 import pytest
 
+from tests.fixtures.terminal import as_foreground_job
 from tests.fixtures.http_double import JsonHandler
 from tests.fixtures.stack import ROOT
 
@@ -142,12 +143,13 @@ def _clean_wait(api, interval, terminal=False):
             '--interval', str(interval)]
     if not terminal:
         return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_env(api), cwd=ROOT), None
+                                text=True, env=_env(api), cwd=ROOT,
+                                preexec_fn=as_foreground_job), None
     # stderr on a terminal: the live view (rich) draws the wait.
     main, side = pty.openpty()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=side, text=True,
                             env={**_env(api), 'TERM': 'xterm', 'COLUMNS': '120'},
-                            cwd=ROOT)
+                            cwd=ROOT, preexec_fn=as_foreground_job)
     os.close(side)
     return proc, main
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 import yaml
 
+from tests.fixtures.terminal import as_foreground_job
 from tests.fixtures.stack import ROOT, running_stack
 
 pytestmark = pytest.mark.slow
@@ -395,7 +396,8 @@ def test_clean_wait_ctrl_c_stops_the_waiting_not_the_cleanup(nvme_stack):
     ctrl.inject_sanitize_hang(progress=0.5)
     proc = subprocess.Popen([OPENSTACK, 'accelerator', 'device', 'clean', dev, '--wait',
                              '--interval', '0.2'], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=as_foreground_job)
     seen = ''
     try:
         # Interrupt only once it waits, showing the hung sanitize's progress. The
