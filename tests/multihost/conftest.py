@@ -39,9 +39,17 @@ def healthy_on(request):
     c.wait_ready()
 
 
+# Modules that start deployments of their own (the previous release's, a Galera
+# cluster) and never use the shared one: a group of their own, so that the other
+# xdist worker can run them beside the shared deployment's (together they were the
+# longest group of the suite, the whole run's critical path).
+OWN_DEPLOYMENTS = ('test_rolling_upgrade.py', 'test_galera.py')
+
+
 def pytest_collection_modifyitems(items):
     # One xdist worker runs them all (tools/test.sh uses --dist loadgroup), so the
     # ~40 s deployment is started once per run, not once per worker.
     for item in items:
         if '/tests/multihost/' in str(item.path):
-            item.add_marker(pytest.mark.xdist_group('multihost'))
+            group = 'multihost-own' if item.path.name in OWN_DEPLOYMENTS else 'multihost'
+            item.add_marker(pytest.mark.xdist_group(group))
