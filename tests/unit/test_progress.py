@@ -133,7 +133,19 @@ class _Response(io.RawIOBase):
         return False
 
 
-def test_progress_ctrl_c_inside_a_finalizer_still_ends_the_wait():
+@pytest.fixture
+def ctrl_c_armed():
+    """SIGINT raising KeyboardInterrupt, as in a client started by a terminal
+    (tests/fixtures/terminal.py): a test runner started with SIGINT ignored
+    (``cmd &`` in a shell without job control) passes the disposition on, and
+    the client then rightly ignores it."""
+    import signal
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_progress_ctrl_c_inside_a_finalizer_still_ends_the_wait(ctrl_c_armed):
     """The SIGINT arrives while a response is finalized in the middle of a poll,
     the poll after it finds the work done: the wait still ends as interrupted
     (before, the KeyboardInterrupt vanished in the finalizer and the wait went
