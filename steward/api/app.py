@@ -8,6 +8,7 @@ layers (see create_app) that renders every error through ``errors.py``.
 import asyncio
 from concurrent import futures
 import logging
+import os
 import uuid as uuidlib
 
 from steward.api import auth
@@ -242,13 +243,25 @@ SQLITE_HANDLER_THREADS = 2
 # workers, bind p99 618 ms with 40 threads, 107 ms with 4 (bench/production.py,
 # PostgreSQL, 2026-11-28, a loaded machine), and more instances per second.
 HANDLER_THREADS = 4
+# Across the API's worker processes the threads share the host's cores instead:
+# four workers of four threads on two cores kept 16 binds in flight, each
+# holding its device's share lock through the others' turns on the CPU (bind
+# p99 101-110 ms, 100-139 instances/s at 16 clients against 136-147 for two
+# workers); two threads each gave 142-152 (p99 61-81 ms). bench/production.py,
+# PostgreSQL, 2026-11-28 21:18-21:22 UTC.
+HANDLER_THREADS_PER_CORE = 4
 
 
-def handler_threads(database):
+def handler_threads(database, workers=1, cores=None):
+    """Unset ``[api] handler_threads``: 2 on SQLite; otherwise four per process,
+    fewer when the API's workers would run more than HANDLER_THREADS_PER_CORE
+    per core of this host (at least one)."""
     if CONF.api.handler_threads:
         return CONF.api.handler_threads
-    sqlite = database.engine.dialect.name == 'sqlite'
-    return SQLITE_HANDLER_THREADS if sqlite else HANDLER_THREADS
+    if database.engine.dialect.name == 'sqlite':
+        return SQLITE_HANDLER_THREADS
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    return max(1, min(HANDLER_THREADS, HANDLER_THREADS_PER_CORE * cores // workers))
 
 
 class Router:
@@ -263,8 +276,8 @@ class Router:
     every handler's ApiRequest carries.
 
     Handlers run in a pool of worker threads (the database layer is synchronous),
-    at most ``handler_threads(database)`` at once, with the request's context as the
-    thread's current one: every log line names the request id. The pool is the
+    at most ``handler_threads(database, processes)`` at once, with the request's
+    context as the thread's current one: every log line names the request id. The pool is the
     app's, made by ``create_app`` and shut down with it."""
 
     def __init__(self, routes, since, executor, app):
@@ -345,13 +358,13 @@ class App:
     router, exception and validation layers were a fifth of a request's time on
     the event loop, and none of them was used)."""
 
-    def __init__(self, conductor, database, metrics, policy):
+    def __init__(self, conductor, database, metrics, policy, processes=1):
         self.conductor = conductor
         self.database = database
         self.metrics = metrics
         self.policy = policy
         self.executor = futures.ThreadPoolExecutor(
-            handler_threads(database), thread_name_prefix='steward-api')
+            handler_threads(database, processes), thread_name_prefix='steward-api')
         self.router = Router(ROUTES, SINCE, self.executor, self)
         self.checks = []        # /healthcheck's own checks
         self.pipeline = None
@@ -369,15 +382,16 @@ class App:
                 executor.shutdown(wait=False, cancel_futures=True)
 
 
-def create_app(conductor_api, database, metrics, policy, transport_url=None):
+def create_app(conductor_api, database, metrics, policy, transport_url=None, processes=1):
     """The API application; ``conductor_api`` is a ConductorAPI (the only way
     the API changes ARQs and devices), ``database`` the Database it reads (and
     writes attributes and device profiles) through, ``metrics`` the process's
     steward.metrics.Metrics, ``policy`` the process's steward.api.policy.Enforcer
     (both built by the composition root, steward/cmd/root.py, whose
     ``api_app()`` calls this), ``transport_url`` the broker the process talks
-    to, which /healthcheck checks (None: no broker check). The pipeline,
-    outermost first:
+    to, which /healthcheck checks (None: no broker check), ``processes`` the
+    API processes of this host (handler_threads). The pipeline, outermost
+    first:
 
     1. ProxyHeaders: scheme, host and client address from a trusted proxy's
        headers ([oslo_middleware] enable_proxy_headers_parsing, [api]
@@ -396,7 +410,7 @@ def create_app(conductor_api, database, metrics, policy, transport_url=None):
        needs the request id and the normalised path.
     7. Router: the route table, the handler in a worker thread.
     """
-    app = App(conductor_api, database, metrics, policy)
+    app = App(conductor_api, database, metrics, policy, processes)
     app.checks = [healthcheck.DatabaseCheck(database)]
     hosts = healthcheck.broker_hosts(transport_url, CONF)
     if hosts:

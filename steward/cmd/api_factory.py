@@ -11,6 +11,7 @@ the conductors, over RPC.
 """
 from steward import process
 from steward.cmd import checks
+from steward.conf import CONF
 
 
 def build(root=None, announce=True):
@@ -30,6 +31,7 @@ def build(root=None, announce=True):
     arqs = root.api_arq_service(conductor, announce=announce)
     if arqs is not None:
         conductor.run_arqs_here(arqs)
-    app = root.api_app(conductor, transport_url=root.transport.url)
+    app = root.api_app(conductor, transport_url=root.transport.url,
+                       processes=CONF.api.workers)
     process.settle_heap()
     return app

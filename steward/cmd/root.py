@@ -116,16 +116,18 @@ class Root:
             dispatch_cleanup=conductor_api.device_release_for_cleaning,
             actor=f'api {CONF.host}')
 
-    def api_app(self, conductor_api, transport_url=None):
+    def api_app(self, conductor_api, transport_url=None, processes=1):
         """The API application (steward/api/app.py) on this root's database,
         metrics and policy enforcer (build the Root with ``metrics`` and
         ``policy``): ``conductor_api`` is how it reaches the conductors,
-        ``transport_url`` the broker its /healthcheck checks (None: none)."""
+        ``transport_url`` the broker its /healthcheck checks (None: none),
+        ``processes`` how many API processes of this host serve it (their
+        handler threads share its cores)."""
         from steward.api import app
         if self.metrics is None or self.policy is None:
             raise TypeError('the API needs a Root built with metrics and policy')
         return app.create_app(conductor_api, self.database, self.metrics, self.policy,
-                              transport_url=transport_url)
+                              transport_url=transport_url, processes=processes)
 
     def sync_database(self, service, wait=True):
         """At the start of ``service`` (serve, conductor, api): wait for the

@@ -62,10 +62,13 @@ opts = [
                help='Requests one API process works on at once; the others wait '
                     'on its event loop, which reads them meanwhile. Each thread '
                     'takes a database connection while it works. Unset: 2 on SQLite '
-                    '(its writers are serial), 4 on PostgreSQL and MariaDB: more '
-                    'threads than that in one interpreter queue on its lock after '
-                    'every database round trip, which lengthens the time a bind '
-                    'holds its device (doc/multihost.md, sizing). A process whose '
+                    '(its writers are serial), 4 on PostgreSQL and MariaDB, and '
+                    'fewer (at least 1) when [api] workers would run more than 4 '
+                    'per core of the host (4 workers on 2 cores: 2 each): more '
+                    'threads than that queue on the interpreter\'s lock after '
+                    'every database round trip, or on the cores, which lengthens '
+                    'the time a bind holds its device (doc/multihost.md, sizing). '
+                    'A process whose '
                     'requests wait on slow peers rather than on the CPU may use '
                     'more.'),
 ]
