@@ -246,9 +246,9 @@ HANDLER_THREADS = 4
 # Across the API's worker processes the threads share the host's cores instead:
 # four workers of four threads on two cores kept 16 binds in flight, each
 # holding its device's share lock through the others' turns on the CPU (bind
-# p99 101-110 ms, 100-139 instances/s at 16 clients against 136-147 for two
-# workers); two threads each gave 142-152 (p99 61-81 ms). bench/production.py,
-# PostgreSQL, 2026-11-28 21:18-21:22 UTC.
+# p99 101-110 ms, 100-139 instances/s at 16 clients); two threads each gave
+# 118-152 (mean 136.5, p99 61-83 ms), two workers of four 126-147 (mean 138.1).
+# bench/production.py, PostgreSQL, 2026-11-28 21:18-21:26 UTC.
 HANDLER_THREADS_PER_CORE = 4
 
 

@@ -47,8 +47,8 @@ OWN_DEPLOYMENTS = ('test_rolling_upgrade.py', 'test_galera.py')
 
 
 def pytest_collection_modifyitems(items):
-    # One xdist worker runs them all (tools/test.sh uses --dist loadgroup), so the
-    # ~40 s deployment is started once per run, not once per worker.
+    # One xdist worker runs each group (tools/test.sh uses --dist loadgroup), so
+    # the ~40 s shared deployment is started once per run, not once per worker.
     for item in items:
         if '/tests/multihost/' in str(item.path):
             group = 'multihost-own' if item.path.name in OWN_DEPLOYMENTS else 'multihost'

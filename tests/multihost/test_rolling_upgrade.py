@@ -390,8 +390,7 @@ def test_a_contract_step_applied_early_fails_the_upgrade(previous_bin):
     for a lost connection and answers 503, outside any restart, and no boot
     succeeds any more: the same failure of the checks, 40 s of CI for no other
     line of code, so run on one database.)"""
-    database = 'postgresql'
-    run = Upgrade(previous_bin, database, 1, 'w')
+    run = Upgrade(previous_bin, 'postgresql', 1, 'w')
     try:
         run.start()
         run.check('the previous release')
