@@ -136,3 +136,65 @@ def test_a_compute_node_nova_registered_is_found_and_its_tree_listed(
     assert rp['parent_provider_uuid'] == nova_uuid
     assert inv['FPGA']['total'] == 16
     assert cf.summary(agent.run_cycle()) == {'changed': False, 'placement_writes': 0}
+
+
+def test_a_burst_beside_nova_lists_every_tree_once(
+        transport, database, db, conf, placement, monkeypatch):
+    """Many first reports beside Nova (report/trees.py): one listing of every
+    provider answers for their compute nodes and trees, instead of two reads a
+    host; a device Nova hands out is still left out (tests/functional/
+    test_pci_driver.py), and a compute node registered after the listing is
+    looked up alone."""
+    from steward.conductor.report import trees
+    client, server = placement
+    conf.set_override('create_compute_node', False, group='placement')
+    conductor = ConductorManager(cf.deps(database, transport, client))
+    conductor.init_host()
+    # The first batch lists, however few hosts it holds (the rule of when a listing
+    # pays: tests/unit/test_report_trees.py); the listing stays fresh for the whole
+    # test, however slow the machine.
+    monkeypatch.setattr(trees, 'MIN_HOSTS', 1)
+    conductor.reporter.first.trees = trees.Trees(client, clock=lambda: 0.0)
+    api = ConductorAPI(conductor)
+    tag = uuid.uuid4().hex[:8]
+    hosts = [f'burst-{tag}-{i}' for i in range(HOSTS)]
+    roots = {h: str(uuid.uuid4()) for h in hosts}
+    nova_owner = hosts[0]
+    with placement_fixture.admin_session(server.url) as s:
+        for host in hosts:
+            assert s.post('/resource_providers', json={
+                'name': host, 'uuid': roots[host]}).status_code == 200
+        # Nova's PCI in Placement offers the fake device's address on this host.
+        assert s.post('/resource_providers', json={
+            'name': f'{nova_owner}_0000:0C:00.0', 'uuid': str(uuid.uuid4()),
+            'parent_provider_uuid': roots[nova_owner]}).status_code == 200
+    agents = [AgentManager(conf, api, host=h, drivers=[fake.FakeDriver(conf, h)])
+              for h in hosts]
+    before = dict(client.stats)
+    with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:
+        results = list(pool.map(lambda a: a.run_cycle(), agents))
+    assert all(r['changed'] and 'error' not in r for r in results), results
+    # The listing, and the traits of the provider named as Nova names one.
+    assert client.stats['reads'] - before['reads'] == 2
+
+    for host in hosts[1:]:
+        dep = cf.deployable(database, name_like=host)
+        rp, inv, traits = _state(server, dep.rp_uuid)
+        assert rp['parent_provider_uuid'] == roots[host]
+        assert inv['FPGA']['total'] == 16
+        assert provider_sync.OWNER_TRAIT in traits
+    with database.reader() as s:
+        assert device_db.device_list(s, {'hostname': nova_owner}) == []
+
+    # Nova registers a compute node after the listing: looked up alone.
+    late = f'burst-{tag}-late'
+    late_root = str(uuid.uuid4())
+    with placement_fixture.admin_session(server.url) as s:
+        assert s.post('/resource_providers', json={
+            'name': late, 'uuid': late_root}).status_code == 200
+    before = dict(client.stats)
+    agent = AgentManager(conf, api, host=late, drivers=[fake.FakeDriver(conf, late)])
+    assert 'error' not in agent.run_cycle()
+    assert client.stats['reads'] - before['reads'] == 2        # by name, its tree
+    rp, _, _ = _state(server, cf.deployable(database, name_like=late).rp_uuid)
+    assert rp['parent_provider_uuid'] == late_root

@@ -43,6 +43,7 @@ from steward.conductor.device_match import canonical, identity_of
 from steward.conductor.report import diff
 from steward.conductor.report import digests
 from steward.conductor.report import placement_sync
+from steward.conductor.report import trees as trees_mod
 from steward.db import devices as device_db
 from steward.db import discoveries
 
@@ -77,6 +78,8 @@ class FirstRegistrations:
         self.sync = sync
         # The conductor's digests.StoredDigests: told what the batches store.
         self.stored = stored
+        # Beside Nova: the compute nodes' trees of a burst, from one listing.
+        self.trees = trees_mod.Trees(sync.placement)
         self._queue = queue.SimpleQueue()
         self._workers = []
         self._lock = threading.Lock()
@@ -204,6 +207,9 @@ class FirstRegistrations:
                         item.root, item.tree = root, []
                         return item
                 state = placement_sync.SyncState()
+                if item.rp_name in listed:
+                    root, state.tree = listed[item.rp_name]
+                    self.sync.remember_compute_node(item.rp_name, root)
                 kept = self.sync.without_nova_owned(state, item.host, item.rp_name,
                                                     item.devices)
             except exception.StewardError as err:
@@ -225,6 +231,10 @@ class FirstRegistrations:
             rp_names.setdefault(item.rp_name, []).append(item)
         # Two hosts under one compute node: the usual way, one after the other.
         items = [group[0] for group in rp_names.values() if len(group) == 1]
+        # Nova's compute nodes: their trees from one listing in a burst (a
+        # compute node Steward creates needs no read).
+        listed = {} if self.sync.create_compute_node else self.trees.lookup(
+            [item.rp_name for item in items])
         if len(items) < 2:
             found = [find(i) for i in items]
         else:

@@ -123,7 +123,10 @@ class PlacementSync:
             return reported
         try:
             root = self.compute_node(state, rp_name)
-            if root == state.new_root:
+            if state.tree is not None:
+                # Listed already, with the trees of many hosts (report/trees.py).
+                providers = state.tree
+            elif root == state.new_root:
                 # Created by this report a moment ago: nothing under it to list.
                 providers = []
             else:
@@ -170,6 +173,11 @@ class PlacementSync:
         with self._lock:
             self._compute_nodes[rp_name] = rp
         return rp
+
+    def remember_compute_node(self, rp_name, rp_uuid):
+        """The compute-node provider of ``rp_name`` as a listing found it."""
+        with self._lock:
+            self._compute_nodes[rp_name] = rp_uuid
 
     def create_new_compute_node(self, rp_name):
         """The compute-node provider of a host Steward has no row of, created without
