@@ -30,7 +30,7 @@ write per host inside the timed cycle. Prints:
   (target under 1 GiB): what says which of them limits the fleet.
 
     .venv/bin/python bench/fleet.py [--agents 1000] [--conductors 1] [--quiet-cycles 3]
-        [--clients 32] [--compute-nodes nova|steward] [--profile DIR]
+        [--clients 64 a conductor] [--compute-nodes nova|steward] [--profile DIR]
 
 ``--profile DIR``: py-spy (not a Steward dependency: ``pip install py-spy``)
 samples each conductor while it holds the GIL, and Placement's workers, during
@@ -205,8 +205,11 @@ def main():
     parser.add_argument('--learning-cycles', type=int, default=8,
                         help='cycles run before the quiet ones until one has no '
                              'report that changed anything (several conductors)')
-    parser.add_argument('--clients', type=int, default=32,
-                        help='agents reporting at the same moment')
+    parser.add_argument('--clients', type=int,
+                        help='agents reporting at the same moment (default: 64 a '
+                             'conductor, the reports one takes at once: '
+                             "oslo.messaging's executor_thread_pool_size; a fleet's "
+                             'first cycle has thousands more waiting in the broker)')
     parser.add_argument('--compute-nodes', choices=('nova', 'steward'), default='nova',
                         help='who creates each host\'s compute-node provider: Nova '
                              '(beforehand, untimed, as in doc/multihost.md\'s '
@@ -220,6 +223,8 @@ def main():
     parser.add_argument('--keep', action='store_true',
                         help='keep the logs (conductors, Placement) and print where')
     args = parser.parse_args()
+    if args.clients is None:
+        args.clients = 64 * args.conductors
     # Stopped (SIGTERM): the broker, Placement and the conductors go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not rabbit.installed():

@@ -141,6 +141,11 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
     other_client = placement_fixture.client_and_server()[0]
     other = conductor_on(database, transport, other_client)
     assert other.reporter.stored.cached('no-such-host') is None
+    # A third one whose memory stays the one read now, however slow the machine.
+    third_client = placement_fixture.client_and_server()[0]
+    third = conductor_on(database, transport, third_client)
+    third.reporter.stored.refresh = float('inf')
+    assert third.reporter.stored.cached('no-such-host') is None
     host = placement_fixture.unique_name('digest')
     driver = TraitDriver(conf, host)
     agent = AgentManager(conf, ConductorAPI(first), host=host, drivers=[driver])
@@ -164,6 +169,17 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
             cf.admin(), host, host, devices)) == QUIET
     assert writes(seen) == []
     assert other_client.stats == before
+    # A conductor whose memory has no digest of the host does not look one up for
+    # a whole report (a fleet's first reports would each cost a lookup): the
+    # report goes through the diff, which finds the rows as they are and writes
+    # only the digest; Placement is read, not written.
+    third_before = dict(third_client.stats)
+    with statements(database) as seen:
+        result = ConductorAPI(third).report_data(cf.admin(), host, host, devices)
+    assert 'error' not in result and result['placement_writes'] == 0
+    assert set(writes(seen)) <= {'INSERT', 'UPDATE'} and len(writes(seen)) == 1
+    assert third_client.stats['writes'] == third_before['writes']
+    assert traits_of(database, host) == {'CUSTOM_FAKE_DEVICE'}
 
     # The host changes through this conductor, then changes back through the
     # first one, which had acknowledged the old report itself: judged by the

@@ -72,10 +72,14 @@ class Reporter:
     def report(self, ctx, host, rp_name, devices):
         # A whole report (an agent of an earlier release, or a report that
         # changed) is judged by the database itself, not this conductor's memory:
-        # another conductor may have taken a change of the host since.
+        # another conductor may have taken a change of the host since. A host the
+        # memory has no digest of is taken as having none (a fleet's first
+        # reports: no lookup each): if another conductor stored one since the
+        # memory was read, the report only goes through the diff, which judges it
+        # with the host's rows.
         digest = report_digest.digest(rp_name, devices)
         newest = report_digest.newest_read_at(devices)
-        stored = self.stored.get(host)
+        stored = self.stored.get(host) if self.stored.cached(host) is not None else None
         if stored is not None and stored[0] == digest:
             return self._quiet(host, stored, newest)
         entry = (digest, health_ops.reading_time(newest))

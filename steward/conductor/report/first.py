@@ -235,11 +235,15 @@ class FirstRegistrations:
         # compute node Steward creates needs no read).
         listed = {} if self.sync.create_compute_node else self.trees.lookup(
             [item.rp_name for item in items])
-        if len(items) < 2:
-            found = [find(i) for i in items]
+        # A listed one is found in memory (a Nova-named provider under it costs a
+        # read); the others each cost Placement a request or two, made in parallel.
+        found = [find(i) for i in items if i.rp_name in listed]
+        alone = [i for i in items if i.rp_name not in listed]
+        if len(alone) < 2:
+            found += [find(i) for i in alone]
         else:
-            with concurrent.futures.ThreadPoolExecutor(min(_PARALLEL, len(items))) as pool:
-                found = list(pool.map(find, items))
+            with concurrent.futures.ThreadPoolExecutor(min(_PARALLEL, len(alone))) as pool:
+                found += pool.map(find, alone)
         return [item for item in found if item is not None]
 
     def _insert(self, plans, healths):
