@@ -11,8 +11,10 @@ node (created without a lookup when Steward creates compute nodes: a host with n
 row is almost never in Placement; a 409 finds the one there, Nova's say), the
 device provider created, its traits, and one ``POST /reshaper`` for the
 inventories of the whole batch (steward/placement/tree_sync.py). A compute node
-that was there already has its tree listed first, and devices Nova hands out are
-left out as the usual way leaves them out (PlacementSync.without_nova_owned).
+that was there already (Nova's) has its tree listed first, one host at a time or,
+in a burst, every host's from one listing of Placement's providers
+(steward/conductor/report/trees.py), and devices Nova hands out are left out as
+the usual way leaves them out (PlacementSync.without_nova_owned).
 
 Reports wait in a queue; ``WORKERS`` threads each take what gathers within
 ``GATHER`` seconds of its first report (at most ``MAX_BATCH``) and answer each

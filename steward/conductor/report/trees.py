@@ -30,9 +30,11 @@ LOG = logging.getLogger(__name__)
 
 # Seconds one listing answers for.
 MAX_AGE = 10.0
-# A listing costs Placement about as much as the two reads of one host per this
-# many providers listed (230 ms for 10 000 against 3.9 ms a host).
-PROVIDERS_PER_HOST = 60
+# Providers a listing can hold for the price of one host's two reads: listing 10 300
+# cost Placement 230 ms of CPU, as much as the reads of 59 hosts (3.9 ms each),
+# bench/placement_requests.py. (The conductor's side favours the listing more:
+# one JSON body against two requests a host.)
+PROVIDERS_PER_HOST = 170
 # Hosts asked for within MAX_AGE before the first listing is taken (its size
 # unknown until then).
 MIN_HOSTS = 16
