@@ -91,17 +91,20 @@ def write_conf(path, sections):
 def nova_compute_nodes(url, hosts, threads=8):
     """Each host's compute-node provider, registered as nova-compute's resource
     tracker registers it (a provider named after the host, with a uuid of its own,
-    and its VCPU, MEMORY_MB and DISK_GB inventory), through Placement's API."""
+    and its VCPU, MEMORY_MB and DISK_GB inventory), through Placement's API.
+    Returns {host: its provider's uuid}."""
     import uuid
 
     import httpx
+
+    roots = {}
 
     def register(chunk):
         with httpx.Client(base_url=url, trust_env=False, timeout=60, headers={
                 'X-Auth-Token': 'admin',
                 'OpenStack-API-Version': 'placement 1.39'}) as s:
             for host in chunk:
-                rp = str(uuid.uuid4())
+                rp = roots[host] = str(uuid.uuid4())
                 r = s.post('/resource_providers', json={'name': host, 'uuid': rp})
                 if r.status_code not in (200, 201):
                     raise RuntimeError(f'compute node {host}: {r.status_code} {r.text}')
@@ -116,6 +119,7 @@ def nova_compute_nodes(url, hosts, threads=8):
     chunks = [hosts[i::threads] for i in range(threads)]
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(register, chunks))
+    return roots
 
 
 def sent(agents):

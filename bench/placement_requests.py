@@ -2,7 +2,7 @@
 
 Starts the real Placement (steward/placement/embedded.py, 2 gunicorn workers) on a
 throw-away PostgreSQL database, registers ``--hosts`` compute nodes as Nova does
-(a root provider each), then sends each kind of request a host's first
+(bench/fleet.py's: a root provider each, with its inventory), then sends each kind of request a host's first
 registration can cost, one at a time, and prints Placement's CPU per request
 (/proc/<pid>/stat of its processes) and the wall time: the figures behind
 steward/conductor/report/trees.py (when one listing of every provider costs less
@@ -11,7 +11,6 @@ than each host's two reads) and doc/multihost.md's sizing.
     .venv/bin/python bench/placement_requests.py [--hosts 10000] [--requests 300]
 """
 import argparse
-import concurrent.futures
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench import fleet  # noqa: E402
 from bench import load  # noqa: E402
 from tests.multihost import pg  # noqa: E402
 from tests.multihost import rabbit  # noqa: E402
@@ -50,18 +50,7 @@ def main():
               f'{os.cpu_count()} cores, load average '
               f'{"/".join(f"{x:.1f}" for x in os.getloadavg())}')
         hosts = [f'host-{i:05d}' for i in range(args.hosts)]
-        roots = {h: str(uuid.uuid4()) for h in hosts}
-
-        def register(chunk):
-            with httpx.Client(base_url=placement.url, trust_env=False, timeout=60,
-                              headers=HEADERS) as s:
-                for host in chunk:
-                    r = s.post('/resource_providers', json={'name': host,
-                                                            'uuid': roots[host]})
-                    r.raise_for_status()
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(register, [hosts[i::8] for i in range(8)]))
+        roots = fleet.nova_compute_nodes(placement.url, hosts)
         print(f'{args.hosts} compute nodes registered; Placement CPU per request, '
               f'one request at a time:')
         client = httpx.Client(base_url=placement.url, trust_env=False, timeout=600,

@@ -277,8 +277,8 @@ class Router:
 
     Handlers run in a pool of worker threads (the database layer is synchronous),
     at most ``handler_threads(database, processes)`` at once, with the request's
-    context as the thread's current one: every log line names the request id. The pool is the
-    app's, made by ``create_app`` and shut down with it."""
+    context as the thread's current one: every log line names the request id.
+    The pool is the app's, made by ``create_app`` and shut down with it."""
 
     def __init__(self, routes, since, executor, app):
         self.executor = executor

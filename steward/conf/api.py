@@ -68,9 +68,8 @@ opts = [
                     'threads than that queue on the interpreter\'s lock after '
                     'every database round trip, or on the cores, which lengthens '
                     'the time a bind holds its device (doc/multihost.md, sizing). '
-                    'A process whose '
-                    'requests wait on slow peers rather than on the CPU may use '
-                    'more.'),
+                    'A process whose requests wait on slow peers rather than on '
+                    'the CPU may use more.'),
 ]
 
 

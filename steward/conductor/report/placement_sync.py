@@ -170,12 +170,11 @@ class PlacementSync:
             rp_name, create=self.create_compute_node)
         if created:
             state.new_root = rp
-        with self._lock:
-            self._compute_nodes[rp_name] = rp
+        self.remember_compute_node(rp_name, rp)
         return rp
 
     def remember_compute_node(self, rp_name, rp_uuid):
-        """The compute-node provider of ``rp_name`` as a listing found it."""
+        """The compute-node provider of ``rp_name``, found or created."""
         with self._lock:
             self._compute_nodes[rp_name] = rp_uuid
 
@@ -184,8 +183,7 @@ class PlacementSync:
         looking it up first (steward/conductor/report/first.py): its uuid when this
         call created it, None when it was there already (remembered either way)."""
         rp, created = self.placement.compute_node_created(rp_name, absent=True)
-        with self._lock:
-            self._compute_nodes[rp_name] = rp
+        self.remember_compute_node(rp_name, rp)
         return rp if created else None
 
     def sync(self, state, host, rp_name, removed_rps):

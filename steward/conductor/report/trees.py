@@ -7,8 +7,8 @@ writes: its compute node by name, then that node's tree (for the devices Nova
 hands out, and the device providers already there). Two reads per host cost
 Placement more than listing every provider once does for a few dozen hosts (at
 10 300 providers, one listing cost it 240 ms of CPU and the two reads of one
-host 4.8 ms: bench/placement_requests.py, 2026-11-28), and the listing answers every host
-that reports while it is fresh. So while first registrations arrive faster than
+host 4.8 ms: bench/placement_requests.py, 2026-11-28), and the listing answers
+every host that reports while it is fresh. So while first registrations arrive faster than
 a listing pays for itself, the batches (steward/conductor/report/first.py) take
 one listing and share it for ``MAX_AGE`` seconds; a host not in it (its
 compute node registered since) is looked up alone, as before.
@@ -30,10 +30,10 @@ LOG = logging.getLogger(__name__)
 
 # Seconds one listing answers for.
 MAX_AGE = 10.0
-# Providers a listing can hold for the price of one host's two reads: listing 10 300
-# cost Placement 240 ms of CPU, as much as the reads of 50 hosts (4.8 ms each),
-# bench/placement_requests.py on 2026-11-28. (The conductor's side favours the listing more:
-# one JSON body against two requests a host.)
+# Providers a listing can hold for the price of one host's two reads: listing
+# 10 300 cost Placement 240-250 ms of CPU, as much as the reads of 50-54 hosts
+# (4.6-4.8 ms each), bench/placement_requests.py on 2026-11-28 and 29. (The conductor's side favours
+# the listing more: one JSON body against two requests a host.)
 PROVIDERS_PER_HOST = 170
 # Hosts asked for within MAX_AGE before the first listing is taken (its size
 # unknown until then).
