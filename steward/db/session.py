@@ -17,6 +17,7 @@ carries oslo.db's exception filters: a driver's error leaves as ``DBDeadlock``,
 """
 import contextlib
 import logging
+import select
 import time
 
 from oslo_db.sqlalchemy import engines
@@ -64,6 +65,7 @@ def _engine(url):
             # per transaction on the hot path and nothing else.
             thread_checkin=False,
             connection_parameters=conf.connection_parameters)
+        _check_at_checkout(engine)
         if engine.dialect.name == 'mysql':
             _read_committed(engine)
         return engine
@@ -76,6 +78,68 @@ def _engine(url):
     engine = sa.create_engine(url, connect_args={'check_same_thread': False})
     event.listen(engine, 'handle_error', exc_filters.handler, retval=True)
     return engine
+
+
+#: A pooled connection unused for longer than this is pinged (a round trip)
+#: before it is handed out; one used more recently is only looked at.
+IDLE_PING_SECONDS = 1.0
+_CHECKED_IN = 'steward_checked_in'
+
+
+def _check_at_checkout(engine):
+    """oslo.db pings every pooled connection when it is handed out
+    (pool_pre_ping), to find the ones a database restart or a failover broke
+    before a transaction does: a round trip, and a thread's sleep and wake-up,
+    per transaction, five of an instance's thirty on the hot path.
+
+    A server that ends a connection (restarted, stopped, its node killed behind
+    HAProxy, wait_timeout) closes its socket, and says so first on PostgreSQL and
+    MariaDB; an idle connection has nothing to read otherwise. So a connection
+    used less than IDLE_PING_SECONDS ago is handed out when its socket has
+    nothing to read, a poll() with no wait; one with anything to read, or one
+    idle longer (a connection a firewall dropped silently gets no notice: the
+    ping's error is then what finds it), or one whose driver does not give its
+    socket, is pinged as oslo.db does. A connection found broken is replaced by
+    the pool before the transaction starts (DisconnectionError), as after a
+    failed pre-ping."""
+    engine.pool._pre_ping = False       # oslo.db sets it, with no option
+
+    @event.listens_for(engine, 'checkin')
+    def _checkin(dbapi_connection, record):
+        record.info[_CHECKED_IN] = time.monotonic()
+
+    @event.listens_for(engine, 'checkout')
+    def _checkout(dbapi_connection, record, proxy):
+        last = record.info.pop(_CHECKED_IN, None)
+        if last is None:
+            return          # connected for this checkout
+        fd = _socket_fd(dbapi_connection)
+        if fd is not None and time.monotonic() - last < IDLE_PING_SECONDS \
+                and not _readable(fd):
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as err:
+            raise sa.exc.DisconnectionError(str(err)) from err
+
+
+def _socket_fd(dbapi_connection):
+    """The connection's socket (psycopg, psycopg2: fileno(); PyMySQL: _sock), or
+    None."""
+    try:
+        fileno = getattr(dbapi_connection, 'fileno', None)
+        if fileno is None:
+            fileno = dbapi_connection._sock.fileno
+        return fileno()
+    except Exception:  # noqa: BLE001 - closed, or a driver without either
+        return None
+
+
+def _readable(fd):
+    """Anything to read (data, the end of the stream, an error) on ``fd`` now."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def _read_committed(engine):
