@@ -113,12 +113,13 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
                       'instance_uuid': b['instance_uuid'], 'deployable_id': dep.id}
             if b.get('project_id'):
                 values['project_id'] = b['project_id']
-            transitions.advance(s, m.ExtARQ, arq, states.ARQ_BIND_STARTED, event='bind',
-                                values=values, request_id=ctx.request_id)
             device = device_ops.check_bindable(s, dep, locked[dep.device_id])
             handle = handle_db.attach_handle_allocate(s, dep)
+            # BindStarted, then Bound: one UPDATE, since no other transaction can
+            # see the ARQ between them (a failure rolls both back).
+            values['attach_handle_id'] = handle.id
             transitions.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
-                                values={'attach_handle_id': handle.id},
+                                via=(states.ARQ_BIND_STARTED, 'bind'), values=values,
                                 request_id=ctx.request_id)
             handles[arq.id] = (handle, device.type)
             if device_ops.mark_allocated(s, device, ctx) and reservation.policy(
@@ -224,9 +225,9 @@ def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
             raise exception.ServiceTokenRequired()
         leftovers = []
         for arq in arqs:
-            arq, moved = _start_deleting(s, ctx, arq)
-            if moved:
-                released += _remove(s, ctx, arq)
+            arq, removed = _start_deleting(s, ctx, arq)
+            if removed:
+                released += _release_held(s, ctx, arq)
             elif arq is not None:
                 leftovers.append(arq.uuid)
         released += _finish_in(s, ctx, leftovers)
@@ -239,8 +240,9 @@ _DELETE_FOLLOWS = 5
 
 
 def _start_deleting(s, ctx, arq):
-    """Move ``arq`` to Deleting: (arq, True); (arq, False) when it was found in
-    Deleting already; (None, False) when another request deleted it first.
+    """Move ``arq`` to Deleting and remove its row, one statement
+    (transitions.remove): (arq, True); (arq, False) when it was found in Deleting
+    already; (None, False) when another request deleted it first.
 
     A delete whose answer was lost is sent again while the first may still be
     running (or a bind completes under it): the loser of advance()'s
@@ -250,10 +252,10 @@ def _start_deleting(s, ctx, arq):
         if arq.state == states.ARQ_DELETING:
             return arq, False
         try:
-            # The conditional UPDATE holds the row (PostgreSQL, MariaDB) until the
+            # The conditional DELETE holds the row (PostgreSQL, MariaDB) until the
             # commit: nobody else finishes it under us.
-            transitions.advance(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
-                                request_id=ctx.request_id)
+            transitions.remove(s, m.ExtARQ, arq, states.ARQ_DELETING, event='delete',
+                               request_id=ctx.request_id)
             return arq, True
         except exception.ConcurrentUpdate:
             arq = arq_db.arq_reread(s, arq.id)
@@ -265,8 +267,14 @@ def _start_deleting(s, ctx, arq):
 def _remove(s, ctx, arq):
     """Remove a Deleting ARQ and free its handle; returns what after_release must
     do once committed."""
-    handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
     arq_db.arq_remove(s, arq.id)
+    return _release_held(s, ctx, arq)
+
+
+def _release_held(s, ctx, arq):
+    """Free the handle of a removed ARQ; returns what after_release must do once
+    committed."""
+    handle_id, deployable_id = arq.attach_handle_id, arq.deployable_id
     if handle_id is None:
         return []
     handle_db.attach_handle_release(s, handle_id)

@@ -26,7 +26,7 @@ LOG = logging.getLogger('steward.common.states')
 
 
 def advance(session, model, row, target, *, event=None, reason='', values=None,
-            kind=None, request_id=None, actor=None):
+            kind=None, request_id=None, actor=None, via=None):
     """Move ``row`` (an ORM object of ``model``, or a plain row of its columns
     such as arqs.ArqRow) to ``target``: the only way any ARQ ``state``, device
     ``device_state`` or erase record ``status`` changes.
@@ -38,14 +38,15 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
     transaction, naming ``actor`` (default: this conductor), and its
     ``last_error``: the reason when it enters error, cleared when it is available.
     The transition is logged once the transaction commits (never for a rollback).
+    ``via``: ``(state, event)`` the row passes through on its way to ``target``
+    within this transaction (a bind: BindStarted, then Bound): both edges are
+    checked, recorded and logged, and one UPDATE writes the last, since nobody
+    outside the transaction can see the state between them.
     Raises InvalidStateTransition (or ConcurrentUpdate when the row moved under us).
     """
     kind = kind or model.__state_kind__
     current = getattr(row, model.__state_column__)
-    allowed = states.sources(kind, target, event)
-    if current not in allowed:
-        raise exception.InvalidStateTransition(kind=kind, uuid=row.uuid,
-                                               current=current, target=target)
+    steps = _steps(kind, row, current, target, event, via)
     now = timeutils.utcnow()
     changes = dict(values or {})
     changes[model.__state_column__] = target
@@ -79,12 +80,49 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
         # tenth of a bind's time.
         conn.execute(history.__table__.insert(), [dict(
             uuid=uuidutils.generate_uuid(), device_uuid=row.uuid, created_at=now,
-            event=event or 'transition', source_state=current, target_state=target,
+            event=step_event or 'transition', source_state=source, target_state=state,
             reason=reason or None, request_id=request_id,
-            actor=(actor or states.default_actor())[:255])])
-    _log_after_commit(session, (kind, row.uuid, current, target, event or 'transition',
-                                reason, request_id))
+            actor=(actor or states.default_actor())[:255])
+            for source, state, step_event in steps])
+    for source, state, step_event in steps:
+        _log_after_commit(session, (kind, row.uuid, source, state,
+                                    step_event or 'transition', reason, request_id))
     return row
+
+
+def _steps(kind, row, current, target, event, via):
+    """[(source, target, event)] of a transition and the state it passes
+    through; raises InvalidStateTransition at the first missing edge."""
+    steps, source = [], current
+    for state, step_event in ([via] if via else []) + [(target, event)]:
+        if source not in states.sources(kind, state, step_event):
+            raise exception.InvalidStateTransition(kind=kind, uuid=row.uuid,
+                                                   current=source, target=state)
+        steps.append((source, state, step_event))
+        source = state
+    return steps
+
+
+def remove(session, model, row, target, *, event, request_id=None):
+    """Move ``row`` to ``target``, a state left only by the row's removal (an
+    ARQ's Deleting), and remove it, in one DELETE conditional on the state read,
+    as advance()'s UPDATE is: the edge is checked and logged as advance() does,
+    and the row's removal needs no second statement. Raises
+    InvalidStateTransition, or ConcurrentUpdate when the row moved under us. Not
+    for a model with history (a device keeps its rows)."""
+    if getattr(model, '__history__', None) is not None:
+        raise TypeError(f'{model.__name__} rows keep their history: not removed')
+    kind = model.__state_kind__
+    current = getattr(row, model.__state_column__)
+    _steps(kind, row, current, target, event, None)
+    params = {'row_id': row.id}
+    if current is not None:
+        params['current'] = current
+    result = session.connection().execute(_delete_statement(model, current is None),
+                                          params)
+    if result.rowcount != 1:
+        raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
+    _log_after_commit(session, (kind, row.uuid, current, target, event, '', request_id))
 
 
 def note(session, model, row, *, event, reason='', request_id=None, actor=None):
@@ -117,6 +155,22 @@ def _update_statement(model, columns, from_null):
         stmt = _UPDATES[key] = table.update().where(
             table.c.id == sa.bindparam('row_id'), same).values(
             {c: sa.bindparam(f'new_{c}') for c in columns})
+    return stmt
+
+
+_DELETES = {}
+
+
+def _delete_statement(model, from_null):
+    """remove()'s DELETE of one row of ``model`` in the state read, built once."""
+    key = (model, from_null)
+    stmt = _DELETES.get(key)
+    if stmt is None:
+        table = model.__table__
+        column = table.c[model.__state_column__]
+        same = column.is_(None) if from_null else column == sa.bindparam('current')
+        stmt = _DELETES[key] = table.delete().where(
+            table.c.id == sa.bindparam('row_id'), same)
     return stmt
 
 

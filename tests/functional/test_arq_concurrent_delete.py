@@ -19,15 +19,16 @@ from tests.fixtures.stack import wait_for
 
 URL = '/v2/accelerator_requests'
 
-#: Statements moving the ARQ that wait for the row, in this test's database.
+#: Statements moving the ARQ that wait for the row, in this test's database: the
+#: delete's conditional DELETE (Deleting and the row's removal, transitions.remove).
 _WAITING_ON_LOCKS = {
     'postgresql': "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                   " AND datname = current_database()"
-                  " AND query LIKE 'UPDATE extended_accelerator_requests%'",
+                  " AND query LIKE 'DELETE FROM extended_accelerator_requests%'",
     # MariaDB's innodb_trx lists only the first of two waiters on a row.
     'mysql': "SELECT count(*) FROM information_schema.processlist"
              " WHERE db = DATABASE() AND command = 'Query'"
-             " AND info LIKE 'UPDATE extended_accelerator_requests%'",
+             " AND info LIKE 'DELETE FROM extended_accelerator_requests%'",
 }
 
 
@@ -54,7 +55,8 @@ def test_two_deletes_of_one_instance_both_answer_204(database, db, life):
                           ' WHERE uuid = :u FOR UPDATE'), {'u': arq})
         for t in threads:
             t.start()
-        # Both read the ARQ Bound, and both wait for the row to move it to Deleting.
+        # Both read the ARQ Bound, and both wait for the row to move it to Deleting
+        # and remove it.
         wait_for(lambda: _waiting(database, db) >= 2, 'two deletes waiting on the row')
     for t in threads:
         t.join()

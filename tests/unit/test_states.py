@@ -109,3 +109,81 @@ def test_transition_listeners_are_on_stewards_sessions_only(database, db):
             assert event.contains(factory, name, listener), name
     assert not any(event.contains(orm.Mapper, 'after_insert', f) for f in
                    vars(transitions).values() if callable(f))
+
+
+def _arq(s, state):
+    profile = m.DeviceProfile(uuid='0c1d0a5e-08f3-4b7e-9a55-4b4a2a6f2f02', name='dp',
+                              profile_json='[]')
+    s.add(profile)
+    s.flush()
+    arq = m.ExtARQ(uuid='1e2d0a5e-08f3-4b7e-9a55-4b4a2a6f2f03', state=state,
+                   device_profile_id=profile.id)
+    s.add(arq)
+    s.flush()
+    return arq
+
+
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+def test_advance_via_a_state_checks_and_logs_both_edges_in_one_update(database, db,
+                                                                     caplog):
+    with database.writer() as s:
+        arq_id = _arq(s, states.ARQ_INITIAL).id
+    caplog.set_level('INFO', logger='steward.common.states')
+    with database.writer() as s:
+        arq = s.get(m.ExtARQ, arq_id)
+        transitions.advance(s, m.ExtARQ, arq, states.ARQ_BOUND, event='bind_done',
+                            via=(states.ARQ_BIND_STARTED, 'bind'), request_id='req-1')
+    with database.reader() as s:
+        assert s.get(m.ExtARQ, arq_id).state == states.ARQ_BOUND
+    assert [r.getMessage() for r in caplog.records] == [
+        'arq 1e2d0a5e-08f3-4b7e-9a55-4b4a2a6f2f03: Initial -> BindStarted (bind); '
+        'arq 1e2d0a5e-08f3-4b7e-9a55-4b4a2a6f2f03: BindStarted -> Bound (bind_done) '
+        'request_id=req-1']
+    # Either edge missing refuses the whole move, and nothing is written.
+    for via, target, event in (((states.ARQ_BIND_STARTED, 'bind'), states.ARQ_BOUND,
+                                'bind_done'),
+                               ((states.ARQ_DELETING, 'delete'), states.ARQ_BOUND,
+                                'bind_done')):
+        with pytest.raises(exception.InvalidStateTransition):
+            with database.writer() as s:
+                transitions.advance(s, m.ExtARQ, s.get(m.ExtARQ, arq_id), target,
+                                    event=event, via=via)
+    with database.reader() as s:
+        assert s.get(m.ExtARQ, arq_id).state == states.ARQ_BOUND
+
+
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+def test_remove_deletes_the_row_in_the_state_read_only(database, db, caplog):
+    with database.writer() as s:
+        arq_id = _arq(s, states.ARQ_INITIAL).id
+    with database.reader() as s:
+        stale = s.get(m.ExtARQ, arq_id)
+    with database.writer() as s:
+        transitions.advance(s, m.ExtARQ, s.get(m.ExtARQ, arq_id),
+                            states.ARQ_BIND_STARTED, event='bind')
+    with pytest.raises(exception.ConcurrentUpdate):
+        with database.writer() as s:
+            # ``stale`` still believes the ARQ is Initial: nothing is removed.
+            transitions.remove(s, m.ExtARQ, stale, states.ARQ_DELETING, event='delete')
+    with pytest.raises(exception.InvalidStateTransition):
+        with database.writer() as s:
+            transitions.remove(s, m.ExtARQ, s.get(m.ExtARQ, arq_id),
+                               states.ARQ_DELETING, event='bind')
+    with database.reader() as s:
+        assert s.get(m.ExtARQ, arq_id).state == states.ARQ_BIND_STARTED
+    caplog.set_level('INFO', logger='steward.common.states')
+    with database.writer() as s:
+        transitions.remove(s, m.ExtARQ, s.get(m.ExtARQ, arq_id), states.ARQ_DELETING,
+                           event='delete', request_id='req-2')
+    with database.reader() as s:
+        assert s.get(m.ExtARQ, arq_id) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        'arq 1e2d0a5e-08f3-4b7e-9a55-4b4a2a6f2f03: BindStarted -> Deleting (delete) '
+        'request_id=req-2']
+
+
+def test_remove_refuses_a_row_with_history(database, db):
+    with database.writer() as s:
+        dev = _device(s, states.DEV_AVAILABLE)
+        with pytest.raises(TypeError):
+            transitions.remove(s, m.Device, dev, states.DEV_ALLOCATED, event='bind')

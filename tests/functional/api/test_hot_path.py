@@ -74,20 +74,22 @@ def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
     # The device goes available -> allocated on the bind and back on the delete,
     # each with its history row: that is part of every count below.
     assert len(first['create']) == 3        # BEGIN, profile, INSERT
-    assert len(first['bind']) == 10         # BEGIN, ARQs, instance check,
-    #   deployables, devices locked with their counts, 2 ARQ transitions, handle
-    #   taken (UPDATE ... RETURNING), device transition, its history row
+    assert len(first['bind']) == 9          # BEGIN, ARQs, instance check,
+    #   deployables, devices locked with their counts, handle taken (UPDATE ...
+    #   RETURNING), the ARQ's two transitions (one UPDATE), device transition,
+    #   its history row
     # One statement, its own snapshot: no BEGIN on SQLite (Database.single_read).
     assert first['resolved'] == ['SELECT']  # ARQs with profile and handle
-    assert len(first['delete']) == 8        # BEGIN, ARQs, Deleting, DELETE, handle,
-    #   device with its counts, device transition, history row
+    assert len(first['delete']) == 7        # BEGIN, ARQs, Deleting and the row's
+    #   removal (one DELETE), handle, device with its counts, device transition,
+    #   history row
     for name in ('create', 'bind', 'delete'):
         assert first[name].count('BEGIN') == 1, first[name]  # one transaction each
     # More rows in the database change nothing; with other instances holding the
     # device it stays allocated, so bind and delete leave its state alone.
     assert all(_hold(client, seed['rp']) for _ in range(5))
     again = {k: len(v) for k, v in _lifecycle(client, seed['rp']).items()}
-    assert again == {'create': 3, 'bind': 8, 'resolved': 1, 'delete': 6}
+    assert again == {'create': 3, 'bind': 7, 'resolved': 1, 'delete': 5}
 
 
 def _hold(client, rp):
@@ -104,6 +106,8 @@ def test_a_multi_arq_bind_and_delete_are_one_transaction_each(database, client, 
     # Four ARQs, one query for them: no statement per ARQ but the transitions,
     # the handles and the deletes themselves.
     assert steps['bind'].count('SELECT') == 4
+    assert steps['bind'].count('UPDATE') == 4 + 4 + 1   # handles, ARQs, device
+    assert steps['delete'].count('DELETE') == 4
     with database.reader() as s:
         assert arq_db.arq_list(s) == []
         assert not s.execute(sa.select(m.AttachHandle).where(
