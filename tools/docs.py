@@ -46,7 +46,12 @@ writes it with a compare-and-swap UPDATE, records a device's change in its histo
 (`GET /v2/devices/{{uuid}}/history`, microversion 2.6) and its `last_error` (set
 entering `error`, cleared at `available`) in the same transaction, and logs one
 line once the transaction commits:
-`<kind> <uuid>: <old> -> <new> (<event>) reason=… request_id=…`.
+`<kind> <uuid>: <old> -> <new> (<event>) reason=… request_id=…`. Two edges taken
+in one transaction with nothing between them that another could see are one
+statement: a bind's `Initial -> BindStarted -> Bound` one UPDATE
+(`advance(..., via=...)`), a delete's move to `Deleting` and the row's removal one
+conditional DELETE (`transitions.remove()`); each edge is still checked and
+logged.
 
 ## Accelerator requests
 

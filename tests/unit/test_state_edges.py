@@ -1,8 +1,10 @@
 """Every declared edge is used and every state can be reached: the transition
 table says what the code does, nothing more. The callers are found by reading
 steward/ with ``ast``: each ``transitions.advance(session, <model>, row, <target>,
-event=<event>)`` names its model, target and event literally (the code is kept
-that way so this test can see them)."""
+event=<event>)`` (and ``transitions.remove``, the same edge then the row's
+removal) names its model, target and event literally, and the state it passes
+through as ``via=(<state>, <event>)`` (the code is kept that way so this test can
+see them)."""
 import ast
 import pathlib
 
@@ -15,7 +17,7 @@ ROOT = pathlib.Path(steward.__file__).parent
 
 def _is_advance(node):
     func = node.func
-    return (isinstance(func, ast.Attribute) and func.attr == 'advance'
+    return (isinstance(func, ast.Attribute) and func.attr in ('advance', 'remove')
             and isinstance(func.value, ast.Name) and func.value.id == 'transitions') or \
         (isinstance(func, ast.Name) and func.id == 'advance')
 
@@ -50,6 +52,12 @@ def advance_calls():
             assert event is not None, f'{where}: advance() without event='
             found.append((model.__state_kind__, _literal(event, where, 'event'),
                           target, where))
+            via = next((k.value for k in node.keywords if k.arg == 'via'), None)
+            if via is not None:
+                assert isinstance(via, ast.Tuple) and len(via.elts) == 2, \
+                    f'{where}: via=(state, event), literally'
+                found.append((model.__state_kind__, _literal(via.elts[1], where, 'event'),
+                              _literal(via.elts[0], where, 'target'), where))
     return found
 
 
@@ -57,6 +65,8 @@ def test_the_scan_finds_the_callers():
     calls = advance_calls()
     # One caller of each kind that must be there, so a broken scan fails loudly.
     assert any(c[:3] == ('arq', 'bind_done', states.ARQ_BOUND) for c in calls)
+    assert any(c[:3] == ('arq', 'bind', states.ARQ_BIND_STARTED) for c in calls)  # via
+    assert any(c[:3] == ('arq', 'delete', states.ARQ_DELETING) for c in calls)
     assert any(c[:3] == ('device', 'cleaned', states.DEV_AVAILABLE) for c in calls)
     assert any(c[:3] == ('erase', 'succeed', states.ERASE_SUCCEEDED) for c in calls)
 
