@@ -2,12 +2,11 @@
 ``_check_at_checkout``): one in use is handed out without a round trip, one the
 server closed while it sat in the pool is replaced before a transaction meets it,
 and one idle longer than IDLE_PING_SECONDS is pinged first."""
-import time
-
 import pytest
 import sqlalchemy as sa
 
 from steward.db import session as db_session
+from tests.fixtures.stack import wait_for
 
 pytestmark = pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
 
@@ -37,7 +36,10 @@ def _backend(database):
 def _end_on_server(url, backend):
     """End connection ``backend`` from another connection, as a restart does, and
     return once the server no longer lists it."""
-    other = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    # Each statement its own transaction: PostgreSQL's pg_stat_activity is a
+    # snapshot taken at a transaction's first read of it.
+    other = sa.create_engine(url, poolclass=sa.pool.NullPool,
+                             isolation_level='AUTOCOMMIT')
     try:
         with other.connect() as conn:
             if other.dialect.name == 'postgresql':
@@ -47,8 +49,8 @@ def _end_on_server(url, backend):
                 conn.execute(sa.text(f'KILL {int(backend)}'))
                 listed = ('SELECT count(*) FROM information_schema.processlist '
                           'WHERE id = :pid')
-            while conn.execute(sa.text(listed), {'pid': backend}).scalar():
-                time.sleep(0.05)
+            wait_for(lambda: not conn.execute(sa.text(listed), {'pid': backend}).scalar(),
+                     f'connection {backend} gone from the server')
     finally:
         other.dispose()
 
