@@ -185,6 +185,9 @@ def _repair_one(deps, client, want, reporter, generation):
     except exception.PlacementError as err:
         if getattr(err, 'http_status', None) != 404:
             raise
+        # Gone: what this client remembers of it (its generation, that it
+        # exists) must not let the next report's sync skip creating it again.
+        client.forget(want.rp_uuid)
         if reporter is not None:
             reporter.forget(want.host)
         LOG.warning('Placement drift: provider %s (%s) of host %s is missing from '
