@@ -57,19 +57,7 @@ def advance(session, model, row, target, *, event=None, reason='', values=None,
             changes.setdefault('last_error', reason or event or 'error')
         elif target == states.DEV_AVAILABLE:
             changes['last_error'] = None
-    # Compare-and-swap on the state we read: whoever changed the row in between
-    # wins and we report the conflict rather than overwrite it.
-    params = {f'new_{key}': value for key, value in changes.items()}
-    params['row_id'] = row.id
-    if current is not None:
-        params['current'] = current
-    # On the session's connection: Core statements need none of the ORM's
-    # execution layer.
-    conn = session.connection()
-    result = conn.execute(_update_statement(model, tuple(sorted(changes)),
-                                            current is None), params)
-    if result.rowcount != 1:
-        raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
+    conn = _compare_and_swap(session, model, row, kind, current, changes)
     # An ORM object learns its new values as committed ones (nothing to flush);
     # a plain row (arqs.ArqRow) simply takes them.
     write = set_committed_value if hasattr(row, '_sa_instance_state') else setattr
@@ -115,13 +103,7 @@ def remove(session, model, row, target, *, event, request_id=None):
     kind = model.__state_kind__
     current = getattr(row, model.__state_column__)
     _steps(kind, row, current, target, event, None)
-    params = {'row_id': row.id}
-    if current is not None:
-        params['current'] = current
-    result = session.connection().execute(_delete_statement(model, current is None),
-                                          params)
-    if result.rowcount != 1:
-        raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
+    _compare_and_swap(session, model, row, kind, current)
     _log_after_commit(session, (kind, row.uuid, current, target, event, '', request_id))
 
 
@@ -139,38 +121,44 @@ def note(session, model, row, *, event, reason='', request_id=None, actor=None):
         actor=(actor or states.default_actor())[:255])])
 
 
-_UPDATES = {}
+def _compare_and_swap(session, model, row, kind, current, changes=None):
+    """Write ``changes`` to ``row`` (None: delete it) if its state is still
+    ``current``, the one read: whoever changed the row in between wins and we
+    report the conflict (ConcurrentUpdate) rather than overwrite it. Returns the
+    session's connection (Core statements need none of the ORM's execution
+    layer)."""
+    params = {'row_id': row.id}
+    if current is not None:
+        params['current'] = current
+    columns = None
+    if changes is not None:
+        params.update({f'new_{key}': value for key, value in changes.items()})
+        columns = tuple(sorted(changes))
+    conn = session.connection()
+    result = conn.execute(_statement(model, columns, current is None), params)
+    if result.rowcount != 1:
+        raise exception.ConcurrentUpdate(kind=kind, uuid=row.uuid)
+    return conn
 
 
-def _update_statement(model, columns, from_null):
-    """The compare-and-swap UPDATE of ``model`` writing ``columns``, built once per
-    shape with bound parameters (Core, not ORM: same SQL, a fraction of the Python;
-    and a statement built once keeps its compiled form cached)."""
+_STATEMENTS = {}
+
+
+def _statement(model, columns, from_null):
+    """The compare-and-swap UPDATE of ``model`` writing ``columns`` (None: the
+    DELETE of remove()), built once per shape with bound parameters (Core, not
+    ORM: same SQL, a fraction of the Python; and a statement built once keeps its
+    compiled form cached)."""
     key = (model, columns, from_null)
-    stmt = _UPDATES.get(key)
+    stmt = _STATEMENTS.get(key)
     if stmt is None:
         table = model.__table__
         column = table.c[model.__state_column__]
         same = column.is_(None) if from_null else column == sa.bindparam('current')
-        stmt = _UPDATES[key] = table.update().where(
-            table.c.id == sa.bindparam('row_id'), same).values(
-            {c: sa.bindparam(f'new_{c}') for c in columns})
-    return stmt
-
-
-_DELETES = {}
-
-
-def _delete_statement(model, from_null):
-    """remove()'s DELETE of one row of ``model`` in the state read, built once."""
-    key = (model, from_null)
-    stmt = _DELETES.get(key)
-    if stmt is None:
-        table = model.__table__
-        column = table.c[model.__state_column__]
-        same = column.is_(None) if from_null else column == sa.bindparam('current')
-        stmt = _DELETES[key] = table.delete().where(
-            table.c.id == sa.bindparam('row_id'), same)
+        where = (table.c.id == sa.bindparam('row_id'), same)
+        stmt = _STATEMENTS[key] = table.delete().where(*where) if columns is None \
+            else table.update().where(*where).values(
+                {c: sa.bindparam(f'new_{c}') for c in columns})
     return stmt
 
 

@@ -23,7 +23,7 @@ WIRING = re.compile(
 # - oslo.config's CONF (steward/conf): the one project-wide configuration object, as in
 #   every OpenStack service.
 # - caches that are pure functions of immutable inputs: steward/db/perf.py _ROW_TYPES
-#   (row namedtuples per table), steward/db/transitions.py _UPDATES (compiled CAS
+#   (row namedtuples per table), steward/db/transitions.py _STATEMENTS (compiled CAS
 #   statements per shape), steward/api/views.py _ENCODED (a row's JSON keyed by all it
 #   is made of).
 # - process-wide by nature: steward/db/perf.py's gc pause count (gc.disable() switches
