@@ -12,6 +12,11 @@ Memory can go stale: Nova's allocations, an operator or another conductor move a
 provider's generation. The client carries the remembered generation in every
 write, so staleness shows as a 409, and it ``forget``s a provider whenever a write
 fails or a read shows it moved (``drop_if_moved``); the next sync reads it again.
+A sync that finds nothing to write sends nothing, so it never learns that a
+provider was deleted meanwhile: the report forgets the providers of the
+deployables it inserts, the moment another conductor's deletion is likely
+(steward/conductor/report/placement_sync.py), and the drift repair those it
+finds missing (steward/conductor/selfheal.py).
 
 Also remembered: the custom resource classes and traits known to exist in
 Placement, which saves a PUT of each per sync.

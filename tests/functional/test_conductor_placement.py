@@ -1,11 +1,15 @@
 """Conductor <-> real Placement: reservations that mirror device_state, the
-compute-node provider, and quiet discovery cycles."""
+compute-node provider, quiet discovery cycles, and a provider another
+conductor deleted created again by a conductor that still remembered it."""
 import uuid
 
 import pytest
 
+from steward.agent.manager import AgentManager
 from steward.common import exception
 from steward.common import states
+from steward.conductor.manager import ConductorManager
+from steward.conductor.rpcapi import ConductorAPI
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.drivers import base
@@ -229,3 +233,152 @@ def test_many_providers_registered_in_batches(transport, database, db, conf, pla
     client.forget()
     assert agent.run_cycle()['placement_writes'] == 0
     assert client.stats['writes'] == quiet['writes']
+
+
+class SwappableDriver(base.Driver):
+    """Two single-function devices; the functions in ``hidden`` are not
+    discovered (swapped out)."""
+    name = 'swappable'
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.hidden = set()
+
+    def discover(self):
+        found = []
+        for fn in ('1', '2'):
+            if fn in self.hidden:
+                continue
+            info = objects.pci_info('0000', '0c', '00', fn)
+            found.append(objects.DriverDevice(
+                vendor='0x8086', model='swappable', type='GPU',
+                controlpath_id=objects.DriverControlPathID('PCI', info),
+                deployable_list=[objects.DriverDeployable(
+                    # Not named as Nova names a PCI provider: no traits read.
+                    name=f'{self.host}_swappable{fn}', num_accelerators=1,
+                    attribute_list=[objects.DriverAttribute('rc', 'CUSTOM_SWAPPABLE'),
+                                    objects.DriverAttribute('trait0', 'CUSTOM_SWAP')],
+                    attach_handle_list=[objects.DriverAttachHandle('PCI', info)],
+                    driver_name='swappable')]))
+        return found
+
+
+def test_a_device_back_through_another_conductor_gets_its_provider_again(
+        transport, database, db, conf, placement):
+    """Conductor A registers a host's devices, conductor B takes the report in
+    which one of them is gone and deletes its provider, and A takes the report in
+    which it is back: A's Placement client still remembers the provider as it
+    was (nothing of it moved in A's sight), and the report must create it
+    again, not take it for present. The device it did not lose keeps its memory:
+    the report reads nothing of either provider."""
+    client_a, server = placement
+    client_b = placement_fixture.client_and_server()[0]
+    a, b = _conductor_on(database, transport, client_a), \
+        _conductor_on(database, transport, client_b)
+    host = placement_fixture.unique_name('swap')
+    driver = SwappableDriver(conf, host)
+    agent = AgentManager(conf, ConductorAPI(a), host=host, drivers=[driver])
+    first = agent.run_cycle()
+    assert first['changed'] and 'error' not in first
+    rp = {name[-1]: uuid
+          for name, uuid in ((d.name, d.rp_uuid) for d in _deployables(database, host))}
+    assert sorted(rp) == ['1', '2']
+    generation = client_a.get_provider(rp['1'])['generation']
+    assert client_a.remembered_inventory(rp['1'], generation) == _inventory(server, rp['1'])
+
+    driver.hidden = {'1'}
+    agent.conductor = ConductorAPI(b)
+    gone = agent.run_cycle()
+    assert gone['changed'] and 'error' not in gone
+    with placement_fixture.admin_session(server.url) as s:
+        assert s.get(f'/resource_providers/{rp["1"]}').status_code == 404
+    # A's memory of it, from before B deleted it: what a sync compares with.
+    assert client_a.remembered_inventory(rp['1'], generation) is not None
+
+    driver.hidden = set()
+    agent.conductor = ConductorAPI(a)
+    before = dict(client_a.stats)
+    back = agent.run_cycle()
+    assert back['changed'] and 'error' not in back, back
+    # Read: the compute node's tree, listed for every changed report; neither
+    # provider on its own (the one back is absent from that listing, so it is
+    # created without a read). Written: it, its traits and its inventory.
+    assert client_a.stats['reads'] - before['reads'] == 1
+    assert back['placement_writes'] == 3
+    assert sorted(d.rp_uuid for d in _deployables(database, host)) == sorted(rp.values())
+    with placement_fixture.admin_session(server.url) as s:
+        found = s.get(f'/resource_providers/{rp["1"]}')
+        assert found.status_code == 200, found.text
+        traits = set(s.get(f'/resource_providers/{rp["1"]}/traits').json()['traits'])
+    assert found.json()['parent_provider_uuid'] == client_a.ensure_compute_node(host)
+    assert _inventory(server, rp['1'])['CUSTOM_SWAPPABLE']['total'] == 1
+    assert {'CUSTOM_SWAP', 'OWNER_CYBORG'} <= traits
+    # And the next report of the host is quiet again, whichever conductor takes it.
+    for conductor, client in ((a, client_a), (b, client_b)):
+        agent.conductor = ConductorAPI(conductor)
+        quiet = dict(client.stats)
+        assert cf.summary(agent.run_cycle()) == {'changed': False, 'placement_writes': 0}
+        assert client.stats == quiet
+
+
+def test_a_host_registered_again_through_another_conductor_gets_its_providers_again(
+        transport, database, db, conf, placement):
+    """The first registration's batch (steward/conductor/report/first.py) too: a
+    conductor whose drift repair synced a provider, which another conductor
+    deleted since (the host's devices all gone), creates it when the host
+    registers its devices again through it."""
+    client_a, server = placement
+    client_b = placement_fixture.client_and_server()[0]
+    a, b = _conductor_on(database, transport, client_a), \
+        _conductor_on(database, transport, client_b)
+    # A's memory of the reports' digests stays the one read now (no host): the
+    # host's reports to A are first registrations for as long as it has no row.
+    a.reporter.stored.refresh = float('inf')
+    assert a.reporter.stored.cached('no-such-host') is None
+    host = placement_fixture.unique_name('again')
+    driver = SwappableDriver(conf, host)
+    driver.hidden = {'2'}
+    agent = AgentManager(conf, ConductorAPI(b), host=host, drivers=[driver])
+    assert 'error' not in agent.run_cycle()
+    (dep,) = _deployables(database, host)
+    # Changed behind Steward's back, repaired by A's drift repair: A's client
+    # remembers all of the provider now.
+    with placement_fixture.admin_session(server.url) as s:
+        body = s.get(f'/resource_providers/{dep.rp_uuid}/inventories').json()
+        r = s.put(f'/resource_providers/{dep.rp_uuid}/inventories/CUSTOM_SWAPPABLE',
+                  json=dict(body['inventories']['CUSTOM_SWAPPABLE'], total=3,
+                            max_unit=3, resource_provider_generation=body[
+                                'resource_provider_generation']))
+        assert r.status_code == 200, r.text
+    ctx = cf.admin()
+    assert a.periodic.repair_placement_drift(ctx) == [(dep.rp_uuid, 'inventory')]
+    generation = client_a.get_provider(dep.rp_uuid)['generation']
+    assert client_a.remembered_inventory(dep.rp_uuid, generation) is not None
+
+    driver.hidden = {'1', '2'}
+    assert 'error' not in agent.run_cycle()
+    assert _deployables(database, host) == []
+    with placement_fixture.admin_session(server.url) as s:
+        assert s.get(f'/resource_providers/{dep.rp_uuid}').status_code == 404
+
+    driver.hidden = {'2'}
+    agent.conductor = ConductorAPI(a)
+    back = agent.run_cycle()
+    assert back['changed'] and 'error' not in back, back
+    assert [d.rp_uuid for d in _deployables(database, host)] == [dep.rp_uuid]
+    with placement_fixture.admin_session(server.url) as s:
+        found = s.get(f'/resource_providers/{dep.rp_uuid}')
+        assert found.status_code == 200, found.text
+    assert _inventory(server, dep.rp_uuid)['CUSTOM_SWAPPABLE']['total'] == 1
+    assert {'CUSTOM_SWAP', 'OWNER_CYBORG'} <= client_b.get_traits(dep.rp_uuid)
+
+
+def _conductor_on(database, transport, client):
+    conductor = ConductorManager(cf.deps(database, transport, client))
+    conductor.init_host()
+    return conductor
+
+
+def _deployables(database, host):
+    with database.reader() as s:
+        return [d for d in deployable_db.deployable_list(s) if d.name.startswith(host)]

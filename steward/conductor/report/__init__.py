@@ -101,7 +101,8 @@ class Reporter:
         parsed = self.placement_sync.without_nova_owned(state, host, rp_name, parsed)
         changes = diff.ReportDiff(self.database)
         removed_rps = changes.persist(ctx, host, parsed)
-        writes = self.placement_sync.sync(state, host, rp_name, removed_rps)
+        writes = self.placement_sync.sync(state, host, rp_name, removed_rps,
+                                          changes.inserted_rps)
         with self._lock:
             self._known.add(host)
         # A change held back for an in-use handle or device must be retried on the

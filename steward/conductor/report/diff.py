@@ -15,7 +15,9 @@ while a handle is in use are kept (and logged) until released.
 
 What the diff leaves behind is mirrored to Placement afterwards
 (steward/conductor/report/placement_sync.py): the diff hands it the providers of
-the deployables it removed.
+the deployables it removed, and of those it inserted (``inserted_rps``: new to
+the database, or back after it was removed), whose providers another conductor
+may have deleted since this one's Placement client last saw them.
 """
 import collections
 import json
@@ -108,12 +110,14 @@ class ReportDiff:
 
     ``deferred`` is True when a change was held back (an in-use handle or
     deployable, a device missing but not in error): the report must be looked at
-    again next cycle even if it stays the same.
+    again next cycle even if it stays the same. ``inserted_rps``: the providers
+    of the deployables ``persist`` inserted.
     """
 
     def __init__(self, database):
         self.database = database
         self.deferred = False
+        self.inserted_rps = []
         # The host's deployables as loaded with the report, by device id and by
         # name (persist fills them).
         self._deps_by_device = {}
@@ -125,6 +129,8 @@ class ReportDiff:
         one transaction, retried after a deadlock; returns the providers of the
         deployables it removed, for Placement's sync to delete."""
         removed_rps = []
+        # A retry after a deadlock inserts them all again.
+        self.inserted_rps = []
         with self.database.writer() as s:
             # The host's devices stay locked until this report commits: a bind
             # committing in between would otherwise find its device's locked-in
@@ -343,6 +349,7 @@ class ReportDiff:
                                    driver_name=rep.driver_name)
                 s.add(dep)
                 self._deps_by_name.setdefault(dep.name, []).append(dep)
+                self.inserted_rps.append(dep.rp_uuid)
             else:
                 if dep.num_accelerators != rep.num_accelerators:
                     dep.num_accelerators = rep.num_accelerators

@@ -284,6 +284,12 @@ class FirstRegistrations:
         # rows just written are what reserved_now reads.
         # A provider in none of the trees listed is new: created without a read.
         tree = [rp for item in items for rp in item.tree]
+        # Rows just inserted: what this client remembers of their providers (a
+        # drift repair synced one) may predate another conductor deleting them
+        # (placement_sync's module doc). In a fleet's first cycle none is
+        # remembered: no request more.
+        for uuid in ids:
+            self.sync.placement.forget(uuid)
         writes, errors = self.sync.placement.sync_providers(
             specs, tree=tree, reserved_now=lambda chunk: placement_sync.reserved_now(
                 self.database, [ids[s.uuid] for s in chunk]))

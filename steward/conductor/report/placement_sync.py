@@ -7,6 +7,16 @@ writes only what differs).
 Before the database diff (steward/conductor/report/diff.py), devices Nova
 already hands out are dropped from the report (``without_nova_owned``); after
 it, ``sync`` brings Placement in line with the host's rows.
+
+The client's memory of a provider saves every request for it while it matches
+(steward/placement/provider_cache.py), and nothing in a sync that matches it
+would find out that another conductor deleted the provider meanwhile: that
+conductor took a report without the device (or its deployable), the only way
+Steward deletes a device provider. So the providers of the deployables the diff
+inserted, the ones that may come back after such a report, are forgotten before
+the sync, which creates (or reads) them: a device new to the database costs
+nothing more (it was not remembered, and the tree listed before the diff says
+it is absent), and a quiet report or an unchanged deployable keeps its memory.
 """
 import collections
 import dataclasses
@@ -186,11 +196,15 @@ class PlacementSync:
         self.remember_compute_node(rp_name, rp)
         return rp if created else None
 
-    def sync(self, state, host, rp_name, removed_rps):
+    def sync(self, state, host, rp_name, removed_rps, inserted_rps=()):
         """Returns the number of Placement writes, or None when Placement could not
-        be brought in line (the next report retries)."""
+        be brought in line (the next report retries). ``removed_rps``: providers
+        to delete; ``inserted_rps``: providers of the deployables the diff
+        inserted (module doc)."""
         if self.placement is None:
             return 0
+        for rp in inserted_rps:
+            self.placement.forget(rp)
         from steward.placement.provider_sync import ProviderSpec
         try:
             root = self.compute_node(state, rp_name)
