@@ -94,7 +94,8 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
     device_ops.lock_for_bind."""
     reserve, handles = [], {}
     with deps.database.writer() as s:
-        arqs = arq_db.arq_get_many(s, uuids, project_scope)
+        arqs, held = arq_db.arqs_for_bind(
+            s, uuids, dict.fromkeys(b['instance_uuid'] for b in bindings), project_scope)
         for arq in arqs:
             if arq.state not in states.ARQ_BINDABLE:
                 raise exception.ARQBadState(uuid=arq.uuid, state=arq.state,
@@ -106,7 +107,7 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
         # with its accelerator count; the lock holds until the commit.
         locked = {device.id: (device, count) for device, count in
                   device_ops.lock_for_bind(s, device_states, exclusive)}
-        _check_second_set(s, arqs, bindings, deployables, locked)
+        _check_second_set(held, bindings, deployables, locked)
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]
             values = {'hostname': b['hostname'], 'device_rp_uuid': b['device_rp_uuid'],
@@ -128,13 +129,11 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
         return [arq_db.arq_record(a, *handles[a.id]) for a in arqs], reserve
 
 
-def _check_second_set(s, arqs, bindings, deployables, locked):
+def _check_second_set(held, bindings, deployables, locked):
     """Accelerators cannot be added to an instance on its host; but while it
     moves (resize, cold or live migration) it holds a second set of ARQs on the
     destination: a bind on another host than every other ARQ of the instance
-    (by its device's agent host) is that set, and is allowed."""
-    held = arq_db.arq_instances_with_binding(
-        s, {b['instance_uuid'] for b in bindings}, exclude_ids=[a.id for a in arqs])
+    (``held``: {instance: {its device hosts}}) is that set, and is allowed."""
     for b in bindings:
         hosts = held.get(b['instance_uuid'])
         if not hosts:

@@ -69,6 +69,57 @@ def arq_get_many(session, uuids, project_id=None) -> list[ROW]:
     return [by_uuid[u] for u in uuids]
 
 
+def _for_bind(one_uuid, one_instance, scoped):
+    """The bind's read: the ARQs asked for, by uuid (in the caller's project when
+    scoped), and every other ARQ of the instances they are bound to, each with
+    its device's agent host (``held_host``; None without a deployable)."""
+    by_uuid = _ARQ_T.c.uuid == sa.bindparam('uuids') if one_uuid else \
+        _ARQ_T.c.uuid.in_(sa.bindparam('uuids', expanding=True))
+    if scoped:
+        by_uuid = sa.and_(by_uuid, _ARQ_T.c.project_id == sa.bindparam('project_id'))
+    by_instance = _ARQ_T.c.instance_uuid == sa.bindparam('instances') if one_instance \
+        else _ARQ_T.c.instance_uuid.in_(sa.bindparam('instances', expanding=True))
+    return (_ARQ_ROWS.add_columns(_DEVICES_T.c.hostname.label('held_host'))
+            .outerjoin(_DEPLOYABLES_T, _DEPLOYABLES_T.c.id == _ARQ_T.c.deployable_id)
+            .outerjoin(_DEVICES_T, _DEVICES_T.c.id == _DEPLOYABLES_T.c.device_id)
+            .where(sa.or_(by_uuid, by_instance)))
+
+
+# Built once per shape (one value or several of each list; scoped or not), as
+# perf.OneOrMany does for one list.
+_FOR_BIND = {(u, i, p): _for_bind(u, i, p)
+             for u in (True, False) for i in (True, False) for p in (True, False)}
+
+
+def arqs_for_bind(session, uuids, instance_uuids, project_id=None) \
+        -> tuple[list[ROW], dict[str, set]]:
+    """What a bind reads, in one query: (the ARQs of ``uuids`` in the order asked,
+    as arq_get_many returns them, raising for the first missing one; {instance:
+    {device hosts}} of the other ARQs of ``instance_uuids``: the agent host of each
+    one's device, None when it has no deployable any more). It was two round
+    trips of every bind."""
+    uuids, instance_uuids = list(uuids), list(instance_uuids)
+    stmt = _FOR_BIND[len(uuids) == 1, len(instance_uuids) == 1, project_id is not None]
+    params = {'uuids': uuids[0] if len(uuids) == 1 else uuids,
+              'instances': instance_uuids[0] if len(instance_uuids) == 1
+              else instance_uuids}
+    if project_id is not None:
+        params['project_id'] = project_id
+    asked, by_uuid, held = set(uuids), {}, {}
+    for row in session.execute(stmt, params):
+        values = dict(row._mapping)
+        host = values.pop('held_host')
+        if row.uuid in asked and (project_id is None or row.project_id == project_id):
+            by_uuid[row.uuid] = ArqRow(**values)
+        elif row.uuid not in asked:
+            held.setdefault(row.instance_uuid, set()).add(host)
+    for uuid in uuids:
+        if uuid not in by_uuid:
+            raise exception.ARQNotFound(resource='Accelerator request', key='uuid',
+                                        value=uuid)
+    return [by_uuid[u] for u in uuids], held
+
+
 def arq_reread(session, arq_id) -> ROW | None:
     """The ARQ (ArqRow, without its profile's name) as last committed, locked, or
     None once deleted. A locking read: under MariaDB's repeatable read a plain
@@ -112,22 +163,6 @@ def arq_bound_instances(session) -> list[tuple]:
     return [tuple(row) for row in session.execute(stmt).all()]
 
 
-def _instances_with_binding(excluded):
-    return perf.OneOrMany(_ARQ_T.c.instance_uuid, 'instances', lambda clause: sa.select(
-        _ARQ_T.c.instance_uuid, _DEVICES_T.c.hostname).distinct()
-        .select_from(_ARQ_T.outerjoin(
-            _DEPLOYABLES_T, _DEPLOYABLES_T.c.id == _ARQ_T.c.deployable_id)
-            .outerjoin(_DEVICES_T, _DEVICES_T.c.id == _DEPLOYABLES_T.c.device_id))
-        .where(clause, excluded))
-
-
-# By how many ARQs are excluded: one (a bind of one ARQ), or any other number.
-_INSTANCES_WITH_BINDING = {
-    True: _instances_with_binding(_ARQ_T.c.id != sa.bindparam('exclude')),
-    False: _instances_with_binding(
-        _ARQ_T.c.id.notin_(sa.bindparam('exclude', expanding=True)))}
-
-
 def arq_bound_hosts(session, instance_uuid) -> list[tuple[str, str]]:
     """[(ARQ uuid, its device's agent host)] of an instance's Bound ARQs, in id
     order: where each set of a moving instance is (the orphan check)."""
@@ -139,23 +174,6 @@ def arq_bound_hosts(session, instance_uuid) -> list[tuple[str, str]]:
                    _ARQ_T.c.state == states.ARQ_BOUND)
             .order_by(_ARQ_T.c.id))
     return [tuple(row) for row in session.execute(stmt)]
-
-
-def arq_instances_with_binding(session, instance_uuids, exclude_ids=()) -> dict[str, set]:
-    """Which of ``instance_uuids`` already have an ARQ (other than
-    ``exclude_ids``) bound to them, in one query: {instance: {device hosts}},
-    the agent host of each such ARQ's device (None when it has no deployable
-    any more)."""
-    # An empty expanding NOT IN is valid SQL in SQLAlchemy (it renders an
-    # always-true test), but no ARQ has id 0: keep the statement one shape.
-    exclude = list(exclude_ids) or [0]
-    one = len(exclude) == 1
-    stmt, params = _INSTANCES_WITH_BINDING[one](
-        instance_uuids, exclude=exclude[0] if one else exclude)
-    found = {}
-    for inst, host in session.execute(stmt, params):
-        found.setdefault(inst, set()).add(host)
-    return found
 
 
 def arqs_create(session, dp, group_ids, project_id) -> list[dict]:
