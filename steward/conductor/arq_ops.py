@@ -71,11 +71,10 @@ def bind(deps, ctx, bindings, dispatch=None):
     if len(set(uuids)) != len(uuids):
         raise exception.PatchInvalid(reason='an ARQ appears twice')
     project_scope = None if ctx.is_admin or ctx.is_service else ctx.project_id
-    try:
-        records, reserve = _bind_in_db(deps, ctx, bindings, uuids, project_scope)
-    except device_ops.SharedLockMissed:
-        records, reserve = _bind_in_db(deps, ctx, bindings, uuids, project_scope,
-                                       exclusive=True)
+    bound = _bind_in_db(deps, ctx, bindings, uuids, project_scope)
+    if bound is None:
+        bound = _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=True)
+    records, reserve = bound
     try:
         for dep in reserve:
             device_ops.reserve(deps, dep, reserve=True)
@@ -90,8 +89,16 @@ def bind(deps, ctx, bindings, dispatch=None):
 @retry.on_deadlock
 def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
     """The bind's transaction: (records, deployables whose device must be
-    reserved in Placement once it is committed). ``exclusive``: see
-    device_ops.lock_for_bind."""
+    reserved in Placement once it is committed), or None when a share lock came
+    too late (device_ops.lock_for_bind) and the bind must run again with
+    ``exclusive`` locks.
+
+    That transaction has written nothing and ends with a COMMIT, not a rollback:
+    on PostgreSQL psycopg forgets every statement it prepared on the connection
+    at any ROLLBACK (and deallocates them), so each later statement was parsed and
+    planned again, ten times each before it was prepared anew. Four clients on
+    one shared device missed the share lock in one bind of twelve, and
+    PostgreSQL spent a quarter of its time planning."""
     reserve, handles = [], {}
     with deps.database.writer() as s:
         arqs, held = arq_db.arqs_for_bind(
@@ -105,8 +112,10 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
             s, list(dict.fromkeys(b['device_rp_uuid'] for b in bindings)))
         # Every device of the bind locked up front, in id order (see lock_devices),
         # with its accelerator count; the lock holds until the commit.
-        locked = {device.id: (device, count) for device, count in
-                  device_ops.lock_for_bind(s, device_states, exclusive)}
+        found = device_ops.lock_for_bind(s, device_states, exclusive)
+        if found is None:
+            return None
+        locked = {device.id: (device, count) for device, count in found}
         _check_second_set(held, bindings, deployables, locked)
         for arq, b in zip(arqs, bindings):
             dep = deployables[b['device_rp_uuid']]

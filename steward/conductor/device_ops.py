@@ -46,13 +46,6 @@ def lock_devices_counted(session, device_ids, shared=False):
     return device_db.devices_lock_counted(session, device_ids, shared=shared)
 
 
-class SharedLockMissed(Exception):
-    """A device lock_for_bind share-locked is no longer allocated: the bind's
-    transaction is rolled back (its share locks with it) and run again with
-    exclusive locks. Upgrading the lock in the transaction instead made two such
-    binds a deadlock, which the database breaks only after a second."""
-
-
 def lock_for_bind(session, device_states, exclusive=False):
     """Lock the devices a bind takes handles of (``device_states``: {device id: the
     state read with its deployable}), as lock_devices_counted returns them.
@@ -62,15 +55,19 @@ def lock_for_bind(session, device_states, exclusive=False):
     reported or latched under the bind, and binds to one device then run side by
     side instead of one after the other (16 boots on one shared FPGA). Any other
     state may change with the bind, and ``exclusive`` asks for it: an exclusive
-    lock, as before. Raises SharedLockMissed when a device moved between the read
-    and the share lock."""
+    lock, as before.
+
+    Returns None when a device moved between the read and the share lock: the
+    bind then ends its transaction, which has written nothing, and runs again
+    with exclusive locks. Upgrading the lock in the transaction instead made two
+    such binds a deadlock, which the database breaks only after a second."""
     ids = list(device_states)
     if exclusive or not all(state == states.DEV_ALLOCATED
                             for state in device_states.values()):
         return lock_devices_counted(session, ids)
     locked = lock_devices_counted(session, ids, shared=True)
     if not all(device.device_state == states.DEV_ALLOCATED for device, _ in locked):
-        raise SharedLockMissed()
+        return None
     return locked
 
 

@@ -1,10 +1,12 @@
 """Binds on databases with parallel writers (PostgreSQL, MariaDB): what runs side
 by side and what waits. SQLite's writers are serial (steward/db/sqlite.py)."""
 import concurrent.futures
+import threading
 import time
 import uuid
 
 import pytest
+from sqlalchemy import event
 
 from steward.common import states
 from steward.conductor import arq_ops
@@ -64,13 +66,22 @@ def test_a_bind_whose_device_was_released_under_its_share_lock_locks_it_again(
     """The bind read the device allocated; the last holder's release committed
     before the bind's share lock was granted, leaving it available: the bind is
     run again under an exclusive lock and takes the device through
-    available -> allocated, as any first bind does."""
+    available -> allocated, as any first bind does. The first try, which wrote
+    nothing, ends with a COMMIT: at a ROLLBACK psycopg drops every statement it
+    prepared on the connection (device_ops.lock_for_bind)."""
     conductor, _ = cf.stack(database, transport, conf)
     cf.make_profile(database)
     dep = cf.deployable(database)
     first = _bind(conductor, conductor.arq_create(cf.admin(), 'dp1', 'p')[0], dep)[0]
     second = conductor.arq_create(cf.admin(), 'dp1', 'p')[0]
     pool = concurrent.futures.ThreadPoolExecutor(1)
+    rollbacks = []
+
+    def rolled_back(conn):
+        # The bind's (the pool's thread), not this test's reads of the lock waits.
+        if threading.current_thread() is not threading.main_thread():
+            rollbacks.append(conn)
+    event.listen(database.engine, 'rollback', rolled_back)
     with database.writer() as s:
         # The last holder's unbind, its transaction open: the device row is
         # locked (allocated -> available, not committed yet).
@@ -83,7 +94,9 @@ def test_a_bind_whose_device_was_released_under_its_share_lock_locks_it_again(
         assert not future.done()
     bound = future.result()[0]
     pool.shutdown()
+    event.remove(database.engine, 'rollback', rolled_back)
     assert bound['state'] == states.ARQ_BOUND
+    assert rollbacks == []
     with database.reader() as s:
         device = device_db.device_list(s)[0]
         assert device.device_state == states.DEV_ALLOCATED
