@@ -24,6 +24,7 @@ from oslo_db.sqlalchemy import engines
 from oslo_db.sqlalchemy import exc_filters
 import sqlalchemy as sa
 from sqlalchemy import event, orm
+from sqlalchemy.pool import base as pool_base
 
 from steward.conf import CONF
 from steward.db import retry
@@ -68,6 +69,7 @@ def _engine(url):
         _check_at_checkout(engine)
         if engine.dialect.name == 'mysql':
             _read_committed(engine)
+            _reset_open_transactions_only(engine)
         return engine
     # Not oslo.db's SQLite engine: it swaps the pool for a NullPool (a new
     # connection, and its PRAGMAs, per transaction) and emits a deferred BEGIN of
@@ -157,6 +159,43 @@ def _read_committed(engine):
         cursor = dbapi_connection.cursor()
         cursor.execute('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED')
         cursor.close()
+
+
+def _reset_open_transactions_only(engine):
+    """The pool rolls a returned connection back only when a transaction may be
+    open on it. SQLAlchemy's pool rolls back every connection returned after a
+    commit, and PyMySQL, unlike psycopg, sends that ROLLBACK whatever the
+    connection's state: a round trip after each of a boot's three write
+    transactions, for nothing. A connection is taken for clean once SQLAlchemy
+    committed or rolled back what it began on it, and for dirty from its
+    checkout (a raw DBAPI use goes through no event) and from every begin: one
+    returned dirty (a failure, a read left open) is rolled back before anyone
+    else gets it, and discarded if that fails, as before. (PyMySQL's copy of the
+    server's status flags is no guide: a SELECT's answer does not update it.)"""
+    engine.pool._reset_on_return = pool_base.reset_none
+
+    @event.listens_for(engine, 'checkout')
+    def _checked_out(dbapi_connection, record, proxy):
+        record.info[_CLEAN] = False
+
+    @event.listens_for(engine, 'begin')
+    def _begun(conn):
+        conn.connection.info[_CLEAN] = False
+
+    @event.listens_for(engine, 'commit')
+    @event.listens_for(engine, 'rollback')
+    def _ended(conn):
+        conn.connection.info[_CLEAN] = True
+
+    @event.listens_for(engine, 'reset')
+    def _reset(dbapi_connection, record, state):
+        if state.terminate_only or state.transaction_was_reset:
+            return
+        if record is None or not record.info.get(_CLEAN):
+            dbapi_connection.rollback()
+
+
+_CLEAN = 'steward_transaction_ended'
 
 
 class Database:
