@@ -178,14 +178,18 @@ def _reset_open_transactions_only(engine):
     def _checked_out(dbapi_connection, record, proxy):
         record.info[_CLEAN] = False
 
+    # A Connection invalidated by a lost server has no pooled connection left to
+    # mark (and asking it for one raises): the pool discards that one anyway.
     @event.listens_for(engine, 'begin')
     def _begun(conn):
-        conn.connection.info[_CLEAN] = False
+        if not conn.invalidated:
+            conn.connection.info[_CLEAN] = False
 
     @event.listens_for(engine, 'commit')
     @event.listens_for(engine, 'rollback')
     def _ended(conn):
-        conn.connection.info[_CLEAN] = True
+        if not conn.invalidated:
+            conn.connection.info[_CLEAN] = True
 
     @event.listens_for(engine, 'reset')
     def _reset(dbapi_connection, record, state):
