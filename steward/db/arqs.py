@@ -73,12 +73,10 @@ def _for_bind(one_uuid, one_instance, scoped):
     """The bind's read: the ARQs asked for, by uuid (in the caller's project when
     scoped), and every other ARQ of the instances they are bound to, each with
     its device's agent host (``held_host``; None without a deployable)."""
-    by_uuid = _ARQ_T.c.uuid == sa.bindparam('uuids') if one_uuid else \
-        _ARQ_T.c.uuid.in_(sa.bindparam('uuids', expanding=True))
+    by_uuid = perf.one_or_many(_ARQ_T.c.uuid, 'uuids', one_uuid)
     if scoped:
         by_uuid = sa.and_(by_uuid, _ARQ_T.c.project_id == sa.bindparam('project_id'))
-    by_instance = _ARQ_T.c.instance_uuid == sa.bindparam('instances') if one_instance \
-        else _ARQ_T.c.instance_uuid.in_(sa.bindparam('instances', expanding=True))
+    by_instance = perf.one_or_many(_ARQ_T.c.instance_uuid, 'instances', one_instance)
     return (_ARQ_ROWS.add_columns(_DEVICES_T.c.hostname.label('held_host'))
             .outerjoin(_DEPLOYABLES_T, _DEPLOYABLES_T.c.id == _ARQ_T.c.deployable_id)
             .outerjoin(_DEVICES_T, _DEVICES_T.c.id == _DEPLOYABLES_T.c.device_id)
@@ -98,21 +96,21 @@ def arqs_for_bind(session, uuids, instance_uuids, project_id=None) \
     {device hosts}} of the other ARQs of ``instance_uuids``: the agent host of each
     one's device, None when it has no deployable any more). It was two round
     trips of every bind."""
-    uuids, instance_uuids = list(uuids), list(instance_uuids)
-    stmt = _FOR_BIND[len(uuids) == 1, len(instance_uuids) == 1, project_id is not None]
-    params = {'uuids': uuids[0] if len(uuids) == 1 else uuids,
-              'instances': instance_uuids[0] if len(instance_uuids) == 1
-              else instance_uuids}
+    uuids = list(uuids)
+    one_uuid, uuid_param = perf.bound(uuids)
+    one_instance, instance_param = perf.bound(instance_uuids)
+    params = {'uuids': uuid_param, 'instances': instance_param}
     if project_id is not None:
         params['project_id'] = project_id
+    stmt = _FOR_BIND[one_uuid, one_instance, project_id is not None]
     asked, by_uuid, held = set(uuids), {}, {}
     for row in session.execute(stmt, params):
         values = dict(row._mapping)
         host = values.pop('held_host')
-        if row.uuid in asked and (project_id is None or row.project_id == project_id):
-            by_uuid[row.uuid] = ArqRow(**values)
-        elif row.uuid not in asked:
+        if row.uuid not in asked:
             held.setdefault(row.instance_uuid, set()).add(host)
+        elif project_id is None or row.project_id == project_id:
+            by_uuid[row.uuid] = ArqRow(**values)
     for uuid in uuids:
         if uuid not in by_uuid:
             raise exception.ARQNotFound(resource='Accelerator request', key='uuid',

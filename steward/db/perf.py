@@ -16,24 +16,35 @@ import sqlalchemy as sa
 
 
 
+def one_or_many(column, name, one):
+    """``column = :name`` when ``one`` value is bound, else ``column IN (:name)``
+    (an expanding IN, which SQLAlchemy renders into new SQL at every execution:
+    a sixth of such a query's time)."""
+    return column == sa.bindparam(name) if one else \
+        column.in_(sa.bindparam(name, expanding=True))
+
+
+def bound(values):
+    """(one, the value to bind) for a one_or_many clause on ``values``."""
+    values = list(values)
+    return (True, values[0]) if len(values) == 1 else (False, values)
+
+
 class OneOrMany:
     """A statement filtered on a column taking one value of a list, built twice:
     ``column = :name`` for one value (Nova's case: one ARQ, one instance, one
-    device) and ``column IN (:name)`` for several. SQLAlchemy renders an
-    expanding IN into new SQL at every execution, a sixth of such a query's time.
+    device) and ``column IN (:name)`` for several (one_or_many).
     ``build(clause)`` makes the statement from the filter clause on ``column``.
     Calling it with the values gives (statement, parameters)."""
 
     def __init__(self, column, name, build):
         self.name = name
-        self.one = build(column == sa.bindparam(name))
-        self.many = build(column.in_(sa.bindparam(name, expanding=True)))
+        self.one = build(one_or_many(column, name, True))
+        self.many = build(one_or_many(column, name, False))
 
     def __call__(self, values, **params):
-        values = list(values)
-        if len(values) == 1:
-            return self.one, dict(params, **{self.name: values[0]})
-        return self.many, dict(params, **{self.name: values})
+        one, value = bound(values)
+        return self.one if one else self.many, dict(params, **{self.name: value})
 
 
 def untyped(columns):

@@ -37,9 +37,16 @@ def deps(database, transport, placement=None, metrics=None, agent_api=None):
         agent_api=agent_api if agent_api is not None else agent_rpcapi.AgentAPI(transport))
 
 
-def stack(database, transport, conf, placement=None, host='host-a', drivers=None):
+def conductor_on(database, transport, placement=None):
+    """A conductor on ``database`` and ``placement`` (a Placement client), its
+    start-up work done."""
     conductor = ConductorManager(deps(database, transport, placement))
     conductor.init_host()
+    return conductor
+
+
+def stack(database, transport, conf, placement=None, host='host-a', drivers=None):
+    conductor = conductor_on(database, transport, placement)
     agent = AgentManager(conf, ConductorAPI(conductor), host=host,
                          drivers=drivers if drivers is not None
                          else [FakeDriver(conf, host)])

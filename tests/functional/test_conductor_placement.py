@@ -8,7 +8,6 @@ import pytest
 from steward.agent.manager import AgentManager
 from steward.common import exception
 from steward.common import states
-from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
@@ -24,16 +23,23 @@ class OneFunctionDriver(base.Driver):
     name = 'onefn'
 
     def discover(self):
-        info = objects.pci_info('0000', '0a', '00', '1')
-        return [objects.DriverDevice(
-            vendor='0x8086', model='one', type='GPU',
-            controlpath_id=objects.DriverControlPathID('PCI', info),
-            deployable_list=[objects.DriverDeployable(
-                name=f'{self.host}_0000:0a:00.1', num_accelerators=1,
-                attribute_list=[objects.DriverAttribute('rc', 'CUSTOM_PCI_8086_0001'),
-                                objects.DriverAttribute('trait0', 'CUSTOM_ONE')],
-                attach_handle_list=[objects.DriverAttachHandle('PCI', info)],
-                driver_name='onefn')])]
+        return [_one_function(objects.pci_info('0000', '0a', '00', '1'), 'one',
+                              f'{self.host}_0000:0a:00.1', 'CUSTOM_PCI_8086_0001',
+                              'CUSTOM_ONE', 'onefn')]
+
+
+def _one_function(info, model, name, rc, trait, driver):
+    """A GPU device of one PCI function (``info``), one accelerator of ``rc``
+    with ``trait``."""
+    return objects.DriverDevice(
+        vendor='0x8086', model=model, type='GPU',
+        controlpath_id=objects.DriverControlPathID('PCI', info),
+        deployable_list=[objects.DriverDeployable(
+            name=name, num_accelerators=1,
+            attribute_list=[objects.DriverAttribute('rc', rc),
+                            objects.DriverAttribute('trait0', trait)],
+            attach_handle_list=[objects.DriverAttachHandle('PCI', info)],
+            driver_name=driver)])
 
 
 @pytest.fixture
@@ -245,22 +251,11 @@ class SwappableDriver(base.Driver):
         self.hidden = set()
 
     def discover(self):
-        found = []
-        for fn in ('1', '2'):
-            if fn in self.hidden:
-                continue
-            info = objects.pci_info('0000', '0c', '00', fn)
-            found.append(objects.DriverDevice(
-                vendor='0x8086', model='swappable', type='GPU',
-                controlpath_id=objects.DriverControlPathID('PCI', info),
-                deployable_list=[objects.DriverDeployable(
-                    # Not named as Nova names a PCI provider: no traits read.
-                    name=f'{self.host}_swappable{fn}', num_accelerators=1,
-                    attribute_list=[objects.DriverAttribute('rc', 'CUSTOM_SWAPPABLE'),
-                                    objects.DriverAttribute('trait0', 'CUSTOM_SWAP')],
-                    attach_handle_list=[objects.DriverAttachHandle('PCI', info)],
-                    driver_name='swappable')]))
-        return found
+        # Not named as Nova names a PCI provider: no traits read.
+        return [_one_function(objects.pci_info('0000', '0c', '00', fn), 'swappable',
+                              f'{self.host}_swappable{fn}', 'CUSTOM_SWAPPABLE',
+                              'CUSTOM_SWAP', 'swappable')
+                for fn in ('1', '2') if fn not in self.hidden]
 
 
 def test_a_device_back_through_another_conductor_gets_its_provider_again(
@@ -273,8 +268,8 @@ def test_a_device_back_through_another_conductor_gets_its_provider_again(
     the report reads nothing of either provider."""
     client_a, server = placement
     client_b = placement_fixture.client_and_server()[0]
-    a, b = _conductor_on(database, transport, client_a), \
-        _conductor_on(database, transport, client_b)
+    a, b = cf.conductor_on(database, transport, client_a), \
+        cf.conductor_on(database, transport, client_b)
     host = placement_fixture.unique_name('swap')
     driver = SwappableDriver(conf, host)
     agent = AgentManager(conf, ConductorAPI(a), host=host, drivers=[driver])
@@ -329,8 +324,8 @@ def test_a_host_registered_again_through_another_conductor_gets_its_providers_ag
     registers its devices again through it."""
     client_a, server = placement
     client_b = placement_fixture.client_and_server()[0]
-    a, b = _conductor_on(database, transport, client_a), \
-        _conductor_on(database, transport, client_b)
+    a, b = cf.conductor_on(database, transport, client_a), \
+        cf.conductor_on(database, transport, client_b)
     # A's memory of the reports' digests stays the one read now (no host): the
     # host's reports to A are first registrations for as long as it has no row.
     a.reporter.stored.refresh = float('inf')
@@ -371,12 +366,6 @@ def test_a_host_registered_again_through_another_conductor_gets_its_providers_ag
         assert found.status_code == 200, found.text
     assert _inventory(server, dep.rp_uuid)['CUSTOM_SWAPPABLE']['total'] == 1
     assert {'CUSTOM_SWAP', 'OWNER_CYBORG'} <= client_b.get_traits(dep.rp_uuid)
-
-
-def _conductor_on(database, transport, client):
-    conductor = ConductorManager(cf.deps(database, transport, client))
-    conductor.init_host()
-    return conductor
 
 
 def _deployables(database, host):

@@ -15,7 +15,6 @@ from steward.agent.manager import AgentManager
 from steward.common import report_digest
 from steward.common import rpc
 from steward.conductor import rpcapi
-from steward.conductor.manager import ConductorManager
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import attributes as attribute_db
@@ -65,12 +64,6 @@ def writes(seen):
     return [s for s in seen if s in ('INSERT', 'UPDATE', 'DELETE')]
 
 
-def conductor_on(database, transport, client):
-    conductor = ConductorManager(cf.deps(database, transport, client))
-    conductor.init_host()
-    return conductor
-
-
 def traits_of(database, host):
     with database.reader() as s:
         dep = cf.deployable(database, host)
@@ -81,7 +74,7 @@ def traits_of(database, host):
 def test_a_quiet_report_is_its_digest_alone_and_writes_nothing(
         transport, database, db, conf, placement):
     client, _server = placement
-    conductor = conductor_on(database, transport, client)
+    conductor = cf.conductor_on(database, transport, client)
     host = placement_fixture.unique_name('digest')
     agent = AgentManager(conf, ConductorAPI(conductor), host=host,
                          drivers=[fake.FakeDriver(conf, host)])
@@ -103,7 +96,7 @@ def test_a_quiet_report_is_its_digest_alone_and_writes_nothing(
 def test_a_changed_report_after_quiet_ones_is_applied(
         transport, database, db, conf, placement):
     client, server = placement
-    conductor = conductor_on(database, transport, client)
+    conductor = cf.conductor_on(database, transport, client)
     host = placement_fixture.unique_name('digest')
     driver = TraitDriver(conf, host)
     agent = AgentManager(conf, ConductorAPI(conductor), host=host, drivers=[driver])
@@ -134,16 +127,16 @@ def test_a_changed_report_after_quiet_ones_is_applied(
 def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
         transport, database, db, conf, placement):
     client, server = placement
-    first = conductor_on(database, transport, client)
+    first = cf.conductor_on(database, transport, client)
     # Another conductor (its own Placement client, so that its requests are its
     # own), whose memory of the digests table was read before the host
     # registered: it learns the host's digest from the database when asked.
     other_client = placement_fixture.client_and_server()[0]
-    other = conductor_on(database, transport, other_client)
+    other = cf.conductor_on(database, transport, other_client)
     assert other.reporter.stored.cached('no-such-host') is None
     # A third one whose memory stays the one read now, however slow the machine.
     third_client = placement_fixture.client_and_server()[0]
-    third = conductor_on(database, transport, third_client)
+    third = cf.conductor_on(database, transport, third_client)
     third.reporter.stored.refresh = float('inf')
     assert third.reporter.stored.cached('no-such-host') is None
     host = placement_fixture.unique_name('digest')
@@ -225,7 +218,7 @@ def test_agents_and_conductors_of_the_previous_release(
     alone; an uncapped agent whose conductor is of the previous release (no
     report_unchanged) falls back to whole reports; both are served, quiet."""
     client, _server = placement
-    manager = conductor_on(database, transport, client)
+    manager = cf.conductor_on(database, transport, client)
     topic = f'digest-{uuid.uuid4().hex}'
     conf.set_override('rpc_topic_conductor', topic)
     endpoint = manager if case == 'agent capped at 1.2' else PreviousConductor(manager)
