@@ -21,6 +21,8 @@ whatever it cannot do in bulk.
 """
 import dataclasses
 import logging
+import random
+import time
 
 from steward.common import exception
 from steward.placement.provider_cache import SeenProvider
@@ -30,6 +32,11 @@ LOG = logging.getLogger(__name__)
 OWNER_TRAIT = 'OWNER_CYBORG'
 # One try plus three retries after a generation conflict.
 _ATTEMPTS = 4
+# The first conflict is mostly a stale memory (Nova's allocations bump the
+# generation): re-read at once. Writers that conflict again are racing each
+# other and would collide in step; a random wait, longer after each conflict
+# (Nova's report client does the same), spreads them apart. Seconds per retry.
+_BACKOFF = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +94,7 @@ def retrying(cache, rp_uuid, what, attempt_fn):
                 raise
             LOG.debug('Generation conflict on %s of %s; re-reading (attempt %d)',
                       what, rp_uuid, attempt + 1)
+            time.sleep(random.uniform(0, _BACKOFF * attempt))
         except exception.PlacementError:
             # A timeout may have applied the write: trust Placement next time.
             cache.forget(rp_uuid)
