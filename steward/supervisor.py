@@ -9,14 +9,19 @@ one thing: every worker gets SIGTERM when the arbiter dies, SIGKILL included
 (PR_SET_PDEATHSIG), so a worker never outlives its service and keeps its port.
 
 The API's workers are uvicorn's gunicorn worker class (uvicorn-worker): uvicorn
-serves, gunicorn supervises. `steward serve` and `steward api` with one worker run
+serves, gunicorn supervises, and the workers keep their shares of the clients'
+connections even (steward/connection_share.py). `steward serve` and `steward api` with one worker run
 uvicorn in their own process, with no supervisor at all.
 """
 import os
+import sys
 
 from gunicorn.app import base
+from gunicorn.arbiter import Arbiter
+from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
+from steward import connection_share
 from steward import lifetime
 
 
@@ -26,6 +31,22 @@ class ApiWorker(UvicornWorker):
     proxy headers (the API's own, from [api] trusted_proxies only)."""
     CONFIG_KWARGS = {'loop': 'auto', 'http': 'auto', 'lifespan': 'off',
                      'access_log': False, 'proxy_headers': False}
+    # (ShareTable, slot) when the arbiter shares the connections (set before the fork).
+    connection_share = None
+
+    async def _serve(self):
+        # UvicornWorker._serve, with this worker's connections counted into its
+        # slot and its app told when to move one.
+        server = Server(config=self.config)
+        self.config.app = self.wsgi
+        if self.connection_share is not None and self.connection_share[1] is not None:
+            connections = connection_share.WorkerConnections(*self.connection_share)
+            server.server_state.connections = connections
+            self.config.app = connection_share.Rebalancing(self.wsgi, connections)
+        self._install_sigquit_handler()
+        await server.serve(sockets=self.sockets)
+        if not server.started:
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)
 
 
 API_WORKER = f'{__name__}.ApiWorker'
@@ -44,8 +65,13 @@ class Supervisor(base.BaseApplication):
 
     def __init__(self, load, host, port, workers, worker_class, *, preload=False,
                  keepalive=75, graceful_timeout=10, timeout=120, name='steward',
-                 on_fork=None, on_ready=None, on_child_exit=None, on_reload=None):
+                 on_fork=None, on_ready=None, on_child_exit=None, on_reload=None,
+                 share_connections=False):
         self._load = load
+        # Room for the workers of a reload (gunicorn forks the new ones before
+        # the old ones stop) and for a few more added by TTIN.
+        self._share = connection_share.ShareTable(4 * workers + 4) \
+            if share_connections else None
         self._options = {
             'bind': [bind_address(host, port)],
             'workers': workers,
@@ -85,7 +111,13 @@ class Supervisor(base.BaseApplication):
             if self._on_ready is not None:
                 self._on_ready()
 
+        def pre_fork(_server, worker):
+            if self._share is not None:
+                worker.connection_share = (self._share, self._share.claim())
+
         def child_exit(_server, worker):
+            if self._share is not None:
+                self._share.release(worker.connection_share[1])
             if self._on_child_exit is not None:
                 self._on_child_exit(worker.pid)
 
@@ -95,7 +127,7 @@ class Supervisor(base.BaseApplication):
             if self._on_reload is not None:
                 self._on_reload()
 
-        for name, value in dict(self._options, post_fork=post_fork,
+        for name, value in dict(self._options, pre_fork=pre_fork, post_fork=post_fork,
                                 when_ready=when_ready, child_exit=child_exit,
                                 on_reload=on_reload).items():
             self.cfg.set(name, value)

@@ -171,7 +171,7 @@ def cmd_api(argv):
             api_factory.build, CONF.api.host_ip, CONF.api.port, workers,
             supervisor.API_WORKER, keepalive=process.HTTP_KEEP_ALIVE,
             graceful_timeout=10, name='steward-api', on_fork=root.database.after_fork,
-            on_child_exit=metrics.process_dead,
+            on_child_exit=metrics.process_dead, share_connections=True,
             # gunicorn's HUP: the configuration re-read here, before it forks the
             # new workers (which read the policy file as they build their app).
             on_reload=root.lifecycle.reload).serve_forever()

@@ -6,6 +6,7 @@ No conductor is reachable here (a broker port nobody listens on, one attempt):
 every bind fails fast with 503, which the bind histogram counts as ``failed`` in
 whichever worker served it. The multi-host tests bind for real through API
 workers (tests/multihost/test_deployment.py)."""
+import http.client
 import os
 import signal
 import uuid
@@ -84,3 +85,66 @@ def test_the_servers_own_proxy_headers_handling_is_off(api):
     r = httpx.get(f'{url}/v2', headers={'X-Forwarded-Proto': 'https',
                                         'X-Forwarded-For': '203.0.113.9'}, timeout=30)
     assert r.json()['links'][0]['href'] == f'{url}/v2/'
+
+
+def _connections_of(workers, port):
+    """{pid: established connections to ``port`` that pid holds} for ``workers``,
+    from /proc/net/tcp* and the processes' descriptors."""
+    sockets = set()
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[3] == '01' and int(fields[1].rsplit(':', 1)[1], 16) == port:
+                    sockets.add(f'socket:[{fields[9]}]')
+    held = {}
+    for pid in workers:
+        fds = f'/proc/{pid}/fd'
+        held[pid] = 0
+        for fd in os.listdir(fds):
+            try:
+                held[pid] += os.readlink(f'{fds}/{fd}') in sockets
+            except FileNotFoundError:
+                pass
+    return held
+
+
+def test_a_worker_holding_every_connection_hands_half_over(api):
+    """A burst of keep-alive clients accepted by one worker (the other stopped
+    while they connect) is spread over both: the loaded worker answers with
+    Connection: close until the two are even (steward/connection_share.py)."""
+    proc, url, _, _ = api
+    port = int(url.rsplit(':', 1)[1])
+    workers = children(proc.pid)
+    stopped, busy = workers
+    clients = [http.client.HTTPConnection('127.0.0.1', port, timeout=60) for _ in range(12)]
+
+    def one_round():
+        for c in clients:
+            c.request('GET', '/')
+            r = c.getresponse()
+            assert r.status == 200 and r.read()
+
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        for c in clients:
+            c.connect()
+        wait_for(lambda: _connections_of(workers, port) == {stopped: 0, busy: 12},
+                 'the running worker accepting the 12 connections')
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    # A moved client connects again at its next request, to whichever worker
+    # accepts first: the split is even within two after some rounds, and keeps so.
+    def even():
+        one_round()
+        held = _connections_of(workers, port)
+        return max(held.values()) <= 7 and min(held.values()) >= 4
+
+    for _ in range(100):
+        if even():
+            break
+    else:
+        raise AssertionError(f'still uneven after 100 rounds: {_connections_of(workers, port)}')
+    assert all(even() for _ in range(10))
+    for c in clients:
+        c.close()
