@@ -22,9 +22,12 @@ write per host inside the timed cycle. Prints:
   PostgreSQL, compute node and device providers created in Placement), target
   under 2 minutes at 10 000 hosts;
 * conductor CPU time per quiet report (/proc/<pid>/stat of every conductor,
-  around ``--quiet-cycles`` cycles in which nothing changed), target <= 1 ms;
-* Placement writes per quiet cycle, counted twice: as the conductors report them
-  to the agents, and in Placement's own request log; target 0;
+  around ``--quiet-cycles`` cycles in which nothing changed, until the broker
+  holds none of their casts), target <= 1 ms, and how many agents the
+  conductors asked for a whole report meanwhile (their log lines), target 0;
+* Placement writes per quiet cycle, counted twice: as the conductors answer them
+  to the agents (quiet reports go as casts, unanswered), and in Placement's own
+  request log; target 0;
 * the CPU each process spent (conductors, Placement, PostgreSQL, RabbitMQ, this
   process) per first and per quiet report, and each conductor's resident memory
   (target under 1 GiB): what says which of them limits the fleet.
@@ -126,6 +129,17 @@ def sent(agents):
     """(digests sent alone, whole reports sent) by all the agents so far."""
     return (sum(a.reports.digests_sent for a in agents),
             sum(a.reports.reports_sent for a in agents))
+
+
+def asked_again(tmp):
+    """How many times the conductors asked an agent for its whole report (agent
+    RPC report_again; a simulated agent does not listen for it), from their logs."""
+    count = 0
+    for name in os.listdir(tmp):
+        if name.startswith('conductor-') and name.endswith('.log'):
+            with open(os.path.join(tmp, name), errors='replace') as f:
+                count += sum('asking its agent for the whole report' in line for line in f)
+    return count
 
 
 def run_cycle(agents, clients):
@@ -359,6 +373,7 @@ def main():
                   f'{spent:.1f} s for the whole cycle')
         spies = start_profiles(conductors, placement, args.profile, 'quiet')
         sent0 = sent(agents)
+        asked0 = asked_again(tmp)
         cpu0, writes0 = probes.read(), placement_requests(placement_log)
         walls, reported_total, changed_total = [], 0, 0
         for _ in range(args.quiet_cycles):
@@ -366,15 +381,25 @@ def main():
             walls.append(elapsed)
             reported_total += reported
             changed_total += changed
+        # Quiet reports are casts (conductor RPC 1.4): the conductors may still be
+        # taking them when the agents are done. Counted once the queue is empty.
+        drained = time.monotonic()
+        while broker.queued('steward-conductor'):
+            time.sleep(0.5)
+        drained = time.monotonic() - drained
         cpu1, writes1 = probes.read(), placement_requests(placement_log)
         stop_profiles(spies)
         reports = args.agents * args.quiet_cycles
         quiet = Probes.per_report(cpu0, cpu1, reports)
         digests, whole = (b - a for a, b in zip(sent0, sent(agents)))
+        asked = asked_again(tmp) - asked0
         print(f'quiet cycles: {args.quiet_cycles} x {args.agents} reports, '
-              f'{sum(walls) / len(walls):.2f} s wall per cycle; the agents sent '
-              f'{digests} digests alone (RPC 1.3 report_unchanged) and {whole} whole '
-              f'reports')
+              f'{sum(walls) / len(walls):.2f} s wall per cycle (the conductors took '
+              f'the last casts {drained:.1f} s after the agents were done); the agents '
+              f'sent {digests} digests alone (as casts, RPC 1.4 report_quiet, once a '
+              f'conductor said it can ask for a whole report; else calls, 1.3 '
+              f'report_unchanged) and {whole} whole reports; the conductors asked '
+              f'{asked} agents for a whole report (target 0)')
         for name, v in quiet.items():
             if name.startswith('conductor'):
                 print(f'  {name} CPU per quiet report: {v * args.conductors:.3f} ms '
@@ -383,7 +408,8 @@ def main():
               f'{sum(v for k, v in quiet.items() if k.startswith("conductor")):.3f} ms')
         print_cpu('quiet cycle', quiet)
         print(f'  Placement writes per quiet cycle: '
-              f'{reported_total / args.quiet_cycles:g} as reported by the conductors, '
+              f'{reported_total / args.quiet_cycles:g} as the conductors answered '
+              f'(a cast has no answer), '
               f'{(writes1 - writes0) / args.quiet_cycles:g} in Placement\'s request log '
               f'(target 0); reports that changed something: {changed_total}')
         print('conductor resident memory: ' + ', '.join(

@@ -53,6 +53,16 @@ class AgentManager:
                  getattr(ctx, 'request_id', None))
         self.cleaner.submit(device, trigger=trigger, ctx=ctx)
 
+    def report_again(self, ctx):
+        """1.2 (cast): a conductor could not take this host's quiet report by its
+        digest (a restored database, a host forgotten for a repair): the whole
+        report, now."""
+        LOG.info('A conductor asked for the whole report of host %s request_id=%s',
+                 self.host, getattr(ctx, 'request_id', None))
+        self.reports.resend_next()
+        if self._thread is not None:
+            self._thread.run_soon()
+
     # -- lifecycle -----------------------------------------------------------------
     def init_host(self):
         ctx = context.get_admin_context()

@@ -4,6 +4,9 @@ History:
     1.0 - ping
     1.1 - cleanup_device (cast): clean a released device with its driver's
           locked-in action (spec 1). ping answers the agent's RPC version.
+    1.2 - report_again (cast): a conductor could not take the host's quiet
+          report (conductor RPC 1.4 report_quiet, a cast) by its digest: send
+          the whole report.
 
 Rolling upgrades (spec 1, "N-1 agent compatibility"): conductors upgrade before
 agents, so a 1.1 conductor must not send 1.1 calls to a 1.0 agent, nor device
@@ -16,12 +19,14 @@ import threading
 
 import oslo_messaging as messaging
 
+from steward.common import report_digest
 from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
-RPC_API_VERSION = '1.1'
+RPC_API_VERSION = '1.2'
 CLEANUP_VERSION = '1.1'
+REPORT_AGAIN_VERSION = report_digest.AGENT_RPC_VERSION
 
 # The device fields each RPC version carries (the payload of cleanup_device). 1.0
 # agents know upstream's Device object 1.2; 1.1 adds what spec 1 introduced.
@@ -30,6 +35,7 @@ DEVICE_FIELDS = {
             'hostname', 'status'),
 }
 DEVICE_FIELDS['1.1'] = DEVICE_FIELDS['1.0'] + ('device_state', 'driver_name')
+DEVICE_FIELDS['1.2'] = DEVICE_FIELDS['1.1']
 
 
 def device_payload(row, driver_name=None):
@@ -124,3 +130,10 @@ class AgentAPI:
         cctxt = self.client.prepare(server=host, version=CLEANUP_VERSION)
         cctxt.cast(ctx, 'cleanup_device',
                    device=make_compatible(device, CLEANUP_VERSION), trigger=trigger)
+
+    def report_again(self, ctx, host):
+        """Ask ``host``'s agent for its whole report (1.2, a cast): its quiet one
+        had a digest the conductors do not hold. Only sent in answer to a quiet
+        cast, which only a 1.2 agent sends."""
+        self.client.prepare(server=host, version=REPORT_AGAIN_VERSION).cast(
+            ctx, 'report_again')

@@ -10,7 +10,10 @@ place) has nothing to do for it.
 An agent whose report has the digest a conductor last acknowledged sends only
 the digest (conductor RPC 1.3 ``report_unchanged``); the conductor answers
 ``resend`` when the database holds another (or none), and the agent sends the
-whole report.
+whole report. Once a conductor's answer says it can reach the agent
+(``quiet_cast``), the digest goes as a cast (conductor RPC 1.4
+``report_quiet``), and a conductor that cannot take it asks the agent for the
+whole report (agent RPC 1.2 ``report_again``).
 """
 import hashlib
 import json
@@ -18,6 +21,9 @@ import json
 # The conductor RPC version that brought report_unchanged
 # (steward/conductor/rpcapi.py REPORT_DIGEST_VERSION).
 CONDUCTOR_RPC_VERSION = '1.3'
+# The agent RPC version that brought report_again, which lets quiet reports be
+# casts (conductor RPC 1.4 report_quiet; steward/agent/rpcapi.py).
+AGENT_RPC_VERSION = '1.2'
 
 
 def without_read_at(devices):

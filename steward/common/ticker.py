@@ -24,6 +24,7 @@ class Ticker:
         self._at_once = at_once
         self._event = threading.Event()
         self._stopping = False
+        self._now = False
         self._thread = None
 
     def start(self):
@@ -32,6 +33,12 @@ class Ticker:
 
     def wake(self):
         """The interval changed: wait again, with the new one, from now."""
+        self._event.set()
+
+    def run_soon(self):
+        """Run once more as soon as a run in progress ends (at once when waiting);
+        the interval counts from that run."""
+        self._now = True
         self._event.set()
 
     def stop(self, timeout=30):
@@ -56,6 +63,9 @@ class Ticker:
             if not self._event.wait(seconds):
                 return
             self._event.clear()
+            if self._now:
+                self._now = False
+                return
             if not self._stopping:
                 LOG.info('%s: interval now %ss, counted from now', self.name,
                          self._interval())

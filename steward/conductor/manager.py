@@ -10,6 +10,7 @@ import oslo_messaging as messaging
 
 from steward.common import context
 from steward.common import exception
+from steward.common import report_digest
 from steward.common import rpc
 from steward.common import states
 from steward.conductor import arq_ops
@@ -115,14 +116,32 @@ class ConductorManager:
         self.metrics.unregister_placement_stats(self.placement_stats)
 
     # -- agents --------------------------------------------------------------------
+    def _answered(self, result):
+        # An acknowledged report: say whether this conductor can ask the agent
+        # for a whole report (agent RPC 1.2), so that its quiet ones may be casts.
+        if result.get('digest') and self.agent_api is not None and \
+                self.agent_api.can_send_version(report_digest.AGENT_RPC_VERSION):
+            result['quiet_cast'] = True
+        return result
+
     @expected(*ROUTINE)
     def report_data(self, ctx, host, rp_name, devices):
-        return self.reporter.report(ctx, host, rp_name, devices)
+        return self._answered(self.reporter.report(ctx, host, rp_name, devices))
 
     @expected(*ROUTINE)
     def report_unchanged(self, ctx, host, rp_name, digest, read_at=None):
         """1.3: an agent's report the same as the one a conductor last answered."""
-        return self.reporter.unchanged(ctx, host, rp_name, digest, read_at)
+        return self._answered(self.reporter.unchanged(ctx, host, rp_name, digest, read_at))
+
+    @expected(*ROUTINE)
+    def report_quiet(self, ctx, host, rp_name, digest, read_at=None):
+        """1.4 (cast): report_unchanged, unanswered; a digest this conductor
+        cannot take gets the agent asked for the whole report."""
+        result = self.reporter.unchanged(ctx, host, rp_name, digest, read_at)
+        if result.get('resend'):
+            LOG.info('Report of host %s: digest %s not the stored one; asking its '
+                     'agent for the whole report', host, (digest or '')[:12])
+            self.agent_api.report_again(ctx, host)
 
     # -- API -----------------------------------------------------------------------
     @expected(*ROUTINE)

@@ -20,6 +20,13 @@ History of the conductor RPC API:
           last answered it with sends only the digest; ``{'resend': True}``
           asks it for the whole report (report_data, which stays for agents of
           earlier releases and capped ones).
+    1.4 - report_quiet (cast). The same digest, not waited on: answering a
+          call costs a conductor more than taking the report (a reply
+          published and confirmed by the broker). A conductor that cannot take
+          the digest asks the host's agent for the whole report (agent RPC 1.2
+          report_again); an agent casts only once a conductor's answer said it
+          can (``quiet_cast``), so a conductor capped below agent 1.2 keeps
+          being called.
 """
 import logging
 
@@ -33,11 +40,13 @@ from steward.conf import CONF
 
 LOG = logging.getLogger(__name__)
 
-RPC_API_VERSION = '1.3'
+RPC_API_VERSION = '1.4'
 # What an API process needs of the conductors to run the ARQ operations itself.
 LOCAL_ARQS_VERSION = '1.2'
 # What an agent needs of the conductors to send only its report's digest.
 REPORT_DIGEST_VERSION = report_digest.CONDUCTOR_RPC_VERSION
+# What an agent needs of the conductors to cast its quiet reports.
+QUIET_CAST_VERSION = '1.4'
 # Clients are built at the oldest version: each 1.1 method asks for 1.1 itself, so a
 # rolling upgrade's [upgrade_levels] conductor = 1.0 still lets 1.0 calls through.
 BASE_VERSION = '1.0'
@@ -111,6 +120,20 @@ class ConductorAPI:
         readings. Returns the summary, or ``{'resend': True}``: send report_data."""
         return self._call(ctx, 'report_unchanged', version=REPORT_DIGEST_VERSION,
                           host=host, rp_name=rp_name, digest=digest, read_at=read_at)
+
+    def can_cast_quiet(self):
+        """Whether report_quiet goes: over RPC, to conductors not capped below
+        1.4 (in this process a call costs no more than a cast)."""
+        return self._client is not None and \
+            self._client.can_send_version(QUIET_CAST_VERSION)
+
+    def report_quiet(self, ctx, host, rp_name, digest, read_at=None):
+        """1.4 (cast): report_unchanged without waiting for the answer; a
+        conductor that cannot take ``digest`` asks the agent for the whole report
+        (agent RPC report_again)."""
+        self._client.prepare(version=QUIET_CAST_VERSION).cast(
+            ctx, 'report_quiet', host=host, rp_name=rp_name, digest=digest,
+            read_at=read_at)
 
     def arq_create(self, ctx, device_profile_name, project_id):
         return self._call(ctx, 'arq_create', device_profile_name=device_profile_name,

@@ -11,7 +11,10 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
+from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
+from steward.agent.rpcapi import AgentAPI
+from steward.conductor.manager import ConductorManager
 from steward.common import report_digest
 from steward.common import rpc
 from steward.conductor import rpcapi
@@ -21,6 +24,7 @@ from steward.db import attributes as attribute_db
 from steward.drivers import fake
 from steward.drivers import objects
 from tests.fixtures import placement_fixture
+from tests.fixtures.stack import wait_for
 from tests.functional import conductor_fixtures as cf
 
 QUIET = {'changed': False, 'placement_writes': 0}
@@ -199,8 +203,9 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
 
 
 class PreviousConductor:
-    """A conductor of the previous release on the RPC server (RPC 1.2: no
-    report_unchanged), over this release's manager."""
+    """A conductor of an earlier release on the RPC server (RPC 1.2: no
+    report_unchanged; nor, before 1.4, a word on casting quiet reports), over
+    this release's manager."""
 
     def __init__(self, manager):
         import oslo_messaging as messaging
@@ -208,7 +213,9 @@ class PreviousConductor:
         self.manager = manager
 
     def report_data(self, ctx, host, rp_name, devices):
-        return self.manager.report_data(ctx, host, rp_name, devices)
+        result = self.manager.report_data(ctx, host, rp_name, devices)
+        result.pop('quiet_cast', None)
+        return result
 
 
 @pytest.mark.parametrize('case', ['agent capped at 1.2', 'conductor of 1.2'])
@@ -250,5 +257,99 @@ def test_the_digest_is_the_agents_and_the_conductors_alike():
     devices = [{'a': 1, 'health': {'state': 'ok', 'read_at': '2026-11-28T10:00:00'}}]
     later = [{'a': 1, 'health': {'state': 'ok', 'read_at': '2026-11-28T10:01:00'}}]
     assert report_digest.digest('h', devices) == report_digest.digest('h', later)
-    assert rpcapi.REPORT_DIGEST_VERSION == '1.3' == rpcapi.RPC_API_VERSION
+    assert rpcapi.REPORT_DIGEST_VERSION == '1.3'
+    assert rpcapi.QUIET_CAST_VERSION == '1.4' == rpcapi.RPC_API_VERSION
+    assert agent_rpcapi.REPORT_AGAIN_VERSION == '1.2' == agent_rpcapi.RPC_API_VERSION
     assert CONF is not None
+
+
+class Counting:
+    """The conductor's endpoints over RPC, counting the quiet reports that arrive
+    (a cast's answer reaches nobody)."""
+
+    def __init__(self, manager):
+        self.manager = manager
+        self.target = manager.target
+        self.quiet = 0
+
+    def __getattr__(self, name):
+        return getattr(self.manager, name)
+
+    def report_quiet(self, ctx, **kw):
+        self.manager.report_quiet(ctx, **kw)
+        self.quiet += 1
+
+
+@contextlib.contextmanager
+def over_rpc(transport, conf, manager, version_cap=None):
+    """(ConductorAPI over ``transport``, Counting) with ``manager`` serving a
+    topic of its own."""
+    topic = f'digest-{uuid.uuid4().hex}'
+    conf.set_override('rpc_topic_conductor', topic)
+    endpoint = Counting(manager)
+    server = transport.start_server(topic, 'conductor', [endpoint])
+    try:
+        yield ConductorAPI(transport=transport, version_cap=version_cap), endpoint
+    finally:
+        rpc.stop_server(server)
+        conf.clear_override('rpc_topic_conductor')
+
+
+def test_quiet_reports_over_rpc_are_casts_and_a_refused_one_brings_the_whole_report(
+        transport, database, db, conf, placement):
+    """Once a conductor said it can reach the agent, the digest goes as a cast
+    (conductor RPC 1.4); a conductor that cannot take it (the host forgotten for
+    a repair) asks the agent (agent RPC 1.2 report_again), whose discovery sends
+    the whole report at once."""
+    client, _server = placement
+    manager = cf.conductor_on(database, transport, client)
+    conf.set_override('discovery_interval', 3600, group='agent')
+    with over_rpc(transport, conf, manager) as (api, endpoint):
+        host = placement_fixture.unique_name('cast')
+        agent = AgentManager(conf, api, host=host, drivers=[fake.FakeDriver(conf, host)])
+        agent_server = transport.start_server(conf.rpc_topic_agent, host, [agent])
+        try:
+            first = agent.run_cycle()
+            assert first['changed'] and first['quiet_cast'] is True
+            before = dict(client.stats)
+            with statements(database) as seen:
+                for n in range(1, 4):
+                    assert cf.summary(agent.run_cycle()) == QUIET
+                    wait_for(lambda n=n: endpoint.quiet == n, f'quiet report {n}')
+            assert writes(seen) == [] and client.stats == before
+            assert (agent.reports.digests_sent, agent.reports.reports_sent) == (3, 1)
+
+            # The discovery thread, waiting out its hour, is what report_again wakes.
+            agent.start()
+            wait_for(lambda: agent.cycles == 5, 'the discovery thread\'s first cycle')
+            manager.reporter.forget(host)
+            assert cf.summary(agent.run_cycle()) == QUIET     # the cast: no answer
+            wait_for(lambda: agent.reports.reports_sent == 2,
+                     'the whole report asked for by the conductor')
+            wait_for(lambda: agent.cycles == 7, 'the cycle that sent it to end')
+            assert agent.reports.acknowledged == first['digest']
+            assert manager.reporter.stored.get(host)[0] == first['digest']
+        finally:
+            agent.stop()
+            rpc.stop_server(agent_server)
+
+
+@pytest.mark.parametrize('case', ['agent capped at 1.3', 'conductor capped below agent 1.2'])
+def test_quiet_reports_are_calls_when_a_cast_could_not_be_answered(
+        case, transport, database, db, conf, placement):
+    """An agent capped by [upgrade_levels] conductor = 1.3, or one whose
+    conductor cannot send agent 1.2 ([upgrade_levels] agent = 1.1: agents of
+    the previous release), sends its digest as a call, answered."""
+    client, _server = placement
+    manager = ConductorManager(cf.deps(database, transport, client, agent_api=AgentAPI(
+        transport, version_cap='1.1' if case.startswith('conductor') else None)))
+    manager.init_host()
+    with over_rpc(transport, conf, manager,
+                  version_cap='1.3' if case == 'agent capped at 1.3' else None) as (
+            api, endpoint):
+        host = placement_fixture.unique_name('called')
+        agent = AgentManager(conf, api, host=host, drivers=[fake.FakeDriver(conf, host)])
+        first = agent.run_cycle()
+        assert first.get('quiet_cast', False) is (case == 'agent capped at 1.3')
+        assert [cf.summary(agent.run_cycle()) for _ in range(2)] == [QUIET] * 2
+        assert agent.reports.digests_sent == 2 and endpoint.quiet == 0

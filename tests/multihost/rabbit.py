@@ -13,6 +13,7 @@ import tempfile
 import time
 
 SERVER = '/usr/lib/rabbitmq/bin/rabbitmq-server'
+CTL = '/usr/lib/rabbitmq/bin/rabbitmqctl'
 
 
 def installed():
@@ -195,6 +196,19 @@ class RabbitServer:
             except Exception:  # noqa: BLE001 - NOT_FOUND closes the channel
                 return 0
             return consumers
+
+    def queued(self, queue):
+        """Messages on ``queue`` not yet acknowledged, waiting or delivered (0 when
+        it does not exist): how a benchmark knows every cast it sent was handled."""
+        out = subprocess.run([CTL, '-n', self.node, 'list_queues', '-q',
+                              '--no-table-headers', 'name', 'messages'],
+                             env=self._env(), capture_output=True, text=True,
+                             check=True, timeout=120).stdout
+        for line in out.splitlines():
+            name, _, count = line.strip().rpartition('\t')
+            if name == queue:
+                return int(count)
+        return 0
 
     def tail(self, n=3000):
         out = []

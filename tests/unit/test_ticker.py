@@ -46,3 +46,19 @@ def test_work_that_cannot_go_on_ends_the_thread_and_stop_ends_a_wait():
     started = time.monotonic()
     waiting.stop(10)
     assert time.monotonic() - started < 5 and runs == []
+
+
+def test_run_soon_ends_the_wait_once_and_the_interval_counts_from_that_run():
+    interval = [3600]
+    t, runs, ran = _counting(interval, at_once=True)
+    t.start()
+    try:
+        assert ran.wait(10) and len(runs) == 1
+        ran.clear()
+        t.run_soon()
+        assert ran.wait(10) and len(runs) == 2
+        ran.clear()
+        # Back to the hour-long wait: no run without another request.
+        assert not ran.wait(0.5)
+    finally:
+        t.stop()
