@@ -40,11 +40,17 @@ def accelerator_count(group):
 
 @retry.on_deadlock
 def create(deps, ctx, device_profile_name, project_id):
-    with deps.database.writer() as s:
-        dp = profile_db.device_profile_get(s, name=device_profile_name)
-        return arq_db.arqs_create(s, dp, [
-            group_id for group_id, group in enumerate(profile_db.device_profile_groups(dp))
-            for _ in range(accelerator_count(group))], project_id)
+    # Two statements, each its own transaction (one round trip each on
+    # PostgreSQL, four in one transaction): the profile, then the new rows. A
+    # profile deleted in between fails the INSERT's foreign key, as it did
+    # inside one transaction at READ COMMITTED.
+    with deps.database.single_read() as conn:
+        dp = profile_db.device_profile_named(conn, device_profile_name)
+    group_ids = [group_id for group_id, group in
+                 enumerate(profile_db.device_profile_groups(dp))
+                 for _ in range(accelerator_count(group))]
+    with deps.database.single_write() as conn:
+        return arq_db.arqs_create(conn, dp, group_ids, project_id)
 
 
 def _check_uuid(name, value):

@@ -10,6 +10,7 @@ per ARQ for its profile, handle and deployable).
 import json
 import types
 
+from oslo_db import exception as db_exc
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
 import sqlalchemy as sa
@@ -175,19 +176,27 @@ def arq_bound_hosts(session, instance_uuid) -> list[tuple[str, str]]:
 
 
 def arqs_create(session, dp, group_ids, project_id) -> list[dict]:
-    """New ARQs of profile ``dp``, one per entry of ``group_ids`` (the profile
-    group each serves), in one INSERT (no ORM unit of work: it cost more than
-    the INSERT). Returns their records (arq_record)."""
+    """New ARQs of profile ``dp`` (its ORM object or its record), one per entry
+    of ``group_ids`` (the profile group each serves), in one INSERT (no ORM unit
+    of work: it cost more than the INSERT), on a session or
+    Database.single_write()'s connection. Returns their records (arq_record)."""
+    profile_id, profile_name = (dp['id'], dp['name']) if isinstance(dp, dict) else \
+        (dp.id, dp.name)
     now = timeutils.utcnow()
     rows = [{'uuid': uuidutils.generate_uuid(), 'project_id': project_id,
-             'state': states.ARQ_INITIAL, 'device_profile_id': dp.id,
+             'state': states.ARQ_INITIAL, 'device_profile_id': profile_id,
              'device_profile_group_id': group_id, 'created_at': now}
             for group_id in group_ids]
     if rows:
-        session.execute(sa.insert(m.ExtARQ.__table__), rows)
+        try:
+            session.execute(sa.insert(m.ExtARQ.__table__), rows)
+        except (db_exc.DBReferenceError, sa.exc.IntegrityError):
+            # The profile was deleted since it was read (its foreign key).
+            raise exception.DeviceProfileNotFound(resource='Device Profile', key='name',
+                                                  value=profile_name) from None
     return [arq_record(ArqRow(
         hostname=None, device_rp_uuid=None, instance_uuid=None, updated_at=None,
-        profile_name=dp.name, **row)) for row in rows]
+        profile_name=profile_name, **row)) for row in rows]
 
 
 def arq_record(arq, handle=None, device_type=None) -> dict:

@@ -48,6 +48,16 @@ def device_profile_records(session, names=None) -> list[dict]:
     return perf.records(session, _PROFILES_T, *_PROFILES_NAMED(names))
 
 
+def device_profile_named(conn, name) -> dict:
+    """The record of the profile called ``name`` (ARQs are created from it), on a
+    session or Database.single_read()'s connection."""
+    found = device_profile_records(conn, [name])
+    if not found:
+        raise exception.DeviceProfileNotFound(resource='Device Profile', key='name',
+                                              value=name)
+    return found[0]
+
+
 def device_profile_record(dp) -> dict:
     """A profile (ROW) as the record device_profile_records makes: the API's
     answer for one."""

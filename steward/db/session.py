@@ -226,6 +226,12 @@ class Database:
             # MySQL, where switching autocommit is itself a statement.
             single['isolation_level'] = 'AUTOCOMMIT'
         self._single_read = self.engine.execution_options(**single)
+        # A single write commits itself on PostgreSQL (autocommit, as above);
+        # elsewhere it is a transaction of one statement, queued on SQLite as a
+        # writer's is.
+        self._single_write = self.engine.execution_options(
+            **({'isolation_level': 'AUTOCOMMIT'} if self.engine.dialect.name == 'postgresql'
+               else {'steward_writer': True}))
         self._writer_factory = orm.sessionmaker(
             bind=self.engine.execution_options(steward_writer=True),
             expire_on_commit=False)
@@ -246,6 +252,18 @@ class Database:
         and after every boot (a profile by name, an instance's ARQs) spent a third
         of their time opening and closing a session's transaction."""
         with self._single_read.connect() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def single_write(self):
+        """A Core connection for one write statement that needs no transaction
+        around it (new rows inserted at once): on PostgreSQL the statement alone,
+        without the BEGIN and the COMMIT, two of its three round trips."""
+        if self.engine.dialect.name == 'postgresql':
+            with retry.opened(), self._single_write.connect() as conn:
+                yield conn
+            return
+        with retry.opened(), self._writers, self._single_write.begin() as conn:
             yield conn
 
     @contextlib.contextmanager

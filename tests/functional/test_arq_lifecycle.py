@@ -149,6 +149,26 @@ def test_profile_in_use_cannot_be_deleted(transport, database, db, conf):
             profile_db.device_profile_delete(s, profile_db.device_profile_get(s, name='dp1'))
 
 
+def test_a_profile_deleted_between_its_read_and_the_insert_is_not_found(
+        transport, database, db, conf, monkeypatch):
+    """The create reads the profile and inserts the ARQs in two transactions: a
+    delete landing between them fails the INSERT's foreign key, answered as the
+    profile not found, and nothing is left behind."""
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    named = profile_db.device_profile_named
+
+    def read_then_deleted(conn, name):
+        found = named(conn, name)
+        with database.writer() as s:
+            profile_db.device_profile_delete(s, profile_db.device_profile_get(s, name=name))
+        return found
+    monkeypatch.setattr(profile_db, 'device_profile_named', read_then_deleted)
+    with pytest.raises(exception.DeviceProfileNotFound):
+        conductor.arq_create(cf.admin(), 'dp1', 'p')
+    assert _snapshot(database)['arqs'] == []
+
+
 def test_leftover_deleting_rows_are_finished_at_start(transport, database, db, conf):
     conductor, _ = cf.stack(database, transport, conf)
     cf.make_profile(database)
