@@ -46,7 +46,9 @@ def _sqlite_setup(engine, busy_ms):
         conn.exec_driver_sql(f'BEGIN {mode}'.strip())
 
 
-def _engine(url):
+def _engine(url, autocommit=False):
+    """The engine of ``url``; ``autocommit`` (MySQL): its connections commit
+    each statement, and closing one sends no ROLLBACK."""
     if sqlite.sqlite_file(url) is None:
         conf = CONF.database
         engine = engines.create_engine(
@@ -67,7 +69,9 @@ def _engine(url):
             thread_checkin=False,
             connection_parameters=conf.connection_parameters)
         _check_at_checkout(engine)
-        if engine.dialect.name == 'mysql':
+        if autocommit:
+            _autocommit(engine)
+        elif engine.dialect.name == 'mysql':
             _read_committed(engine)
             _reset_open_transactions_only(engine)
         return engine
@@ -202,6 +206,19 @@ def _reset_open_transactions_only(engine):
 _CLEAN = 'steward_transaction_ended'
 
 
+def _autocommit(engine):
+    """Every connection of ``engine`` in autocommit from its start (one SET, once),
+    and the ROLLBACK SQLAlchemy ends each use with left unsent (PyMySQL would send
+    it, for nothing): the driver says the connection is in autocommit, so
+    nothing can be left open on it. A connection a caller took out of autocommit
+    is rolled back as usual."""
+    engine.dialect.skip_autocommit_rollback = True
+
+    @event.listens_for(engine, 'connect')
+    def _connect(dbapi_connection, record):
+        dbapi_connection.autocommit(True)
+
+
 class Database:
     """One engine (``url``, by default ``[database] connection``) and its
     reader/writer sessions."""
@@ -219,19 +236,23 @@ class Database:
             self._writers = sqlite.WriterLock(busy / 1000)
         self._reader_factory = orm.sessionmaker(bind=self.engine, expire_on_commit=False)
         single = {'steward_single_read': True}
-        if self.engine.dialect.name == 'postgresql':
-            # One statement is its own snapshot: psycopg in autocommit (a flag
-            # on the client) sends it without the BEGIN and the ROLLBACK a
-            # transaction would cost, two round trips of every API read. Not on
-            # MySQL, where switching autocommit is itself a statement.
+        dialect = self.engine.dialect.name
+        # One statement alone needs no transaction: it is its own snapshot, and
+        # a write of new rows commits with it. psycopg runs it in autocommit (a
+        # flag on the client), without the BEGIN and the COMMIT or ROLLBACK a
+        # transaction costs, two round trips. On MySQL switching a connection's
+        # autocommit is itself a statement, each way: those statements take
+        # connections of a second pool that stay in autocommit.
+        self._autocommit = None
+        if dialect == 'postgresql':
             single['isolation_level'] = 'AUTOCOMMIT'
-        self._single_read = self.engine.execution_options(**single)
-        # A single write commits itself on PostgreSQL (autocommit, as above);
-        # elsewhere it is a transaction of one statement, queued on SQLite as a
-        # writer's is.
-        self._single_write = self.engine.execution_options(
-            **({'isolation_level': 'AUTOCOMMIT'} if self.engine.dialect.name == 'postgresql'
-               else {'steward_writer': True}))
+            self._autocommit = self.engine.execution_options(isolation_level='AUTOCOMMIT')
+        elif dialect == 'mysql':
+            self._autocommit = _engine(url, autocommit=True)
+        self._single_read = (self._autocommit or self.engine).execution_options(**single)
+        # Without autocommit (SQLite) a single write is a transaction of one
+        # statement, queued as a writer's is.
+        self._single_write = self.engine.execution_options(steward_writer=True)
         self._writer_factory = orm.sessionmaker(
             bind=self.engine.execution_options(steward_writer=True),
             expire_on_commit=False)
@@ -257,10 +278,10 @@ class Database:
     @contextlib.contextmanager
     def single_write(self):
         """A Core connection for one write statement that needs no transaction
-        around it (new rows inserted at once): on PostgreSQL the statement alone,
-        without the BEGIN and the COMMIT, two of its three round trips."""
-        if self.engine.dialect.name == 'postgresql':
-            with retry.opened(), self._single_write.connect() as conn:
+        around it (new rows inserted at once): on PostgreSQL and MySQL the
+        statement alone, without the BEGIN and the COMMIT around it."""
+        if self._autocommit is not None:
+            with retry.opened(), self._autocommit.connect() as conn:
                 yield conn
             return
         with retry.opened(), self._writers, self._single_write.begin() as conn:
@@ -305,11 +326,17 @@ class Database:
         with self.engine.connect() as conn:
             conn.execute(sa.text('SELECT 1'))
 
+    def _engines(self):
+        return [self.engine] + ([self._autocommit] if isinstance(self._autocommit, sa.Engine)
+                                and self._autocommit.pool is not self.engine.pool else [])
+
     def dispose(self):
         """Close the pooled connections (the engine opens new ones if used again)."""
-        self.engine.dispose()
+        for engine in self._engines():
+            engine.dispose()
 
     def after_fork(self):
         """In a forked worker: drop the pooled connections of the parent without
         closing them (they are the parent's)."""
-        self.engine.dispose(close=False)
+        for engine in self._engines():
+            engine.dispose(close=False)

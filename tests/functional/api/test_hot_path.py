@@ -92,6 +92,45 @@ def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
     assert again == {'create': 3, 'bind': 6, 'resolved': 1, 'delete': 5}
 
 
+@contextlib.contextmanager
+def sent_to_mariadb(monkeypatch):
+    """[first word of each command] PyMySQL sends the server while the block runs
+    (COMMIT and ROLLBACK included, which no SQLAlchemy event sees)."""
+    import pymysql.connections
+    seen, real = [], pymysql.connections.Connection._execute_command
+
+    def execute_command(self, command, sql):
+        text = sql.decode() if isinstance(sql, bytes) else str(sql)
+        seen.append(text.split()[0].upper() if text.strip() else f'COMMAND {command}')
+        return real(self, command, sql)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pymysql.connections.Connection, '_execute_command', execute_command)
+        yield seen
+
+
+@pytest.mark.parametrize('db', ['mysql'], indirect=True)
+def test_on_mariadb_one_statement_is_sent_alone(client, seed, monkeypatch):
+    """A read of one statement and the create's INSERT take connections that stay
+    in autocommit (steward/db/session.py ``_autocommit``): no COMMIT or ROLLBACK
+    round trip after them, and no switch of a connection's autocommit either
+    way. The bind and the delete stay one transaction each, ended by a COMMIT."""
+    make_profile(client)
+    _lifecycle(client, seed['rp'])      # every pooled connection opened once
+    with sent_to_mariadb(monkeypatch) as seen:
+        r = client.get('/v2/device_profiles', params={'name': 'dp1'})
+        assert r.status_code == 200 and len(r.json()['device_profiles']) == 1
+    assert seen == ['SELECT']
+    with sent_to_mariadb(monkeypatch) as seen:
+        steps = _lifecycle(client, seed['rp'])
+    assert steps['create'] == ['SELECT', 'INSERT']      # the profile, the ARQ
+    assert steps['resolved'] == ['SELECT']
+    assert seen.count('ROLLBACK') == 0 and 'SET' not in seen, seen
+    assert seen.count('COMMIT') == 2, seen              # the bind's, the delete's
+    assert len(seen) == len(steps['create']) + len(steps['bind']) + 1 + \
+        len(steps['resolved']) + len(steps['delete']) + 1
+
+
 def _hold(client, rp):
     """Bind one ARQ to a new instance and leave it bound."""
     arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
