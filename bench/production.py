@@ -3,7 +3,7 @@ and then upstream Cyborg 17 in the same topology, side by side.
 
     .venv/bin/python bench/production.py [--database postgresql|mariadb] [--workers 2]
         [--conductors 1] [--sequential 200] [--clients 4,16] [--per-client 50] [--warm-up 50]
-        [--no-cyborg] [--no-single] [--keep-logs] [--quick]
+        [--rounds 3] [--no-cyborg] [--no-single] [--keep-logs] [--quick]
 
 Started here, on loopback, throw-away, and stopped at the end: one RabbitMQ node
 (tests/multihost/rabbit.py) and one database server (a PostgreSQL cluster or a
@@ -40,6 +40,13 @@ during the concurrent runs: 0 expected). Then ``steward serve`` with its default
 (the single process of bench/arq_lifecycle.py), its [nova] set to a stub as the
 production side's is, under the same load, and the three side
 by side with the ratio Steward / Cyborg.
+
+``--rounds N`` (3): the production side and ``steward serve`` run in turn N times
+before Cyborg (a round is one of each, a minute apart at most). On a machine whose
+speed moves within minutes (a shared VM: the same ``steward serve`` spent 5.9 and
+10.7 ms of CPU per instance an hour apart) a single pair says more about the moment
+than about the two; the comparison prints each round's ratios and their median,
+and the table beside Cyborg takes, per case, the round of median throughput.
 """
 import argparse
 import collections
@@ -165,19 +172,48 @@ def side_by_side(steward, cyborg, single=None):
 
 
 
-def against_single(steward, single):
+def against_single(stewards, singles):
     """Steward's production topology beside its single process, same load, same
-    run: throughput, server CPU per instance and bind p99 with their ratios."""
-    if steward.error or single.error:
+    run: throughput, server CPU per instance and bind p99 with their ratios, for
+    each round (the two ran one after the other), then the median of the rounds'
+    ratios: the machine's speed moves within minutes, and a round's two sides
+    share its moment."""
+    pairs = [(s, one) for s, one in zip(stewards, singles) if not (s.error or one.error)]
+    if not pairs:
         return
     print(f'production topology / steward serve{"":3} {"instances/s":>18} '
           f'{"server CPU ms":>16} {"bind p99":>17}')
-    for label in steward.runs:
-        s, one = steward.runs[label], single.runs[label]
-        print(f'  {label:<34} {rate(s):6.1f} / {rate(one):6.1f} {server_cpu(s):6.1f} / '
-              f'{server_cpu(one):5.1f} {p50_cell(bind_p99(s)):>8} / '
-              f'{p50_cell(bind_p99(one)):>7}')
-        print(f'  {"":<34} {rate(s) / rate(one):15.2f}x {server_cpu(s) / server_cpu(one):15.2f}x')
+    for label in pairs[0][0].runs:
+        rates, cpus = [], []
+        for i, (steward, single) in enumerate(pairs):
+            s, one = steward.runs[label], single.runs[label]
+            rates.append(rate(s) / rate(one))
+            cpus.append(server_cpu(s) / server_cpu(one))
+            name = label if len(pairs) == 1 else f'{label}, round {i + 1}'
+            print(f'  {name:<34} {rate(s):6.1f} / {rate(one):6.1f} {server_cpu(s):6.1f} / '
+                  f'{server_cpu(one):5.1f} {p50_cell(bind_p99(s)):>8} / '
+                  f'{p50_cell(bind_p99(one)):>7}')
+            print(f'  {"":<34} {rates[-1]:15.2f}x {cpus[-1]:15.2f}x')
+        if len(pairs) > 1:
+            print(f'  {label + ", median of the rounds":<34} {statistics.median(rates):15.2f}x '
+                  f'{statistics.median(cpus):15.2f}x')
+
+
+def median_round(sides):
+    """A Side whose run of each label is the rounds' run of median throughput (the
+    lower one of the middle two), for the table beside Cyborg; its tally holds
+    every round's 5xx and double allocations."""
+    measured = [side for side in sides if not side.error]
+    if len(sides) == 1 or not measured:
+        return sides[0]
+    side = Side(measured[0].name, measured[0].description)
+    for label in measured[0].runs:
+        runs = sorted((m.runs[label] for m in measured), key=rate)
+        side.runs[label] = runs[(len(runs) - 1) // 2]
+    for m in measured:
+        side.tally.double.extend(m.tally.double)
+        side.tally.server_errors += m.tally.server_errors
+    return side
 
 
 def p50_cell(value):
@@ -355,6 +391,9 @@ def main():
                     help='comma-separated numbers of concurrent clients')
     ap.add_argument('--per-client', type=int, default=50)
     ap.add_argument('--warm-up', type=int, default=50)
+    ap.add_argument('--rounds', type=int, default=3,
+                    help="Steward's production side and steward serve measured in turn "
+                         'this many times (upstream Cyborg once)')
     ap.add_argument('--quick', action='store_true',
                     help='small counts (10 sequential, 3 per client, 3 warm-up): to '
                          'check the script, not for figures')
@@ -366,8 +405,10 @@ def main():
                     help="keep every service's log and configuration (path printed)")
     args = ap.parse_args()
     if args.quick:
-        args.sequential, args.per_client, args.warm_up = 10, 3, 3
+        args.sequential, args.per_client, args.warm_up, args.rounds = 10, 3, 3, 1
     args.client_counts = [int(x) for x in args.clients.split(',') if x.strip()]
+    if args.rounds < 1:
+        ap.error('--rounds must be at least 1')
     if not rabbit.installed():
         sys.exit('rabbitmq-server is not installed (tools/system-packages.sh)')
 
@@ -391,22 +432,31 @@ def main():
             sides[0].error = failure(err, tmp)
             report(sides[0], args)
         else:
-            steward = run_steward(args, db, broker, os.path.join(tmp, 'steward'))
-            sides.append(steward)
-            report(steward, args)
-            cyborg = single = None
+            # The production side and steward serve in turn, round after round.
+            stewards, singles = [], []
+            for i in range(args.rounds):
+                steward = run_steward(args, db, broker, os.path.join(tmp, f'steward-{i}'))
+                if args.rounds > 1:
+                    steward.name += f', round {i + 1} of {args.rounds}'
+                stewards.append(steward)
+                report(steward, args)
+                if not args.no_single:
+                    single = run_single(args)
+                    if args.rounds > 1:
+                        single.name += f', round {i + 1} of {args.rounds}'
+                    singles.append(single)
+                    report(single, args)
+            sides += stewards + singles
+            cyborg = None
             if not args.no_cyborg:
                 cyborg = run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg'))
                 sides.append(cyborg)
                 report(cyborg, args)
-            if not args.no_single:
-                single = run_single(args)
-                sides.append(single)
-                report(single, args)
-            if single:
-                against_single(steward, single)
+            if singles:
+                against_single(stewards, singles)
             if cyborg:
-                side_by_side(steward, cyborg, single)
+                side_by_side(median_round(stewards), cyborg,
+                             median_round(singles) if singles else None)
     finally:
         if db is not None:
             db.stop()
