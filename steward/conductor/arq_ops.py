@@ -41,7 +41,8 @@ def accelerator_count(group):
 @retry.on_deadlock
 def create(deps, ctx, device_profile_name, project_id):
     # Two statements, each its own transaction (one round trip each on
-    # PostgreSQL, four in one transaction): the profile, then the new rows. A
+    # PostgreSQL and MariaDB, four in one transaction): the profile, then the
+    # new rows. A
     # profile deleted in between fails the INSERT's foreign key, as it did
     # inside one transaction at READ COMMITTED.
     with deps.database.single_read() as conn:

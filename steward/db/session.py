@@ -235,7 +235,6 @@ class Database:
             _sqlite_setup(self.engine, busy)
             self._writers = sqlite.WriterLock(busy / 1000)
         self._reader_factory = orm.sessionmaker(bind=self.engine, expire_on_commit=False)
-        single = {'steward_single_read': True}
         dialect = self.engine.dialect.name
         # One statement alone needs no transaction: it is its own snapshot, and
         # a write of new rows commits with it. psycopg runs it in autocommit (a
@@ -243,19 +242,17 @@ class Database:
         # transaction costs, two round trips. On MySQL switching a connection's
         # autocommit is itself a statement, each way: those statements take
         # connections of a second pool that stay in autocommit.
-        self._autocommit = None
-        if dialect == 'postgresql':
-            single['isolation_level'] = 'AUTOCOMMIT'
-            self._autocommit = self.engine.execution_options(isolation_level='AUTOCOMMIT')
-        elif dialect == 'mysql':
-            self._autocommit = _engine(url, autocommit=True)
-        self._single_read = (self._autocommit or self.engine).execution_options(**single)
+        self._autocommit_pool = _engine(url, autocommit=True) if dialect == 'mysql' else None
+        self._autocommit = self._autocommit_pool or (
+            self.engine.execution_options(isolation_level='AUTOCOMMIT')
+            if dialect == 'postgresql' else None)
+        self._single_read = (self._autocommit or self.engine).execution_options(
+            steward_single_read=True)
         # Without autocommit (SQLite) a single write is a transaction of one
         # statement, queued as a writer's is.
         self._single_write = self.engine.execution_options(steward_writer=True)
-        self._writer_factory = orm.sessionmaker(
-            bind=self.engine.execution_options(steward_writer=True),
-            expire_on_commit=False)
+        self._writer_factory = orm.sessionmaker(bind=self._single_write,
+                                                expire_on_commit=False)
         # advance()'s history and commit log, on this database's sessions only.
         for factory in (self._reader_factory, self._writer_factory):
             transitions.register(factory)
@@ -327,8 +324,7 @@ class Database:
             conn.execute(sa.text('SELECT 1'))
 
     def _engines(self):
-        return [self.engine] + ([self._autocommit] if isinstance(self._autocommit, sa.Engine)
-                                and self._autocommit.pool is not self.engine.pool else [])
+        return [self.engine] + ([self._autocommit_pool] if self._autocommit_pool else [])
 
     def dispose(self):
         """Close the pooled connections (the engine opens new ones if used again)."""
