@@ -3,7 +3,8 @@ and then upstream Cyborg 17 in the same topology, side by side.
 
     .venv/bin/python bench/production.py [--database postgresql|mariadb] [--workers 2]
         [--conductors 1] [--sequential 200] [--clients 4,16] [--per-client 50] [--warm-up 50]
-        [--rounds 3] [--no-cyborg] [--no-single] [--keep-logs] [--quick]
+        [--rounds 3] [--no-cyborg] [--no-single] [--single-on-server] [--keep-logs]
+        [--quick]
 
 Started here, on loopback, throw-away, and stopped at the end: one RabbitMQ node
 (tests/multihost/rabbit.py) and one database server (a PostgreSQL cluster or a
@@ -47,6 +48,12 @@ speed moves within minutes (a shared VM: the same ``steward serve`` spent 5.9 an
 10.7 ms of CPU per instance an hour apart) a single pair says more about the moment
 than about the two; the comparison prints each round's ratios and their median,
 and the table beside Cyborg takes, per case, the round of median throughput.
+
+``--single-on-server``: each round also runs ``steward serve`` on a database of
+the shared server instead of SQLite, and the comparison is printed against it
+too: the production topology's cost beyond the networked database's (the
+processes, the broker, the API's workers) apart from the database's own (its
+server, its driver's round trips).
 """
 import argparse
 import collections
@@ -172,7 +179,7 @@ def side_by_side(steward, cyborg, single=None):
 
 
 
-def against_single(stewards, singles):
+def against_single(stewards, singles, title='steward serve'):
     """Steward's production topology beside its single process, same load, same
     run: throughput, server CPU per instance and bind p99 with their ratios, for
     each round (the two ran one after the other), then the median of the rounds'
@@ -181,8 +188,8 @@ def against_single(stewards, singles):
     pairs = [(s, one) for s, one in zip(stewards, singles) if not (s.error or one.error)]
     if not pairs:
         return
-    print(f'production topology / steward serve{"":3} {"instances/s":>18} '
-          f'{"server CPU ms":>16} {"bind p99":>17}')
+    head = 'production topology / ' + title
+    print(f'{head:<37} {"instances/s":>18} {"server CPU ms":>16} {"bind p99":>17}')
     for label in pairs[0][0].runs:
         rates, cpus = [], []
         for i, (steward, single) in enumerate(pairs):
@@ -240,17 +247,22 @@ def server_cpu(r):
 
 
 # -- the sides ------------------------------------------------------------------------
-def run_single(args):
+def run_single(args, db=None):
     """``steward serve`` with its defaults (bench/arq_lifecycle.py's server) under
     the same load, for the figures beside the single process; told of a Nova
     (a stub of its own, as the production side's), so that it posts the same
-    events: without one it skipped a tenth of the work."""
-    side = Side('Steward single process', 'steward serve with its defaults (SQLite, '
-                                          'embedded Placement, fake driver), [nova] '
-                                          'set as on the production side')
+    events: without one it skipped a tenth of the work. ``db``: on a new database
+    of that server instead of SQLite (--single-on-server), the server's CPU
+    counted with the process's."""
+    where = f'on {db.description}' if db else 'with its defaults (SQLite'
+    side = Side('Steward single process' + (f' on {db.kind}' if db else ''),
+                f'steward serve {where}, embedded Placement, fake driver'
+                + ('' if db else ')') + ', [nova] set as on the production side')
     nova = cyborg_upstream.start_nova_stub()
     extra = ('[nova]\nauth_type = admin_token\ntoken = admin\n'
              f'endpoint_override = {nova_url(nova)}\n')
+    if db:
+        extra += f'[database]\nconnection = {db.create(f"serve_{uuid.uuid4().hex[:8]}")}\n'
     try:
         t0 = time.perf_counter()
         with running_stack(extra_conf=extra) as stack:
@@ -261,6 +273,8 @@ def run_single(args):
             cpu = {'steward serve': lambda: stack_cpu_seconds([pid]),
                    'its Placement': lambda: sum(load.tree_cpu(child)
                                                 for child in load.children(pid))}
+            if db:
+                cpu[db.kind] = lambda: load.tree_cpu(db.pid)
             measure(side, stack.url, rp_uuid, cpu, args)
         side.events = nova.events
     except Exception as err:  # noqa: BLE001 - reported, the rest still measured
@@ -401,6 +415,10 @@ def main():
                     help='leave upstream Cyborg out')
     ap.add_argument('--no-single', action='store_true',
                     help='leave out steward serve (the single process) under the same load')
+    ap.add_argument('--single-on-server', action='store_true',
+                    help='in each round, steward serve once more on a database of the '
+                         'same server (PostgreSQL or MariaDB) instead of SQLite: what '
+                         'the topology costs beyond the database')
     ap.add_argument('--keep-logs', action='store_true',
                     help="keep every service's log and configuration (path printed)")
     args = ap.parse_args()
@@ -433,7 +451,7 @@ def main():
             report(sides[0], args)
         else:
             # The production side and steward serve in turn, round after round.
-            stewards, singles = [], []
+            stewards, singles, served = [], [], []
             for i in range(args.rounds):
                 steward = run_steward(args, db, broker, os.path.join(tmp, f'steward-{i}'))
                 if args.rounds > 1:
@@ -446,6 +464,13 @@ def main():
                         single.name += f', round {i + 1} of {args.rounds}'
                     singles.append(single)
                     report(single, args)
+                if args.single_on_server:
+                    single = run_single(args, db)
+                    if args.rounds > 1:
+                        single.name += f', round {i + 1} of {args.rounds}'
+                    served.append(single)
+                    report(single, args)
+            sides += served
             sides += stewards + singles
             cyborg = None
             if not args.no_cyborg:
@@ -454,6 +479,8 @@ def main():
                 report(cyborg, args)
             if singles:
                 against_single(stewards, singles)
+            if served:
+                against_single(stewards, served, f'steward serve on {db.kind}')
             if cyborg:
                 side_by_side(median_round(stewards), cyborg,
                              median_round(singles) if singles else None)
