@@ -42,10 +42,12 @@ class ARQService:
         self.deps = deps
         self._dispatch = dispatch_cleanup
         self.actor = actor
+        self._profiles = arq_ops.KnownProfiles()
 
     @_acting
     def arq_create(self, ctx, device_profile_name, project_id):
-        return arq_ops.create(self.deps, ctx, device_profile_name, project_id)
+        return arq_ops.create(self.deps, ctx, device_profile_name, project_id,
+                              known=self._profiles)
 
     @_acting
     def arq_bind(self, ctx, bindings):

@@ -175,6 +175,20 @@ def arq_bound_hosts(session, instance_uuid) -> list[tuple[str, str]]:
     return [tuple(row) for row in session.execute(stmt)]
 
 
+def _new_rows(profile_id, group_ids, project_id):
+    now = timeutils.utcnow()
+    return [{'uuid': uuidutils.generate_uuid(), 'project_id': project_id,
+             'state': states.ARQ_INITIAL, 'device_profile_id': profile_id,
+             'device_profile_group_id': group_id, 'created_at': now}
+            for group_id in group_ids]
+
+
+def _created(rows, profile_name):
+    return [arq_record(ArqRow(
+        hostname=None, device_rp_uuid=None, instance_uuid=None, updated_at=None,
+        profile_name=profile_name, **row)) for row in rows]
+
+
 def arqs_create(session, dp, group_ids, project_id) -> list[dict]:
     """New ARQs of profile ``dp`` (its ORM object or its record), one per entry
     of ``group_ids`` (the profile group each serves), in one INSERT (no ORM unit
@@ -182,11 +196,7 @@ def arqs_create(session, dp, group_ids, project_id) -> list[dict]:
     Database.single_write()'s connection. Returns their records (arq_record)."""
     profile_id, profile_name = (dp['id'], dp['name']) if isinstance(dp, dict) else \
         (dp.id, dp.name)
-    now = timeutils.utcnow()
-    rows = [{'uuid': uuidutils.generate_uuid(), 'project_id': project_id,
-             'state': states.ARQ_INITIAL, 'device_profile_id': profile_id,
-             'device_profile_group_id': group_id, 'created_at': now}
-            for group_id in group_ids]
+    rows = _new_rows(profile_id, group_ids, project_id)
     if rows:
         try:
             session.execute(sa.insert(m.ExtARQ.__table__), rows)
@@ -194,9 +204,60 @@ def arqs_create(session, dp, group_ids, project_id) -> list[dict]:
             # The profile was deleted since it was read (its foreign key).
             raise exception.DeviceProfileNotFound(resource='Device Profile', key='name',
                                                   value=profile_name) from None
-    return [arq_record(ArqRow(
-        hostname=None, device_rp_uuid=None, instance_uuid=None, updated_at=None,
-        profile_name=profile_name, **row)) for row in rows]
+    return _created(rows, profile_name)
+
+
+_NEW_ROW_COLUMNS = ('uuid', 'project_id', 'state', 'device_profile_id',
+                    'device_profile_group_id', 'created_at')
+
+
+def _create_from(count):
+    """INSERT of ``count`` new ARQs whose rows come from the profile's own row, as
+    long as it is still the one a record was read from (its id, uuid, name and
+    groups): one SELECT of that row per new ARQ, UNION ALL."""
+    same = sa.and_(_PROFILE_T.c.id == sa.bindparam('profile_id'),
+                   _PROFILE_T.c.uuid == sa.bindparam('profile_uuid'),
+                   _PROFILE_T.c.name == sa.bindparam('profile_name'),
+                   _PROFILE_T.c.profile_json == sa.bindparam('profile_json'))
+    column = _ARQ_T.c
+    rows = [sa.select(sa.bindparam(f'uuid_{i}', type_=column.uuid.type),
+                      sa.bindparam('project_id', type_=column.project_id.type),
+                      sa.bindparam('state', type_=column.state.type),
+                      _PROFILE_T.c.id,
+                      sa.bindparam(f'group_{i}', type_=column.device_profile_group_id.type),
+                      sa.bindparam('created_at', type_=column.created_at.type)).where(same)
+            for i in range(count)]
+    # preserve_rowcount: SQLAlchemy keeps an INSERT's row count only when asked.
+    return (sa.insert(_ARQ_T)
+            .from_select(_NEW_ROW_COLUMNS, rows[0] if count == 1 else sa.union_all(*rows))
+            .execution_options(preserve_rowcount=True))
+
+
+# Built once per number of new ARQs (a profile asks for a few accelerators).
+_CREATE_FROM = {}
+
+
+def arqs_create_from(conn, dp, group_ids, project_id) -> list[dict] | None:
+    """arqs_create from a profile record read earlier (``dp``), in one statement
+    instead of the profile's read and the INSERT: nothing is inserted, and None
+    returned, when that profile is gone or is not the record any more (deleted
+    and created again); the caller then reads it again. On
+    Database.single_write()'s connection."""
+    rows = _new_rows(dp['id'], group_ids, project_id)
+    if not rows:
+        return None
+    stmt = _CREATE_FROM.get(len(rows))
+    if stmt is None:
+        stmt = _CREATE_FROM.setdefault(len(rows), _create_from(len(rows)))
+    params = {'profile_id': dp['id'], 'profile_uuid': dp['uuid'],
+              'profile_name': dp['name'], 'profile_json': dp['profile_json'],
+              'project_id': project_id, 'state': states.ARQ_INITIAL,
+              'created_at': rows[0]['created_at']}
+    for i, row in enumerate(rows):
+        params[f'uuid_{i}'], params[f'group_{i}'] = row['uuid'], row['device_profile_group_id']
+    if conn.execute(stmt, params).rowcount != len(rows):
+        return None
+    return _created(rows, dp['name'])
 
 
 def arq_record(arq, handle=None, device_type=None) -> dict:

@@ -73,7 +73,7 @@ def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
     first = _lifecycle(client, seed['rp'])
     # The device goes available -> allocated on the bind and back on the delete,
     # each with its history row: that is part of every count below.
-    assert len(first['create']) == 3        # BEGIN, profile, INSERT
+    assert len(first['create']) == 3        # profile, BEGIN, INSERT
     assert len(first['bind']) == 8          # BEGIN, ARQs with the instance's
     #   other ARQs (one SELECT), deployables, devices locked with their counts, handle taken (UPDATE ...
     #   RETURNING), the ARQ's two transitions (one UPDATE), device transition,
@@ -86,10 +86,11 @@ def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
     for name in ('create', 'bind', 'delete'):
         assert first[name].count('BEGIN') == 1, first[name]  # one transaction each
     # More rows in the database change nothing; with other instances holding the
-    # device it stays allocated, so bind and delete leave its state alone.
+    # device it stays allocated, so bind and delete leave its state alone. The
+    # profile is known from the first create: its rows come with the INSERT.
     assert all(_hold(client, seed['rp']) for _ in range(5))
     again = {k: len(v) for k, v in _lifecycle(client, seed['rp']).items()}
-    assert again == {'create': 3, 'bind': 6, 'resolved': 1, 'delete': 5}
+    assert again == {'create': 2, 'bind': 6, 'resolved': 1, 'delete': 5}
 
 
 @contextlib.contextmanager
@@ -123,12 +124,47 @@ def test_on_mariadb_one_statement_is_sent_alone(client, seed, monkeypatch):
     assert seen == ['SELECT']
     with sent_to_mariadb(monkeypatch) as seen:
         steps = _lifecycle(client, seed['rp'])
-    assert steps['create'] == ['SELECT', 'INSERT']      # the profile, the ARQ
+    assert steps['create'] == ['INSERT']    # the ARQ from the profile's row
     assert steps['resolved'] == ['SELECT']
     assert seen.count('ROLLBACK') == 0 and 'SET' not in seen, seen
     assert seen.count('COMMIT') == 2, seen              # the bind's, the delete's
     assert len(seen) == len(steps['create']) + len(steps['bind']) + 1 + \
         len(steps['resolved']) + len(steps['delete']) + 1
+
+
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+def test_a_create_follows_a_profile_deleted_and_created_again(client, seed):
+    """A create after the first takes its profile from what the first read, in
+    the INSERT's own statement (arq_db.arqs_create_from); once that profile is
+    gone, or replaced by another of its name, the create reads it again."""
+    make_profile(client, groups=[{'resources:FPGA': '1'}])
+    assert len(client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']) == 1
+    with counted() as seen:
+        arqs = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
+    assert len(arqs) == 1 and 'SELECT' not in seen, seen
+
+    def delete_profile():
+        for arq in client.get(URL).json()['arqs']:
+            assert client.delete(f'{URL}/{arq["uuid"]}').status_code == 204
+        assert client.delete('/v2/device_profiles/dp1').status_code == 204
+
+    delete_profile()
+    r = client.post(URL, json={'device_profile_name': 'dp1'})
+    assert r.status_code == 404 and 'dp1' in r.text, r.text
+    assert client.get(URL).json()['arqs'] == []
+    # Created again under its name with other groups, perhaps with the deleted
+    # one's id (SQLite gives the highest id again once it is deleted).
+    make_profile(client, groups=[{'resources:FPGA': '1'}])
+    assert len(client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']) == 1
+    delete_profile()
+    make_profile(client, groups=[{'resources:FPGA': '2'}, {'resources:FPGA': '1'}])
+    created = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
+    assert sorted(a['device_profile_group_id'] for a in created) == [0, 0, 1]
+    again = client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']
+    assert sorted(a['device_profile_group_id'] for a in again) == [0, 0, 1]
+    listed = client.get(URL).json()['arqs']
+    assert {a['uuid'] for a in listed} == {a['uuid'] for a in created + again}
+    assert {a['device_profile_name'] for a in listed} == {'dp1'}
 
 
 def _hold(client, rp):
