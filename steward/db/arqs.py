@@ -255,9 +255,13 @@ def arqs_create_from(conn, dp, group_ids, project_id) -> list[dict] | None:
               'created_at': rows[0]['created_at']}
     for i, row in enumerate(rows):
         params[f'uuid_{i}'], params[f'group_{i}'] = row['uuid'], row['device_profile_group_id']
-    if conn.execute(stmt, params).rowcount != len(rows):
+    try:
+        inserted = conn.execute(stmt, params).rowcount
+    except (db_exc.DBReferenceError, sa.exc.IntegrityError):
+        # Deleted between the statement's read of the profile and its foreign
+        # key's check (PostgreSQL checks it on the row as last committed).
         return None
-    return _created(rows, dp['name'])
+    return _created(rows, dp['name']) if inserted == len(rows) else None
 
 
 def arq_record(arq, handle=None, device_type=None) -> dict:

@@ -7,6 +7,8 @@ failure, on any machine.
 """
 import contextlib
 import json
+import threading
+import time
 import uuid
 
 import pytest
@@ -165,6 +167,42 @@ def test_a_create_follows_a_profile_deleted_and_created_again(client, seed):
     listed = client.get(URL).json()['arqs']
     assert {a['uuid'] for a in listed} == {a['uuid'] for a in created + again}
     assert {a['device_profile_name'] for a in listed} == {'dp1'}
+
+
+def _lock_waits(conn):
+    return conn.execute(sa.text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database()")).scalar()
+
+
+@pytest.mark.parametrize('db', ['postgresql'], indirect=True)
+def test_a_create_racing_its_known_profile_s_delete_answers_404(client, seed, db):
+    """The profile is deleted while the create's one statement runs: it read the
+    row, and the delete commits before its foreign key's check gets the row's
+    lock (PostgreSQL checks the row as last committed). The create reads the
+    profile again and answers 404, with nothing created."""
+    make_profile(client)
+    for arq in client.post(URL, json={'device_profile_name': 'dp1'}).json()['arqs']:
+        assert client.delete(f'{URL}/{arq["uuid"]}').status_code == 204
+    engine = sa.create_engine(db)
+    answer = {}
+    try:
+        with engine.connect() as deleting, engine.connect() as watching:
+            watching.execution_options(isolation_level='AUTOCOMMIT')
+            deleting.execute(sa.text("DELETE FROM device_profiles WHERE name = 'dp1'"))
+            create = threading.Thread(target=lambda: answer.update(r=client.post(
+                URL, json={'device_profile_name': 'dp1'})))
+            create.start()
+            # The create waits on the uncommitted delete's row lock.
+            while _lock_waits(watching) == 0:
+                assert create.is_alive(), answer
+                time.sleep(0.05)
+            deleting.commit()
+            create.join()
+    finally:
+        engine.dispose()
+    assert answer['r'].status_code == 404, answer['r'].text
+    assert client.get(URL).json()['arqs'] == []
 
 
 def _hold(client, rp):
