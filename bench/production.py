@@ -254,10 +254,10 @@ def run_single(args, db=None):
     events: without one it skipped a tenth of the work. ``db``: on a new database
     of that server instead of SQLite (--single-on-server), the server's CPU
     counted with the process's."""
-    where = f'on {db.description}' if db else 'with its defaults (SQLite'
+    what = (f'steward serve on {db.description} (embedded Placement, fake driver)' if db
+            else 'steward serve with its defaults (SQLite, embedded Placement, fake driver)')
     side = Side('Steward single process' + (f' on {db.kind}' if db else ''),
-                f'steward serve {where}, embedded Placement, fake driver'
-                + ('' if db else ')') + ', [nova] set as on the production side')
+                what + ', [nova] set as on the production side')
     nova = cyborg_upstream.start_nova_stub()
     extra = ('[nova]\nauth_type = admin_token\ntoken = admin\n'
              f'endpoint_override = {nova_url(nova)}\n')
@@ -458,20 +458,15 @@ def main():
                     steward.name += f', round {i + 1} of {args.rounds}'
                 stewards.append(steward)
                 report(steward, args)
-                if not args.no_single:
-                    single = run_single(args)
-                    if args.rounds > 1:
-                        single.name += f', round {i + 1} of {args.rounds}'
-                    singles.append(single)
-                    report(single, args)
-                if args.single_on_server:
-                    single = run_single(args, db)
-                    if args.rounds > 1:
-                        single.name += f', round {i + 1} of {args.rounds}'
-                    served.append(single)
-                    report(single, args)
-            sides += served
-            sides += stewards + singles
+                for runs, on, wanted in ((singles, None, not args.no_single),
+                                         (served, db, args.single_on_server)):
+                    if wanted:
+                        single = run_single(args, on)
+                        if args.rounds > 1:
+                            single.name += f', round {i + 1} of {args.rounds}'
+                        runs.append(single)
+                        report(single, args)
+            sides += stewards + singles + served
             cyborg = None
             if not args.no_cyborg:
                 cyborg = run_cyborg(args, db, broker, os.path.join(tmp, 'cyborg'))

@@ -44,12 +44,11 @@ def _group_ids(dp):
 
 
 @retry.on_deadlock
-def create(deps, ctx, device_profile_name, project_id, known=None):
+def create(deps, ctx, device_profile_name, project_id, known):
     """New ARQs of the profile named ``device_profile_name``: their records.
-    ``known``: a KnownProfiles of the profiles read before in this process; one
-    found there is not read again (one statement instead of two: see
-    arq_db.arqs_create_from)."""
-    dp = known.get(device_profile_name) if known is not None else None
+    ``known``: the KnownProfiles of this process; a profile found there is not
+    read again (one statement instead of two: see arq_db.arqs_create_from)."""
+    dp = known.get(device_profile_name)
     if dp is not None:
         with deps.database.single_write() as conn:
             records = arq_db.arqs_create_from(conn, dp, _group_ids(dp), project_id)
@@ -64,8 +63,7 @@ def create(deps, ctx, device_profile_name, project_id, known=None):
         dp = profile_db.device_profile_named(conn, device_profile_name)
     with deps.database.single_write() as conn:
         records = arq_db.arqs_create(conn, dp, _group_ids(dp), project_id)
-    if known is not None:
-        known.remember(dp)
+    known.remember(dp)
     return records
 
 
