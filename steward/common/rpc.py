@@ -142,8 +142,71 @@ def _open_reply_queue(driver):
 
 
 def stop_server(srv):
+    """Stop ``srv`` taking calls, let the ones it took finish, close it. Its
+    consumers are cancelled at the broker first (``_leave_queues``), so that the
+    calls sent meanwhile go to the topic's other servers instead of being lost."""
     try:
+        _leave_queues(srv)
         srv.stop()
         srv.wait()
     except Exception:   # shutdown must go on whatever one server does
         LOG.exception('Stopping an RPC server failed')
+
+
+def _leave_queues(srv, timeout=10):
+    """Cancel the consumers of ``srv``'s listener at the broker while its poll loop
+    still runs.
+
+    oslo.messaging's ``stop()`` only ends the poll loop: the broker goes on
+    delivering the topic's calls to the consumer, and the connection's heartbeat
+    thread, which drains the socket, hands each delivery to the listener, which
+    acknowledges it at once (RpcAMQPListener) and queues it for a poll loop that
+    no longer runs. Each such call is lost and its caller waits for its
+    ``rpc_response_timeout``: a conductor stopped during a rolling upgrade lost
+    the call in flight of every busy caller.
+
+    The cancel runs in the poll loop's own thread (the listener's operations
+    handler, which the loop runs between two reads) under the connection's lock,
+    as every use of the connection does; a lock taken from here would starve
+    behind the loop, which takes it again as soon as it lets it go. A delivery
+    read before the cancel is run here as usual; one already on its way when the
+    broker took the cancel finds no consumer left and is rejected back to the
+    queue (py-amqp requeues a delivery without a callback), for another server.
+    Not waiting for the broker's answer keeps a broker that does not answer from
+    holding the stop. Other transports (the in-process one) have no heartbeat
+    thread and are left to ``stop()``."""
+    listener = getattr(getattr(srv, 'listener', None), '_poll_style_listener', None)
+    operations = getattr(listener, '_message_operations_handler', None)
+    # The listener's pooled connection context wraps the driver's connection,
+    # which wraps kombu's.
+    conn = getattr(getattr(listener, 'conn', None), 'connection', None)
+    transport = getattr(getattr(conn, 'connection', None), 'transport', None)
+    if operations is None or getattr(transport, 'driver_type', None) != 'amqp':
+        return
+    done = threading.Event()
+
+    def cancel():
+        try:
+            with conn._connection_lock:
+                _cancel_consumers(conn)
+        except Exception as err:  # noqa: BLE001 - the broker gone: nothing to cancel
+            LOG.warning('Could not cancel the RPC consumers at the broker: %s', err)
+        finally:
+            done.set()
+
+    operations.do(cancel)
+    if not done.wait(timeout):
+        LOG.warning('The RPC listener did not cancel its consumers within %s s; '
+                    'stopping it anyway', timeout)
+
+
+def _cancel_consumers(conn):
+    """basic.cancel of every consumer of ``conn`` without waiting for the answer;
+    their callbacks removed, so that a delivery still on its way is requeued; and
+    forgotten, so that a reconnection does not consume again."""
+    for consumer, tag in list(conn._consumers.items()):
+        channel = consumer.queue.channel
+        channel.basic_cancel(str(tag), nowait=True)
+        channel.callbacks.pop(str(tag), None)
+    conn._consumers.clear()
+    conn._new_tags.clear()

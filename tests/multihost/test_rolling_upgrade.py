@@ -59,12 +59,13 @@ CLIENTS = 2
 #: and an answer already on its way.
 MARGIN = 2.0
 #: [DEFAULT] rpc_response_timeout(_bind) of every service (default 60 s). A
-#: conductor stopped by SIGTERM loses the RPC calls RabbitMQ delivers to it after
-#: its listener stopped polling (its consumer is not cancelled at the broker; its
-#: log shows "received message msg_id: ..." while it closes its connection, after
-#: "[connection close] Deleting fanout queue"): neither it nor the other conductor
-#: runs them, with either release. The caller (the API, an agent's report) gets
-#: its answer when this runs out: the API answers 503. 15 s keeps each such call
+#: conductor of the previous release stopped by SIGTERM loses the RPC calls
+#: RabbitMQ delivers to it after its listener stopped polling (its consumer is not
+#: cancelled at the broker; its log shows "received message msg_id: ..." while it
+#: closes its connection, after "[connection close] Deleting fanout queue"):
+#: neither it nor the other conductor runs them (this release cancels its
+#: consumers first: steward.common.rpc.stop_server). The caller (the API, an
+#: agent's report) gets its answer when this runs out: the API answers 503. 15 s keeps each such call
 #: within its restart's window at a quarter of the default's cost, and far above
 #: any call's normal time (well under a second; the report lists calls over 10 s).
 RPC_TIMEOUT = 15
