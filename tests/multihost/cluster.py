@@ -451,10 +451,10 @@ class Cluster:
         """Let every conductor see the current report of every host once. Each
         conductor keeps its own digest of each host's last report, so after a
         start or a change of devices the next reports are full ones, one per
-        conductor, and a full report that reads device_state from the database
-        while another conductor binds or releases the device can write a stale
-        Placement reservation (a known defect, see doc/multihost.md). Waiting a
-        few discovery cycles keeps the tests that compare Placement off it."""
+        conductor, each writing Placement. Waiting a few discovery cycles lets
+        them land before a test compares Placement. (A full report racing a bind
+        on another conductor once wrote a stale reservation; the reservation is
+        now read when it is written: device_ops.current_reserved.)"""
         time.sleep(DISCOVERY_INTERVAL * 2 * (len(self.conductors) + 1))
 
     def wait_for(self, predicate, what, deadline=None, timeout=60, interval=0.2):
