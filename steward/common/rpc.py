@@ -201,12 +201,15 @@ def _leave_queues(srv, timeout=10):
 
 
 def _cancel_consumers(conn):
-    """basic.cancel of every consumer of ``conn`` without waiting for the answer;
-    their callbacks removed, so that a delivery still on its way is requeued; and
-    forgotten, so that a reconnection does not consume again."""
+    """basic.cancel of every consumer of ``conn`` without waiting for the answer,
+    its callback removed, so that a delivery still on its way is requeued. The
+    topic's consumers are forgotten, so that a reconnection does not consume from
+    their queues again; a fanout consumer is kept, for the driver's close to
+    delete its queue (a name of its own: nobody else would)."""
     for consumer, tag in list(conn._consumers.items()):
+        if consumer.type != 'fanout':
+            del conn._consumers[consumer]
+            conn._new_tags.discard(tag)
         channel = consumer.queue.channel
-        channel.basic_cancel(str(tag), nowait=True)
         channel.callbacks.pop(str(tag), None)
-    conn._consumers.clear()
-    conn._new_tags.clear()
+        channel.basic_cancel(str(tag), nowait=True)

@@ -78,10 +78,16 @@ def test_calls_sent_while_a_server_stops_go_to_the_other_one(rabbit, conf):
             _wait(lambda: failures or all(c['a'] >= CALLS and c['b'] >= CALLS
                                           for c in answered), 'calls to both servers')
             assert not failures
+            fanout = [q for q in rabbit.queues() if q.startswith(f'{TOPIC}_fanout_')]
+            assert len(fanout) == 2     # one a server, deleted when it closes
             rpc.stop_server(servers.pop('a'))
-            # The stopping server's consumer has left the queue: nothing more is
-            # delivered to it.
+            # The stopping server's consumers have left the queues: nothing more
+            # is delivered to it. Its queue of its own stays for its next start,
+            # its fanout queue is gone.
             assert rabbit.consumers(TOPIC) == 1
+            assert rabbit.consumers(f'{TOPIC}.a') == 0
+            assert rabbit.consumers(f'{TOPIC}.b') == 1
+            assert len([q for q in rabbit.queues() if q in fanout]) == 1
             before = [c['b'] for c in answered]
             _wait(lambda: failures or all(c['b'] >= n + CALLS
                                           for c, n in zip(answered, before)),

@@ -197,6 +197,14 @@ class RabbitServer:
                 return 0
             return consumers
 
+    def queues(self):
+        """The names of the broker's queues."""
+        out = subprocess.run([CTL, '-n', self.node, 'list_queues', '-q',
+                              '--no-table-headers', 'name'],
+                             env=self._env(), capture_output=True, text=True,
+                             check=True, timeout=120).stdout
+        return sorted(line.strip() for line in out.splitlines() if line.strip())
+
     def queued(self, queue):
         """Messages on ``queue`` not yet acknowledged, waiting or delivered (0 when
         it does not exist): how a benchmark knows every cast it sent was handled."""
