@@ -322,6 +322,9 @@ def test_quiet_reports_over_rpc_are_casts_and_a_refused_one_brings_the_whole_rep
             # The discovery thread, waiting out its hour, is what report_again wakes.
             agent.start()
             wait_for(lambda: agent.cycles == 5, 'the discovery thread\'s first cycle')
+            # Its digest, cast, taken before the host is forgotten: taken after, it
+            # would ask for a second whole report (and a cycle more).
+            wait_for(lambda: endpoint.quiet == 4, 'the first cycle\'s quiet report')
             manager.reporter.forget(host)
             assert cf.summary(agent.run_cycle()) == QUIET     # the cast: no answer
             wait_for(lambda: agent.reports.reports_sent == 2,
