@@ -13,6 +13,7 @@ import pytest
 from steward.common import context
 from steward.common import rpc
 from tests.fixtures import requirements
+from tests.fixtures.stack import wait_for
 from tests.multihost import rabbit as rabbit_mod
 
 TOPIC = 'steward-stop-test'
@@ -43,13 +44,6 @@ class Echo:
         return self.name
 
 
-def _wait(predicate, what, timeout=CALL_TIMEOUT * 2):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f'timed out waiting for {what}'
-        time.sleep(0.02)
-
-
 def test_calls_sent_while_a_server_stops_go_to_the_other_one(rabbit, conf):
     conf.set_override('transport_url', rabbit.url())
     transports = [rpc.Transport() for _ in range(3)]
@@ -57,7 +51,7 @@ def test_calls_sent_while_a_server_stops_go_to_the_other_one(rabbit, conf):
     servers = {'a': stopping.start_server(TOPIC, 'a', [Echo('a')]),
                'b': staying.start_server(TOPIC, 'b', [Echo('b')])}
     try:
-        _wait(lambda: rabbit.consumers(TOPIC) == 2, 'both servers on the queue')
+        wait_for(lambda: rabbit.consumers(TOPIC) == 2, 'both servers on the queue')
         client = caller.client(TOPIC, '1.0').prepare(timeout=CALL_TIMEOUT)
         answered = [collections.Counter() for _ in range(CALLERS)]
         failures, done = [], threading.Event()
@@ -75,8 +69,9 @@ def test_calls_sent_while_a_server_stops_go_to_the_other_one(rabbit, conf):
         for t in threads:
             t.start()
         try:
-            _wait(lambda: failures or all(c['a'] >= CALLS and c['b'] >= CALLS
-                                          for c in answered), 'calls to both servers')
+            wait_for(lambda: failures or all(c['a'] >= CALLS and c['b'] >= CALLS
+                                             for c in answered),
+                     'calls to both servers', timeout=CALL_TIMEOUT * 2)
             assert not failures
             fanout = [q for q in rabbit.queues() if q.startswith(f'{TOPIC}_fanout_')]
             assert len(fanout) == 2     # one a server, deleted when it closes
@@ -86,12 +81,13 @@ def test_calls_sent_while_a_server_stops_go_to_the_other_one(rabbit, conf):
             # its fanout queue is gone.
             assert rabbit.consumers(TOPIC) == 1
             assert rabbit.consumers(f'{TOPIC}.a') == 0
+            assert f'{TOPIC}.a' in rabbit.queues()
             assert rabbit.consumers(f'{TOPIC}.b') == 1
             assert len([q for q in rabbit.queues() if q in fanout]) == 1
             before = [c['b'] for c in answered]
-            _wait(lambda: failures or all(c['b'] >= n + CALLS
-                                          for c, n in zip(answered, before)),
-                  'calls answered after the stop')
+            wait_for(lambda: failures or all(c['b'] >= n + CALLS
+                                             for c, n in zip(answered, before)),
+                     'calls answered after the stop', timeout=CALL_TIMEOUT * 2)
         finally:
             done.set()
             for t in threads:
