@@ -10,7 +10,6 @@ import sys
 import httpx
 import pytest
 
-from tests.fixtures import requirements
 from tests.fixtures import stack
 from tests.multihost import rabbit as rabbit_mod
 
@@ -121,12 +120,8 @@ def _log_says(path, text):
 
 @pytest.fixture
 def rabbit(tmp_path):
-    if not rabbit_mod.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed')
-    server = rabbit_mod.RabbitServer(base=str(tmp_path / 'rabbit'))
-    server.start()
-    yield server
-    server.destroy()
+    with rabbit_mod.running(tmp_path / 'rabbit') as server:
+        yield server
 
 
 def test_api_conductor_and_agent_scripts_run_a_control_plane(rabbit, tmp_path):

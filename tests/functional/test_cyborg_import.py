@@ -47,12 +47,8 @@ def cyborg_venv():
 
 @pytest.fixture(scope='module')
 def rabbit(tmp_path_factory):
-    if not rabbit_mod.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed')
-    server = rabbit_mod.RabbitServer(base=str(tmp_path_factory.mktemp('rabbit')))
-    server.start()
-    yield server
-    server.destroy()
+    with rabbit_mod.running(tmp_path_factory.mktemp('rabbit')) as server:
+        yield server
 
 
 def _databases(backend, tmp):

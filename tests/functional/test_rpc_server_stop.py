@@ -12,7 +12,6 @@ import pytest
 
 from steward.common import context
 from steward.common import rpc
-from tests.fixtures import requirements
 from tests.fixtures.stack import wait_for
 from tests.multihost import rabbit as rabbit_mod
 
@@ -27,12 +26,8 @@ CALL_TIMEOUT = 60
 
 @pytest.fixture
 def rabbit(tmp_path):
-    if not rabbit_mod.installed():
-        requirements.need('rabbitmq', 'rabbitmq-server is not installed')
-    server = rabbit_mod.RabbitServer(base=str(tmp_path / 'rabbit'))
-    server.start()
-    yield server
-    server.destroy()
+    with rabbit_mod.running(tmp_path / 'rabbit') as server:
+        yield server
 
 
 class Echo:

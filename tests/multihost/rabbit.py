@@ -2,6 +2,7 @@
 bench itself: its own Erlang node name, data and log directories, AMQP port,
 distribution port and epmd port, all on loopback; the package's own service is
 neither needed nor touched."""
+import contextlib
 import glob
 import os
 import secrets
@@ -26,6 +27,19 @@ def require():
         from tests.fixtures import requirements
         requirements.need('rabbitmq', 'rabbitmq-server is not installed '
                                       '(tools/system-packages.sh installs it)')
+
+
+@contextlib.contextmanager
+def running(base):
+    """A RabbitServer in ``base``, started (``require()`` first) and destroyed
+    after the block: a test fixture's broker."""
+    require()
+    server = RabbitServer(base=str(base))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.destroy()
 
 
 def free_port():
