@@ -153,9 +153,9 @@ def stop_server(srv):
         LOG.exception('Stopping an RPC server failed')
 
 
-def _leave_queues(srv, timeout=10):
-    """Cancel the consumers of ``srv``'s listener at the broker while its poll loop
-    still runs.
+def _leave_queues(srv):
+    """Have the consumers of ``srv``'s listener cancelled at the broker by its poll
+    loop, before the listener is shut off.
 
     oslo.messaging's ``stop()`` only ends the poll loop: the broker goes on
     delivering the topic's calls to the consumer, and the connection's heartbeat
@@ -165,16 +165,19 @@ def _leave_queues(srv, timeout=10):
     ``rpc_response_timeout``: a conductor stopped during a rolling upgrade lost
     the call in flight of every busy caller.
 
-    The cancel runs in the poll loop's own thread (the listener's operations
-    handler, which the loop runs between two reads) under the connection's lock,
-    as every use of the connection does; a lock taken from here would starve
-    behind the loop, which takes it again as soon as it lets it go. A delivery
-    read before the cancel is run here as usual; one already on its way when the
-    broker took the cancel finds no consumer left and is rejected back to the
-    queue (py-amqp requeues a delivery without a callback), for another server.
-    Not waiting for the broker's answer keeps a broker that does not answer from
-    holding the stop. Other transports (the in-process one) have no heartbeat
-    thread and are left to ``stop()``."""
+    The cancel is queued on the listener's operations handler, which the poll
+    loop runs between two reads and once more when ``stop()`` has ended it, before
+    the listener is shut off; it runs in the loop's thread under the connection's
+    lock, as every use of the connection does (a lock taken from here starved
+    behind a busy loop, which takes it again as soon as it lets it go). It is not
+    waited for: an idle loop reads for up to 5 s before it runs the handler, and
+    ``stop()`` ends that read no sooner. Deliveries acknowledged before the cancel
+    are in the listener's queue, which the server runs to its end after
+    ``stop()``; one on its way when the broker took the cancel finds no consumer
+    left and is rejected back to the queue (py-amqp requeues a delivery without a
+    callback), for another server. Not waiting for the broker's answer keeps a
+    broker that does not answer from holding the stop. Other transports (the
+    in-process one) have no heartbeat thread and are left to ``stop()``."""
     listener = getattr(getattr(srv, 'listener', None), '_poll_style_listener', None)
     operations = getattr(listener, '_message_operations_handler', None)
     # The listener's pooled connection context wraps the driver's connection,
@@ -183,7 +186,6 @@ def _leave_queues(srv, timeout=10):
     transport = getattr(getattr(conn, 'connection', None), 'transport', None)
     if operations is None or getattr(transport, 'driver_type', None) != 'amqp':
         return
-    done = threading.Event()
 
     def cancel():
         try:
@@ -191,13 +193,8 @@ def _leave_queues(srv, timeout=10):
                 _cancel_consumers(conn)
         except Exception as err:  # noqa: BLE001 - the broker gone: nothing to cancel
             LOG.warning('Could not cancel the RPC consumers at the broker: %s', err)
-        finally:
-            done.set()
 
     operations.do(cancel)
-    if not done.wait(timeout):
-        LOG.warning('The RPC listener did not cancel its consumers within %s s; '
-                    'stopping it anyway', timeout)
 
 
 def _cancel_consumers(conn):
