@@ -39,8 +39,15 @@ def accelerator_count(group):
 
 
 def _group_ids(dp):
-    return [group_id for group_id, group in enumerate(profile_db.device_profile_groups(dp))
-            for _ in range(accelerator_count(group))]
+    groups = profile_db.device_profile_groups(dp)
+    counts = [accelerator_count(group) for group in groups]
+    # A profile stored before the API bounded its amounts (or taken over from
+    # Cyborg, which does not): refused before a list of its size is built.
+    if sum(counts) > profile_db.MAX_ACCELERATORS:
+        raise exception.DeviceProfileInvalid(
+            reason=f'profile {dp["name"]} asks for {sum(counts)} accelerators, more '
+                   f'than {profile_db.MAX_ACCELERATORS}: create it again with fewer')
+    return [group_id for group_id, count in enumerate(counts) for _ in range(count)]
 
 
 @retry.on_deadlock

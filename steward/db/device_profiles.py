@@ -20,6 +20,12 @@ from steward.db import perf
 ROW = m.DeviceProfile
 """One profile, to delete it or to create ARQs from it: ORM objects."""
 
+MAX_ACCELERATORS = 256
+"""Accelerators one profile may ask for, its groups' ``resources:`` amounts
+together: each is an ARQ, created with the others in one request at every boot.
+Far more than one instance attaches; a typo of an amount (a million) would
+otherwise make each boot build and insert that many rows."""
+
 
 _PROFILE_BY = {key: sa.select(m.DeviceProfile).where(
     getattr(m.DeviceProfile, key) == sa.bindparam('value')) for key in ('uuid', 'name')}

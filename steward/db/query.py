@@ -18,10 +18,12 @@ def one(session, stmt, exc, resource, key, value):
 
 def exact_filters(model, filters, allowed):
     """``model``: a mapped class, or a table's columns (``Table.c``). A value the
-    column cannot hold (an unknown enum value, an integer beyond 64 bits, a NUL
-    character) matches nothing, as upstream's unknown ``?type=`` does, instead of
-    reaching the driver: SQLAlchemy's enum type raises LookupError on it, SQLite
-    OverflowError, PostgreSQL refuses NUL in a string."""
+    column cannot hold (an unknown enum value, an integer beyond the column's 32
+    or 64 bits, a NUL character) matches nothing, as upstream's unknown ``?type=``
+    does, instead of reaching the driver: SQLAlchemy's enum type raises LookupError
+    on it, SQLite OverflowError beyond 64 bits, PostgreSQL "integer out of range"
+    beyond an INTEGER's 32 (the psycopg dialect casts the value to the column's
+    type) and refuses NUL in a string."""
     clauses = []
     for key, value in (filters or {}).items():
         if key not in allowed or value is None:
@@ -31,13 +33,17 @@ def exact_filters(model, filters, allowed):
     return clauses
 
 
-_INT64 = (-2 ** 63, 2 ** 63 - 1)
+# SQL INTEGER and BIGINT: 4 and 8 bytes on PostgreSQL and MariaDB. SQLite stores
+# 8 bytes in either, but the schema is the same on every database.
+_INT32 = range(-2 ** 31, 2 ** 31)
+_INT64 = range(-2 ** 63, 2 ** 63)
 
 
 def _storable(column, value):
     kind = column.type
     if isinstance(value, int) and not isinstance(value, bool):
-        return _INT64[0] <= value <= _INT64[1]
+        small = isinstance(kind, sa.Integer) and not isinstance(kind, sa.BigInteger)
+        return value in (_INT32 if small else _INT64)
     if isinstance(value, str):
         if '\x00' in value:
             return False

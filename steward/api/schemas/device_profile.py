@@ -4,6 +4,7 @@ import re
 
 from steward.api import schemas
 from steward.common import exception
+from steward.db import device_profiles as profile_db
 
 NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
 
@@ -57,9 +58,10 @@ def normalise_groups(groups):
     * ``resources:`` classes are standard (STANDARD_RESOURCES) or ``CUSTOM_*``,
       amounts are integers >= 1;
     * every group asks for at least one resource: a group without one would
-      produce no accelerator request and a request group Placement cannot match.
+      produce no accelerator request and a request group Placement cannot match;
+    * the amounts together are at most profile_db.MAX_ACCELERATORS.
     """
-    result = []
+    result, total = [], 0
     for index, group in enumerate(groups):
         out = {}
         for key, value in group.items():
@@ -86,7 +88,7 @@ def normalise_groups(groups):
                     raise exception.DeviceProfileInvalid(
                         reason=f'unsupported resource class {name!r}: use one of '
                                f'{", ".join(sorted(STANDARD_RESOURCES))} or CUSTOM_*')
-                _amount(key, value)
+                total += _amount(key, value)
             elif not isinstance(value, str):
                 raise exception.DeviceProfileInvalid(
                     reason=f'{key} must be a string, got {value!r}')
@@ -99,6 +101,10 @@ def normalise_groups(groups):
             raise exception.DeviceProfileInvalid(
                 reason=f'group {index} asks for no resources:<class> amount')
         result.append(out)
+    if total > profile_db.MAX_ACCELERATORS:
+        raise exception.DeviceProfileInvalid(
+            reason=f'the groups ask for {total} accelerators together, more than '
+                   f'{profile_db.MAX_ACCELERATORS}')
     return result
 
 

@@ -77,6 +77,23 @@ def test_create_bad_input(database, client, dp, body, status, code):
     assert snapshot(database) == before
 
 
+def test_create_refuses_a_stored_profile_beyond_256_accelerators(database, client, seed):
+    """A profile the API would refuse, stored before it bounded the amounts or
+    taken over from Cyborg: its ARQ create is a 400 before anything is built (it
+    built and inserted as many rows as it asked for: 2**31 held an API thread)."""
+    from steward.db import device_profiles as profile_db
+    with database.writer() as s:
+        profile_db.device_profile_create(s, 'huge', [{'resources:FPGA': '100000'}])
+    before = snapshot(database)
+    r = client.post(URL, json={'device_profile_name': 'huge'})
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()['error_code'] == 'cyb.device_profile.invalid'
+    assert r.json()['error_message'] == (
+        'Invalid device profile: profile huge asks for 100000 accelerators, more than '
+        '256: create it again with fewer')
+    assert snapshot(database) == before
+
+
 def test_create_messages(client, dp):
     r = client.post(URL, json={'device_profile_name': 'no-such-dp'})
     assert r.json()['error_message'] == 'Device Profile not found with name=no-such-dp'

@@ -116,6 +116,13 @@ def test_list_name_filter(client):
     ([{'name': 'x', 'groups': [{'resources:FPGA': 'one'}]}], 'cyb.device_profile.invalid'),
     ([{'name': 'x', 'groups': [{'resources:FPGA': '0'}]}], 'cyb.device_profile.invalid'),
     ([{'name': 'x', 'groups': [{'resources:FPGA': -1}]}], 'cyb.device_profile.invalid'),
+    # More accelerators than profile_db.MAX_ACCELERATORS (256), alone or together.
+    ([{'name': 'x', 'groups': [{'resources:FPGA': '257'}]}], 'cyb.device_profile.invalid'),
+    ([{'name': 'x', 'groups': [{'resources:FPGA': str(2 ** 31)}]}],
+     'cyb.device_profile.invalid'),
+    ([{'name': 'x', 'groups': [{'resources:FPGA': 200}, {'resources:GPU': '50',
+                                                          'resources:VGPU': '7'}]}],
+     'cyb.device_profile.invalid'),
     ([{'name': 'x', 'groups': [{'resources:FPGA': '1', 'resources: FPGA': '2'}]}],
      'cyb.device_profile.invalid'),
     ([{'name': 'x', 'groups': [{'trait:CUSTOM_X': 'required'}]}],
@@ -132,6 +139,17 @@ def test_bad_bodies_are_400_and_change_nothing(database, client, body, code):
     assert err['error_message'] == err['faultstring']
     assert 'Traceback' not in r.text and '/work/' not in r.text
     assert snapshot(database) == before
+
+
+def test_up_to_256_accelerators_together(client):
+    r = client.post('/v2/device_profiles', json=[{'name': 'wide', 'groups': [
+        {'resources:FPGA': '200'}, {'resources:GPU': 50, 'resources:VGPU': '6'}]}])
+    assert r.status_code == 201, r.text
+    r = client.post('/v2/device_profiles', json=[{'name': 'wider', 'groups': [
+        {'resources:FPGA': '200'}, {'resources:GPU': 50, 'resources:VGPU': '7'}]}])
+    assert r.status_code == 400
+    assert r.json()['error_message'] == ('Invalid device profile: the groups ask for '
+                                         '257 accelerators together, more than 256')
 
 
 def test_messages_are_helpful(client):

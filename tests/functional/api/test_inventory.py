@@ -161,6 +161,27 @@ def test_deployable_get_errors(client):
     assert client.get('/v2/deployables?num_accelerators=many').status_code == 400
 
 
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'], indirect=True)
+def test_integer_filters_beyond_the_column_match_nothing(client, seed):
+    """Every integer filter compares an INTEGER column: a value beyond its 32 bits
+    matches nothing on every database, as one beyond 64 bits does (PostgreSQL
+    answered a 500, "integer out of range", found by test_fuzz.py)."""
+    for url in ('/v2/deployables?num_accelerators=2147483648',
+                '/v2/deployables?device_id=-2147483649',
+                '/v2/deployables?parent_id=9223372036854775808',
+                '/v2/deployables?root_id=18446744073709551616',
+                '/v2/devices?id=2147483648',
+                '/v2/attributes?deployable_id=2147483648',
+                '/v2/deployables?num_accelerators=2147483647',
+                '/v2/devices?id=-2147483648'):
+        r = client.get(url)
+        assert r.status_code == 200, (url, r.text)
+        assert list(r.json().values()) == [[]], url
+    # The column's own values still match.
+    r = client.get(f'/v2/deployables?device_id={seed["device_id"]}&num_accelerators=16')
+    assert len(r.json()['deployables']) == 1
+
+
 PROGRAM = [{'op': 'replace', 'path': '/program',
             'value': [{'image_uuid': str(uuid.uuid4())}]}]
 
