@@ -140,9 +140,26 @@ _RELEASE_VIEW = (
     .execution_options(populate_existing=True))
 
 
+_DEVICE_OF_DEPLOYABLE = sa.select(m.Deployable.device_id).where(
+    m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery()
+_RELEASE_LOCK = (sa.select(m.Device.id).where(m.Device.id == _DEVICE_OF_DEPLOYABLE)
+                 .with_for_update(of=m.Device))
+
+
 def device_release_view(session, deployable_id) -> tuple[ROW, int, int] | None:
     """(the device of ``deployable_id``, its accelerators, its handles in use), or
-    None: what a release decides on, in one statement."""
+    None: what a release decides on.
+
+    The device is row-locked first, in a statement of its own: the count is then
+    read after every transaction that held the lock has committed (READ COMMITTED
+    reads each statement's snapshot). Counted in the locking statement, it was
+    read before the wait: two deletes freeing a shared device's last two handles
+    each counted the other's handle in use and neither released it (left
+    allocated with no handle in use), and a delete counted a bind's new handle
+    out and released the device under it. SQLite's writers are serial already
+    (no second statement there)."""
+    if session.get_bind().dialect.name != 'sqlite':
+        session.execute(_RELEASE_LOCK, {'deployable_id': deployable_id})
     row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
     return None if row is None else tuple(row)
 

@@ -142,3 +142,44 @@ def test_boots_and_deletes_on_one_device_meet_no_deadlock(transport, database, d
     with database.reader() as s:
         assert s.query(m.AttachHandle).filter_by(in_use=True).count() == 0
         assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
+
+
+def test_deletes_freeing_a_shared_devices_last_handles_release_it(transport, database,
+                                                                  db, conf):
+    """Two deletes free the last two handles of a shared device side by side, and
+    each reads what its release decides on before the other has committed: the
+    device still ends available. The release counts the handles in use once it
+    holds the device's row lock, in a statement of its own; counted before that
+    wait, each counted the other's handle in use and the device stayed allocated
+    with none (found once by the storm above, in CI on PostgreSQL)."""
+    conductor, _ = cf.stack(database, transport, conf)
+    cf.make_profile(database)
+    dep = cf.deployable(database)
+    for _ in range(2):
+        _bind(conductor, conductor.arq_create(cf.admin(), 'dp1', 'p')[0], dep)
+    with database.reader() as s:
+        first, second = [h.id for h in s.query(m.AttachHandle).filter_by(in_use=True)
+                         .order_by(m.AttachHandle.id)]
+    ctx, read, decided = cf.admin(), threading.Event(), {}
+
+    def other_delete():
+        with database.writer() as s:
+            handle_db.attach_handle_release(s, second)
+            decided['other'] = device_ops.release_after_unbind(s, dep.id, ctx)
+            read.set()
+            # Commits once this test's delete has read too, or waits for its lock.
+            while not decided.get('this_read') and cf.lock_waits(database) == 0:
+                time.sleep(0.02)
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    with database.writer() as s:
+        handle_db.attach_handle_release(s, first)
+        future = pool.submit(other_delete)
+        assert read.wait(60)
+        decided['this'] = device_ops.release_after_unbind(s, dep.id, ctx)
+        decided['this_read'] = True
+    future.result(timeout=60)
+    pool.shutdown()
+    with database.reader() as s:
+        assert s.query(m.AttachHandle).filter_by(in_use=True).count() == 0
+        assert device_db.device_list(s)[0].device_state == states.DEV_AVAILABLE
