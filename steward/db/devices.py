@@ -155,9 +155,9 @@ def device_release_view(session, deployable_id) -> tuple[ROW, int, int] | None:
     reads each statement's snapshot). Counted in the locking statement, it was
     read before the wait: two deletes freeing a shared device's last two handles
     each counted the other's handle in use and neither released it (left
-    allocated with no handle in use), and a delete counted a bind's new handle
-    out and released the device under it. SQLite's writers are serial already
-    (no second statement there)."""
+    allocated with no handle in use), and a delete could count out the handle a
+    bind holding the device's share lock was taking, and release the device
+    under it. SQLite's writers are serial already (no second statement there)."""
     if session.get_bind().dialect.name != 'sqlite':
         session.execute(_RELEASE_LOCK, {'deployable_id': deployable_id})
     row = session.execute(_RELEASE_VIEW, {'deployable_id': deployable_id}).first()
