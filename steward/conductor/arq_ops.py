@@ -41,11 +41,12 @@ def accelerator_count(group):
 def _group_ids(dp):
     groups = profile_db.device_profile_groups(dp)
     counts = [accelerator_count(group) for group in groups]
+    total = sum(counts)
     # A profile stored before the API bounded its amounts (or taken over from
     # Cyborg, which does not): refused before a list of its size is built.
-    if sum(counts) > profile_db.MAX_ACCELERATORS:
+    if total > profile_db.MAX_ACCELERATORS:
         raise exception.DeviceProfileInvalid(
-            reason=f'profile {dp["name"]} asks for {sum(counts)} accelerators, more '
+            reason=f'profile {dp["name"]} asks for {total} accelerators, more '
                    f'than {profile_db.MAX_ACCELERATORS}: create it again with fewer')
     return [group_id for group_id, count in enumerate(counts) for _ in range(count)]
 

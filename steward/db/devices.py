@@ -133,15 +133,14 @@ _HANDLES_IN_USE = (sa.select(sa.func.count()).select_from(m.AttachHandle)
                           m.AttachHandle.in_use.is_(True))
                    .correlate(m.Device).scalar_subquery())
 # The device of a deployable with what a release decides on, in one statement.
+_DEVICE_OF_DEPLOYABLE = sa.select(m.Deployable.device_id).where(
+    m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery()
 _RELEASE_VIEW = (
     sa.select(m.Device, _ACCELERATORS, _HANDLES_IN_USE)
-    .where(m.Device.id == sa.select(m.Deployable.device_id)
-           .where(m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery())
+    .where(m.Device.id == _DEVICE_OF_DEPLOYABLE)
     .execution_options(populate_existing=True))
 
 
-_DEVICE_OF_DEPLOYABLE = sa.select(m.Deployable.device_id).where(
-    m.Deployable.id == sa.bindparam('deployable_id')).scalar_subquery()
 _RELEASE_LOCK = (sa.select(m.Device.id).where(m.Device.id == _DEVICE_OF_DEPLOYABLE)
                  .with_for_update(of=m.Device))
 
