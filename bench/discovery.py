@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from steward.agent.manager import AgentManager  # noqa: E402
 from steward.common import context  # noqa: E402
+from steward.common import rpc  # noqa: E402
 from steward.conductor.manager import ConductorManager  # noqa: E402
 from steward.conductor.rpcapi import ConductorAPI  # noqa: E402
 from steward.conf import CONF  # noqa: E402
@@ -115,7 +116,18 @@ def cpu_seconds(pid):
 
 def run(tmp, args, tree, placement=None, label='', placement_pid=None):
     database = fresh_database(tmp, 'steward-' + label.replace(' ', '-'))
-    conductor = ConductorManager(cf.deps(database, None, placement))
+    # The in-process transport ([DEFAULT] transport_url's default), as a
+    # conductor's root builds one: a conductor answering a report asks its agent
+    # API which versions the agents speak (whether quiet reports may be casts).
+    transport = rpc.Transport()
+    try:
+        return _run(database, transport, args, tree, placement, label, placement_pid)
+    finally:
+        transport.cleanup()
+
+
+def _run(database, transport, args, tree, placement, label, placement_pid):
+    conductor = ConductorManager(cf.deps(database, transport, placement))
     conductor.init_host()
     agent = AgentManager(CONF, ConductorAPI(conductor), host='bench-host',
                          drivers=[mdev.MdevDriver(CONF, 'bench-host')])

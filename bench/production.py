@@ -47,7 +47,10 @@ before Cyborg (a round is one of each, a minute apart at most). On a machine who
 speed moves within minutes (a shared VM: the same ``steward serve`` spent 5.9 and
 10.7 ms of CPU per instance an hour apart) a single pair says more about the moment
 than about the two; the comparison prints each round's ratios and their median,
-and the table beside Cyborg takes, per case, the round of median throughput.
+and the table beside Cyborg takes, per case, the round of median throughput. The
+comparison also counts each side's server CPU per instance in units of the load
+generator's own (the same client code on every side, so the machine's speed at
+that moment divides out) and prints the ratio of those counts.
 
 ``--single-on-server``: each round also runs ``steward serve`` on a database of
 the shared server instead of SQLite, and the comparison is printed against it
@@ -184,26 +187,38 @@ def against_single(stewards, singles, title='steward serve'):
     run: throughput, server CPU per instance and bind p99 with their ratios, for
     each round (the two ran one after the other), then the median of the rounds'
     ratios: the machine's speed moves within minutes, and a round's two sides
-    share its moment."""
+    share its moment.
+
+    The last column is the server CPU per instance counted in the load
+    generator's CPU per instance of the same run: the load generator runs the
+    same code against every side, so it measures the machine's speed at that
+    moment, and the ratio of the two sides' counts does not move with it (a
+    round's raw CPU ratio moved between 1.10x and 2.01x in one run where this
+    one stayed within 1.27x-1.62x)."""
     pairs = [(s, one) for s, one in zip(stewards, singles) if not (s.error or one.error)]
     if not pairs:
         return
     head = 'production topology / ' + title
-    print(f'{head:<37} {"instances/s":>18} {"server CPU ms":>16} {"bind p99":>17}')
+    print(f'{head:<37} {"instances/s":>18} {"server CPU ms":>16} {"bind p99":>17} '
+          f'{"CPU / load gen.":>16}')
     for label in pairs[0][0].runs:
-        rates, cpus = [], []
+        rates, cpus, relative = [], [], []
         for i, (steward, single) in enumerate(pairs):
             s, one = steward.runs[label], single.runs[label]
             rates.append(rate(s) / rate(one))
             cpus.append(server_cpu(s) / server_cpu(one))
+            relative.append(cpu_in_load(s) / cpu_in_load(one))
             name = label if len(pairs) == 1 else f'{label}, round {i + 1}'
             print(f'  {name:<34} {rate(s):6.1f} / {rate(one):6.1f} {server_cpu(s):6.1f} / '
                   f'{server_cpu(one):5.1f} {p50_cell(bind_p99(s)):>8} / '
-                  f'{p50_cell(bind_p99(one)):>7}')
-            print(f'  {"":<34} {rates[-1]:15.2f}x {cpus[-1]:15.2f}x')
+                  f'{p50_cell(bind_p99(one)):>7} {cpu_in_load(s):6.2f} / '
+                  f'{cpu_in_load(one):5.2f}')
+            print(f'  {"":<34} {rates[-1]:15.2f}x {cpus[-1]:15.2f}x {"":>17} '
+                  f'{relative[-1]:15.2f}x')
         if len(pairs) > 1:
             print(f'  {label + ", median of the rounds":<34} {statistics.median(rates):15.2f}x '
-                  f'{statistics.median(cpus):15.2f}x')
+                  f'{statistics.median(cpus):15.2f}x {"":>17} '
+                  f'{statistics.median(relative):15.2f}x')
 
 
 def median_round(sides):
@@ -238,6 +253,12 @@ def bind_p50(r):
 
 def bind_p99(r):
     return None if bind_failures(r) or not r.binds else load.pct(r.binds, 99)
+
+
+def cpu_in_load(r):
+    """Server CPU per instance in units of the load generator's CPU per instance."""
+    own = r.cpu.get('load generator')
+    return server_cpu(r) / own if own else float('nan')
 
 
 def server_cpu(r):
