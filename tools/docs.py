@@ -50,8 +50,10 @@ line once the transaction commits:
 in one transaction with nothing between them that another could see are one
 statement: a bind's `Initial -> BindStarted -> Bound` one UPDATE
 (`advance(..., via=...)`), a delete's move to `Deleting` and the row's removal one
-conditional DELETE (`transitions.remove()`); each edge is still checked and
-logged.
+conditional DELETE (`transitions.remove()`), or for Nova's delete of an
+instance's requests one `DELETE ... RETURNING` of them all, whose edges are
+checked on the states they were removed in (`transitions.remove_all()`); each
+edge is still checked and logged.
 
 ## Accelerator requests
 

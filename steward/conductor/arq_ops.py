@@ -12,6 +12,7 @@ as a deadlock (on Galera: a certification failure), ``retry.on_deadlock``: the
 transaction reads everything it decides on afresh, and the work outside the
 database comes after its commit.
 """
+import functools
 import logging
 
 from oslo_messaging import exceptions as messaging_exc
@@ -272,17 +273,33 @@ def delete(deps, ctx, arq_uuids=None, instance_uuid=None, project_id=None,
     return count
 
 
+def _refuse_bound_without_service(ctx, arqs):
+    if any(a.state == states.ARQ_BOUND for a in arqs) and not ctx.is_service \
+            and not ctx.is_admin:
+        raise exception.ServiceTokenRequired()
+
+
 @retry.on_deadlock
 def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
     released = []
     with deps.database.writer() as s:
+        if arq_uuids is None and instance_uuid is not None:
+            # Nova's delete of an instance's ARQs: one DELETE reads and removes
+            # them, in whatever state they are once it holds their locks (a bind
+            # committed under it included); a refusal rolls it back.
+            arqs = transitions.remove_all(
+                s, m.ExtARQ, *arq_db.arqs_removal_of_instance(instance_uuid, project_id),
+                states.ARQ_DELETING, event='delete', make_row=arq_db.ArqRow,
+                vet=functools.partial(_refuse_bound_without_service, ctx),
+                request_id=ctx.request_id)
+            for arq in arqs:
+                released += _release_held(s, ctx, arq)
+            return len(arqs), released
         if arq_uuids is not None:
             arqs = arq_db.arq_get_many(s, arq_uuids, project_id)
         else:
             arqs = arq_db.arq_list(s, project_id=project_id, instance_uuid=instance_uuid)
-        if any(a.state == states.ARQ_BOUND for a in arqs) and not ctx.is_service \
-                and not ctx.is_admin:
-            raise exception.ServiceTokenRequired()
+        _refuse_bound_without_service(ctx, arqs)
         leftovers = []
         for arq in arqs:
             arq, removed = _start_deleting(s, ctx, arq)

@@ -345,6 +345,28 @@ def arq_list_by_uuids_in_state(session, uuids, state) -> list[ROW]:
             for row in session.execute(stmt.order_by(_ARQ_T.c.id))]
 
 
+# Nova's delete of an instance's ARQs (transitions.remove_all): every row of the
+# instance removed and returned by one statement, scoped to a project or not.
+_REMOVE_OF_INSTANCE = (sa.delete(_ARQ_T)
+                       .where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'))
+                       .returning(*_ARQ_T.c))
+_REMOVE_OF_INSTANCE_SCOPED = (
+    sa.delete(_ARQ_T)
+    .where(_ARQ_T.c.instance_uuid == sa.bindparam('instance'),
+           _ARQ_T.c.project_id == sa.bindparam('project_id'))
+    .returning(*_ARQ_T.c))
+
+
+def arqs_removal_of_instance(instance_uuid, project_id=None) -> tuple:
+    """(statement, parameters) that remove the ARQs of ``instance_uuid`` (in
+    ``project_id``, when given) and return their columns, for
+    transitions.remove_all: what arq_list(instance_uuid=) read and the removal of
+    each row, in one statement. Its rows are ArqRows without ``profile_name``."""
+    if project_id is None:
+        return _REMOVE_OF_INSTANCE, {'instance': instance_uuid}
+    return _REMOVE_OF_INSTANCE_SCOPED, {'instance': instance_uuid, 'project_id': project_id}
+
+
 _DELETE_ARQ = sa.delete(_ARQ_T).where(_ARQ_T.c.id == sa.bindparam('arq_id'))
 
 

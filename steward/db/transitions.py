@@ -107,6 +107,39 @@ def remove(session, model, row, target, *, event, request_id=None):
     _log_after_commit(session, (kind, row.uuid, current, target, event, '', request_id))
 
 
+def remove_all(session, model, statement, params, target, *, event, make_row,
+               vet=None, request_id=None):
+    """Move every row ``statement`` removes to ``target`` (an ARQ's Deleting) and
+    remove it, in that one statement: a DELETE ... RETURNING of ``model``'s rows,
+    built beside its other queries (steward/db/arqs.py). Each row is removed as it
+    stands once the DELETE holds its lock, whatever a concurrent writer committed
+    before (READ COMMITTED: PostgreSQL and MariaDB delete the newest version), so
+    there is nothing to compare and swap: the edge is checked on the state the
+    row was removed in, and a row without one raises InvalidStateTransition,
+    which rolls the caller's transaction back with nothing removed. A row found
+    in ``target`` already (a removal an older release left half done) is removed
+    without a transition of its own. ``vet(rows)`` sees the removed rows
+    (``make_row(**columns)`` each) before their edges are checked, and may refuse
+    the removal first. Returns the rows in id order (the order remove() takes
+    them one by one); each transition is logged once committed, as remove()
+    logs. Not for a model with history."""
+    if getattr(model, '__history__', None) is not None:
+        raise TypeError(f'{model.__name__} rows keep their history: not removed')
+    kind = model.__state_kind__
+    rows = sorted((make_row(**row._mapping)
+                   for row in session.connection().execute(statement, params)),
+                  key=lambda row: row.id)
+    if vet is not None:
+        vet(rows)
+    for row in rows:
+        current = getattr(row, model.__state_column__)
+        if current == target:
+            continue
+        _steps(kind, row, current, target, event, None)
+        _log_after_commit(session, (kind, row.uuid, current, target, event, '', request_id))
+    return rows
+
+
 def note(session, model, row, *, event, reason='', request_id=None, actor=None):
     """A history row for something that happened to a device without changing its
     state (its health changed while a tenant holds it, issue 38): source and

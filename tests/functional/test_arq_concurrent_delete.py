@@ -14,6 +14,9 @@ import pytest
 import sqlalchemy as sa
 from starlette import testclient
 
+from steward.common import context
+from steward.conductor import arq_ops
+from steward.conductor import device_ops
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
 from tests.fixtures.stack import wait_for
 
@@ -66,3 +69,53 @@ def test_two_deletes_of_one_instance_both_answer_204(database, db, life):
     # Released once: cleaned and back in service, nothing held twice.
     st.wait_state(dev['uuid'], ('available',))
     assert [h['event'] for h in st.history(dev['uuid'])].count('release') <= 1
+
+
+@pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
+def test_a_delete_waiting_on_a_failing_bind_removes_what_it_left(database, db, life,
+                                                                  monkeypatch):
+    """A bind that fails after its commit (Placement refused the reservation)
+    moves its ARQ Bound -> BindFailed and frees the handle, while Nova's delete of
+    the instance comes in. The delete's one statement waits for the row, then
+    removes it as the failing bind left it (BindFailed, no handle): the device
+    is released once, by the bind's undo, not a second time by the delete."""
+    st = life.start()
+    (dev,) = st.devices()
+    inst, arq = st.bind(dev)
+    holding, go = threading.Event(), threading.Event()
+    real = device_ops.release_after_unbind
+
+    def release_then_hold(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if not holding.is_set():    # the failing bind's, not anyone's after it
+            holding.set()
+            assert go.wait(60)
+        return out
+
+    monkeypatch.setattr(device_ops, 'release_after_unbind', release_then_hold)
+    ctx = context.get_admin_context()
+    failing = threading.Thread(target=arq_ops._fail_bound, args=(
+        st.conductor.deps, ctx, [arq], 'reservation refused'))
+    failing.start()
+    assert holding.wait(60)
+    answers = []
+
+    def delete():
+        with testclient.TestClient(st.api.app, raise_server_exceptions=False) as api:
+            r = api.delete(URL, params={'instance': inst})
+            answers.append((r.status_code, r.text))
+
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    try:
+        wait_for(lambda: _waiting(database, db) >= 1, 'the delete waiting on the row')
+    finally:
+        go.set()
+        failing.join()
+        deleting.join()
+
+    assert answers == [(204, '')]
+    assert st.api.get(URL, params={'instance': inst}).json()['arqs'] == []
+    st.wait_state(dev['uuid'], ('available',))
+    events = [h['event'] for h in st.history(dev['uuid'])]
+    assert events.count('release_for_cleaning') == 1, events
