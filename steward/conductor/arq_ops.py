@@ -283,7 +283,7 @@ def _refuse_bound_without_service(ctx, arqs):
 def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
     released = []
     with deps.database.writer() as s:
-        if arq_uuids is None and instance_uuid is not None:
+        if arq_uuids is None:
             # Nova's delete of an instance's ARQs: one DELETE reads and removes
             # them, in whatever state they are once it holds their locks (a bind
             # committed under it included); a refusal rolls it back.
@@ -295,10 +295,7 @@ def _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id):
             for arq in arqs:
                 released += _release_held(s, ctx, arq)
             return len(arqs), released
-        if arq_uuids is not None:
-            arqs = arq_db.arq_get_many(s, arq_uuids, project_id)
-        else:
-            arqs = arq_db.arq_list(s, project_id=project_id, instance_uuid=instance_uuid)
+        arqs = arq_db.arq_get_many(s, arq_uuids, project_id)
         _refuse_bound_without_service(ctx, arqs)
         leftovers = []
         for arq in arqs:

@@ -98,8 +98,7 @@ def remove(session, model, row, target, *, event, request_id=None):
     and the row's removal needs no second statement. Raises
     InvalidStateTransition, or ConcurrentUpdate when the row moved under us. Not
     for a model with history (a device keeps its rows)."""
-    if getattr(model, '__history__', None) is not None:
-        raise TypeError(f'{model.__name__} rows keep their history: not removed')
+    _refuse_history(model)
     kind = model.__state_kind__
     current = getattr(row, model.__state_column__)
     _steps(kind, row, current, target, event, None)
@@ -123,8 +122,7 @@ def remove_all(session, model, statement, params, target, *, event, make_row,
     the removal first. Returns the rows in id order (the order remove() takes
     them one by one); each transition is logged once committed, as remove()
     logs. Not for a model with history."""
-    if getattr(model, '__history__', None) is not None:
-        raise TypeError(f'{model.__name__} rows keep their history: not removed')
+    _refuse_history(model)
     kind = model.__state_kind__
     rows = sorted((make_row(**row._mapping)
                    for row in session.connection().execute(statement, params)),
@@ -138,6 +136,13 @@ def remove_all(session, model, statement, params, target, *, event, make_row,
         _steps(kind, row, current, target, event, None)
         _log_after_commit(session, (kind, row.uuid, current, target, event, '', request_id))
     return rows
+
+
+def _refuse_history(model):
+    """remove() and remove_all() take rows away: not those of a model that keeps
+    its rows' history (devices)."""
+    if getattr(model, '__history__', None) is not None:
+        raise TypeError(f'{model.__name__} rows keep their history: not removed')
 
 
 def note(session, model, row, *, event, reason='', request_id=None, actor=None):
