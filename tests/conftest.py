@@ -7,7 +7,9 @@ sets it), then it fails.
 The schema is built once per session with the real Alembic migrations, then copied
 for each test (a copy is ~100x faster than replaying migrations).
 """
+import os
 import shutil
+import tempfile
 import uuid
 import warnings
 
@@ -18,6 +20,7 @@ warnings.filterwarnings('ignore', message='.*[Ee]ventlet.*')
 
 from steward.conf import CONF  # noqa: E402
 from tests.fixtures import requirements  # noqa: E402
+from tests.fixtures import stack  # noqa: E402
 
 CONF([], project='steward', default_config_files=[])
 
@@ -26,6 +29,18 @@ def pytest_configure(config):
     # STEWARD_REQUIRE (tests/fixtures/requirements.py): a typo is a usage error up front,
     # not a switch silently off.
     requirements.required()
+    # The run's port claims (stack.free_port), made before the xdist workers start:
+    # they and their subprocesses inherit the environment.
+    if not hasattr(config, 'workerinput') and stack.PORTS_ENV not in os.environ:
+        config.steward_ports = tempfile.mkdtemp(prefix='steward-ports-')
+        os.environ[stack.PORTS_ENV] = config.steward_ports
+
+
+def pytest_unconfigure(config):
+    ports = getattr(config, 'steward_ports', None)
+    if ports:
+        shutil.rmtree(ports, ignore_errors=True)
+        os.environ.pop(stack.PORTS_ENV, None)
 
 
 @pytest.hookimpl(trylast=True)

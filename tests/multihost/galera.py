@@ -87,15 +87,8 @@ def _fixed_port():
         low = int(f.read().split()[0])
     while True:
         port = random.randrange(10000, low)
-        if port in stack._HANDED:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(('127.0.0.1', port))
-            except OSError:
-                continue
-        stack._HANDED.add(port)
-        return port
+        if stack.bindable(port) and stack.claim(port):
+            return port
 
 
 def os_user():
