@@ -481,18 +481,13 @@ class Cluster:
         return out + list(self.conductors)
 
     def stop(self):
-        agents = list(self.agents.values()) + list(self.extra_agents.values())
-        for group in (agents, [self.api] if self.api else [], self.conductors):
-            with concurrent.futures.ThreadPoolExecutor(max(len(group), 1)) as pool:
-                for f in [pool.submit(svc.stop, timeout=20) for svc in group]:
-                    try:
-                        f.result()
-                    except Exception:  # noqa: BLE001 - tear down the rest regardless
-                        pass
-        if self.placement is not None:
-            self.placement.stop()
-        if self.rabbit is not None:
-            self.rabbit.destroy()
+        # Every service at once, then what they use: each takes 1.3-2 s to stop
+        # (its RPC servers' last poll), 7.3 s in all one group after another.
+        services = list(self.agents.values()) + list(self.extra_agents.values()) \
+            + ([self.api] if self.api else []) + list(self.conductors)
+        _together([lambda svc=svc: svc.stop(timeout=20) for svc in services])
+        _together([stop for stop in (self.placement and self.placement.stop,
+                                     self.rabbit and self.rabbit.destroy) if stop])
         for ns in self.netns.values():
             ns.delete()
         if self.pg is not None and self.db_url:
@@ -619,3 +614,13 @@ class Cluster:
         out = subprocess.run(['ps', '-o', 'pid=', '--ppid', str(self.api.pid)],
                              capture_output=True, text=True).stdout
         return [int(p) for p in out.split()]
+
+
+def _together(calls):
+    """Run ``calls`` side by side; one that fails does not stop the others."""
+    with concurrent.futures.ThreadPoolExecutor(max(len(calls), 1)) as pool:
+        for f in [pool.submit(call) for call in calls]:
+            try:
+                f.result()
+            except Exception:  # noqa: BLE001 - tear down the rest regardless
+                pass
