@@ -588,15 +588,22 @@ class Cluster:
 
     def db_view(self, host=None):
         """Devices (with device_state), deployables and ARQs as the API shows them,
-        minus timestamps."""
+        minus timestamps: the health reading's time too, which a quiet report
+        moves forward every [health] read_at_refresh (300 s) with nothing else
+        changed (a boot and delete once straddled it, on a loaded machine)."""
         with self.api_client() as api:
             hdr = {'OpenStack-API-Version': 'accelerator latest'}
             params = {'hostname': host} if host else {}
             devices = api.get('/v2/devices', params=params, headers=hdr).json()['devices']
             arqs = api.get('/v2/accelerator_requests').json()['arqs']
         strip = ('updated_at', 'created_at', 'links')
-        return ({d['uuid']: {k: v for k, v in d.items() if k not in strip} for d in devices},
-                sorted(a['uuid'] for a in arqs))
+        view = {}
+        for d in devices:
+            view[d['uuid']] = {k: v for k, v in d.items() if k not in strip}
+            if 'health' in d:
+                view[d['uuid']]['health'] = {k: v for k, v in d['health'].items()
+                                             if k != 'read_at'}
+        return view, sorted(a['uuid'] for a in arqs)
 
     def broker_connections(self):
         """{pid: connections} of processes connected to the broker (from ss)."""

@@ -2,7 +2,10 @@
 the multihost tests. Every test leaves it healthy and as it found it."""
 import pytest
 
-from tests.multihost import cluster as cluster_mod
+# The shared checks' asserts say what differed, as a test module's do.
+pytest.register_assert_rewrite('tests.multihost.flows', 'tests.multihost.chaos')
+
+from tests.multihost import cluster as cluster_mod  # noqa: E402
 
 
 @pytest.fixture(scope='session')
