@@ -31,7 +31,6 @@ import concurrent.futures
 import getpass
 import os
 import pwd
-import random
 import re
 import shutil
 import socket
@@ -78,19 +77,6 @@ def _haproxy():
     return shutil.which('haproxy', path='/usr/sbin:/usr/bin:' + os.environ.get('PATH', ''))
 
 
-def _fixed_port():
-    """A free port below the kernel's ephemeral range: a killed node binds its
-    ports again when it restarts, and meanwhile one from the range may have
-    become the local end of some outgoing connection (a restarted node's IST
-    receiver once could not listen: "IST will be unavailable")."""
-    with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
-        low = int(f.read().split()[0])
-    while True:
-        port = random.randrange(10000, low)
-        if stack.bindable(port) and stack.claim(port):
-            return port
-
-
 def os_user():
     """Whom the nodes run as: Debian's ``mysql`` when the tests run as root (as
     the package runs mariadbd; the state transfers then run as mysql too, where
@@ -113,10 +99,15 @@ class Node(mariadb_fixture.MariaDBServer):
         self.os_user = os_user()
         shutil.chown(base, self.os_user)
         self.sst_method = sst_method
-        super().__init__(base, _fixed_port())
+        # Ports below the kernel's ephemeral range (stack.free_port): a killed
+        # node binds its ports again when it restarts, and meanwhile one from the
+        # range may have become the local end of some outgoing connection (a
+        # restarted node's IST receiver once could not listen: "IST will be
+        # unavailable").
+        super().__init__(base, stack.free_port())
         self.name = name
         self.gcomm_port, self.ist_port, self.sst_port, self.check_port = (
-            _fixed_port() for _ in range(4))
+            stack.free_port() for _ in range(4))
         self.peers = peers        # every node's gcomm port, this one's included
         self.bootstrap = False
         self.start_position = None
