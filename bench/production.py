@@ -349,7 +349,7 @@ def run_cyborg(args, db, broker, tmp):
     try:
         cyborg_upstream.ensure_venv()
         placement = topology.start_placement(db, tmp)
-        db_url = db.create(f'cyborg_{uuid.uuid4().hex[:8]}', driver='psycopg2')
+        db_url = db.create(f'cyborg_{uuid.uuid4().hex[:8]}', upstream=True)
         deployment = cyborg_upstream.Deployment(tmp, broker, placement.url, db_url,
                                                 api_workers=args.workers)
         t0 = time.perf_counter()

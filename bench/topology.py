@@ -39,14 +39,16 @@ class Database:
         found = re.search(r'(\d+\.\d+(\.\d+)?)', out)
         self.description = f'{kind} {found.group(1) if found else "?"}'
 
-    def create(self, name, driver='psycopg'):
-        """A new database's URL; ``driver`` on PostgreSQL: psycopg (3), as
-        doc/multihost.md configures Steward, or psycopg2, what OpenStack services
-        (upstream Cyborg among them) are deployed with."""
+    def create(self, name, upstream=False):
+        """A new database's URL through the driver doc/multihost.md configures
+        Steward with (psycopg 3; mysqlclient), or with ``upstream`` the one
+        upstream Cyborg is deployed with (psycopg2; PyMySQL, the MySQL driver
+        its eventlet services need)."""
         if self.kind == 'PostgreSQL':
             self.server.psql(f'CREATE DATABASE {name}')
-            return self.server.url(name, driver=driver)
-        return self.server.create_database(name)
+            return self.server.url(name, driver='psycopg2' if upstream else 'psycopg')
+        return self.server.create_database(name,
+                                           driver='pymysql' if upstream else 'mysqldb')
 
     def stop(self):
         self.server.stop()

@@ -160,13 +160,17 @@ def db(request, _template_db, tmp_path, conf):
     """A migrated database of this test's own; yields its URL. SQLite by default;
     tests that must hold on PostgreSQL and MariaDB too use
     ``@pytest.mark.parametrize('db', ['sqlite', 'postgresql', 'mysql'],
-    indirect=True)``; ``database`` is the Database on it."""
-    if request.param == 'mysql':
+    indirect=True)``; ``database`` is the Database on it. ``mysql`` goes through
+    mysqlclient, the driver doc/multihost.md configures; ``mysql+pymysql``
+    through PyMySQL, which earlier configurations name."""
+    if request.param in ('mysql', 'mysql+pymysql'):
         found = request.getfixturevalue('_mysql_template')
         if found is None:
             requirements.need('mariadb', 'MariaDB server binaries not installed')
         server, snapshot = found
-        url = server.clone(snapshot, 'steward_' + uuid.uuid4().hex[:12])
+        url = server.clone(snapshot, 'steward_' + uuid.uuid4().hex[:12],
+                           driver='pymysql' if request.param == 'mysql+pymysql'
+                           else 'mysqldb')
     elif request.param == 'postgresql':
         server = request.getfixturevalue('_pg_template')
         if server is None:

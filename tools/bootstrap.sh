@@ -20,6 +20,8 @@ fi
 # the project (issue 37). Cheap when they are there: one dpkg-query per package.
 case ",$extras," in
   *,test,*) bash tools/system-packages.sh ;;
+  # mysqlclient, the mysql extra's driver, is built against libmariadb-dev.
+  *,mysql,*) bash tools/system-packages.sh mysql ;;
 esac
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"

@@ -12,9 +12,15 @@
 # rsync, socat streaming them and serving the clustercheck).
 # python3-venv and python3-dev: Debian's python3 makes no venv without the first, and
 # pip builds uwsgi (the Keystone side venv) against the headers of the second.
+# libmariadb-dev: pip builds mysqlclient (the mysql extra's driver, the test extra's
+# too) against it, with gcc, pkg-config and python3-dev.
+# `tools/system-packages.sh mysql` installs only what that build needs (what
+# `tools/bootstrap.sh mysql` runs on an API or conductor host on MariaDB).
 # Needs root (CI runs as root); skipped when everything is already there.
 set -euo pipefail
-pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libvirt-dev pkg-config libxml2-utils postgresql rabbitmq-server prometheus systemd iproute2 mariadb-server galera-4 mariadb-backup rsync socat haproxy python3-venv python3-dev)
+pkgs=(nvme-cli libnvme-dev gcc libc6-dev libvirt-clients libvirt-dev pkg-config libxml2-utils postgresql rabbitmq-server prometheus systemd iproute2 mariadb-server galera-4 mariadb-backup rsync socat haproxy python3-venv python3-dev libmariadb-dev)
+mysql_pkgs=(libmariadb-dev gcc libc6-dev pkg-config python3-dev)
+[ "${1:-}" = mysql ] && pkgs=("${mysql_pkgs[@]}")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

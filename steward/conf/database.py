@@ -30,8 +30,8 @@ _DEFAULTS = {
 _HELP = {
     'connection': 'SQLAlchemy URL. SQLite for one host; PostgreSQL '
                   '(postgresql+psycopg://...) or MariaDB/MySQL, Galera included '
-                  '(mysql+pymysql://...?charset=utf8mb4, the ``mysql`` extra) when '
-                  'several hosts share it.',
+                  '(mysql+mysqldb://...?charset=utf8mb4, the ``mysql`` extra; '
+                  'mysql+pymysql:// too) when several hosts share it.',
     'db_max_retries': 'Times a write transaction that failed on a deadlock (on '
                       'Galera: a certification failure) is run again from its '
                       'start before the error is raised (the API answers 503). -1: '

@@ -161,7 +161,7 @@ def _mysql_code(err):
     SQLAlchemy's, which wrap the driver's), or None."""
     while err is not None:
         args = getattr(err, 'args', ())
-        if type(err).__module__.startswith('pymysql') and args and \
+        if type(err).__module__.startswith(('pymysql', 'MySQLdb')) and args and \
                 isinstance(args[0], int):
             return args[0]
         err = getattr(err, 'orig', None) or getattr(err, 'inner_exception', None)

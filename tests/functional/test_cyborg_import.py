@@ -63,9 +63,10 @@ def _databases(backend, tmp):
         requirements.need_import('pymysql', 'mariadb',
                                  "PyMySQL (Steward's mysql extra) not installed")
         # Steward's own database on the same server, as a deployment that moves
-        # from Cyborg on MariaDB puts it.
+        # from Cyborg on MariaDB puts it; Cyborg's through PyMySQL, the driver
+        # upstream Cyborg's (eventlet) services need.
         suffix = uuid.uuid4().hex[:10]
-        return (server.create_database(f'cyborg_{suffix}'),
+        return (server.create_database(f'cyborg_{suffix}', driver='pymysql'),
                 server.create_database(f'steward_{suffix}'))
     from tests.fixtures import pg_fixture
     server = pg_fixture.get_postgres()

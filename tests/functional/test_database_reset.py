@@ -1,31 +1,32 @@
 """A connection returned to the pool on MariaDB (steward/db/session.py,
 ``_reset_open_transactions_only``): rolled back only while a transaction is open
-on it. PyMySQL sends a ROLLBACK whatever the connection's state, and
-SQLAlchemy's pool asks for one after every commit."""
+on it. Both drivers (mysqlclient, PyMySQL) send a ROLLBACK whatever the
+connection's state, and SQLAlchemy's pool asks for one after every commit."""
 import time
 
-import pymysql
 import pytest
 import sqlalchemy as sa
 
-pytestmark = pytest.mark.parametrize('db', ['mysql'], indirect=True)
+pytestmark = pytest.mark.parametrize('db', ['mysql', 'mysql+pymysql'], indirect=True)
 
 
 @pytest.fixture
 def rollbacks(database, monkeypatch):
-    """[connections] PyMySQL sent a ROLLBACK on (the real one is sent), from a
+    """[connections] the driver sent a ROLLBACK on (the real one is sent), from a
     pooled connection on (SQLAlchemy rolls a new one back once, after reading
-    the server's settings)."""
+    the server's settings). The driver's connection class is Python's in both
+    (mysqlclient's over its C one), so its rollback can be wrapped."""
     with database.writer() as s:
         s.execute(sa.text('SELECT 1'))
+        cls = type(s.connection().connection.dbapi_connection)
     seen = []
-    real = pymysql.connections.Connection.rollback
+    real = cls.rollback
 
     def rollback(self):
         seen.append(self)
         return real(self)
 
-    monkeypatch.setattr(pymysql.connections.Connection, 'rollback', rollback)
+    monkeypatch.setattr(cls, 'rollback', rollback)
     return seen
 
 

@@ -218,7 +218,7 @@ class Cluster:
 
     def __init__(self, hosts=('mh-a', 'mh-b', 'mh-c'), conductors=2, api_workers=2,
                  use_netns=None, database='postgresql', bin_dir=BIN, extra_conf=None,
-                 pg_driver='psycopg'):
+                 pg_driver='psycopg', mysql_driver='mysqldb'):
         self.base = pathlib.Path(tempfile.mkdtemp(prefix='steward-multihost-'))
         # The release the deployment starts with (its ``steward``, db sync included)
         # and sections added to every service's configuration.
@@ -234,9 +234,10 @@ class Cluster:
         self.rabbit = None
         # 'postgresql' (tests/multihost/pg.py) or 'mysql' (.../mariadb.py).
         self.database = database
-        # PostgreSQL's driver in the URL: psycopg (3), as doc/multihost.md says;
-        # psycopg2 for a release that has no other (tests/fixtures/previous_release.py).
-        self.pg_driver = pg_driver
+        # The database's driver in the URL: psycopg (3) and mysqlclient, as
+        # doc/multihost.md says; psycopg2 and PyMySQL for a release that has no
+        # other (tests/fixtures/previous_release.py).
+        self.pg_driver, self.mysql_driver = pg_driver, mysql_driver
         self.pg = None
         self.mariadb = None
         self.db_url = None
@@ -272,7 +273,7 @@ class Cluster:
             self.mariadb = mariadb.server()
             if self.mariadb is None:
                 raise RuntimeError('MariaDB is not installed')
-            return mariadb.create_database(self.mariadb)[1]
+            return mariadb.create_database(self.mariadb, driver=self.mysql_driver)[1]
         self.pg = pg.server()
         if self.pg is None:
             raise RuntimeError('PostgreSQL is not installed')

@@ -327,7 +327,7 @@ class Galera:
     # -- views ------------------------------------------------------------------------
     def url(self, database, active_active=False):
         port = self.aa_port if active_active else self.port
-        return (f'mysql+pymysql://{mariadb_fixture.USER}:{mariadb_fixture.PASSWORD}'
+        return (f'mysql+mysqldb://{mariadb_fixture.USER}:{mariadb_fixture.PASSWORD}'
                 f'@127.0.0.1:{port}/{database}?charset=utf8mb4')
 
     def create_database(self, name):

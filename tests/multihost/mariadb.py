@@ -23,9 +23,9 @@ def server():
     return srv
 
 
-def create_database(srv, prefix='steward_mh'):
+def create_database(srv, prefix='steward_mh', driver='mysqldb'):
     name = f'{prefix}_{uuid.uuid4().hex[:10]}'
-    return name, srv.create_database(name)
+    return name, srv.create_database(name, driver=driver)
 
 
 def stop(srv):

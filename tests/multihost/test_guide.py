@@ -207,10 +207,15 @@ def test_install_step_installs_the_database_driver_of_the_urls():
         pyproject = f.read()
     extra = re.search(r'(?m)^postgres = \[(.*)\]$', pyproject)
     assert extra and 'psycopg[binary]' in extra.group(1)
-    # MariaDB/MySQL: the mysql extra carries the driver of mysql+pymysql:// URLs.
+    # MariaDB/MySQL: the mysql extra carries the driver of mysql+mysqldb:// URLs
+    # (mysqlclient, built against what `tools/system-packages.sh mysql` installs
+    # first), and PyMySQL's of earlier configurations.
     assert 'tools/bootstrap.sh mysql' in guide
-    assert 'mysql+pymysql://' in guide and '?charset=utf8mb4' in guide
+    assert 'mysql+mysqldb://' in guide and '?charset=utf8mb4' in guide
+    assert 'mysql+pymysql://' not in guide.replace('`mysql+pymysql://` URLs of earlier', '')
     extra = re.search(r'(?m)^mysql = \[(.*)\]$', pyproject)
-    assert extra and 'PyMySQL' in extra.group(1)
+    assert extra and 'mysqlclient' in extra.group(1) and 'PyMySQL' in extra.group(1)
     with open(os.path.join(ROOT, 'tools', 'bootstrap.sh')) as f:
-        assert 'pip install' in f.read()        # installs the extra it is given
+        script = f.read()
+    assert 'pip install' in script          # installs the extra it is given
+    assert '*,mysql,*) bash tools/system-packages.sh mysql' in script

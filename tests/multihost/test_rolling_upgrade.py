@@ -102,8 +102,9 @@ class Upgrade:
                 # releases; the caller's RPC timeout ends it: see RPC_TIMEOUT).
                 'DEFAULT': {'rpc_response_timeout': RPC_TIMEOUT,
                             'rpc_response_timeout_bind': RPC_TIMEOUT}},
-            # The previous release has psycopg2 only; the new one reads it too.
-            pg_driver='psycopg2')
+            # The previous release has psycopg2 and PyMySQL only; the new one
+            # reads them too.
+            pg_driver='psycopg2', mysql_driver='pymysql')
         # Named apart from the session's own deployments of this test process.
         self.cluster.netns_tag = tag
         self.clients, self.keeper, self.engine = [], None, None

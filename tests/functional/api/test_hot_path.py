@@ -97,35 +97,61 @@ def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
 
 
 @contextlib.contextmanager
-def sent_to_mariadb(monkeypatch):
-    """[first word of each command] PyMySQL sends the server while the block runs
-    (COMMIT and ROLLBACK included, which no SQLAlchemy event sees)."""
-    import pymysql.connections
-    seen, real = [], pymysql.connections.Connection._execute_command
-
-    def execute_command(self, command, sql):
-        text = sql.decode() if isinstance(sql, bytes) else str(sql)
-        seen.append(text.split()[0].upper() if text.strip() else f'COMMAND {command}')
-        return real(self, command, sql)
-
+def sent_to_mariadb(monkeypatch, url):
+    """[first word of each command] the driver of ``url`` sends the server while
+    the block runs (COMMIT, ROLLBACK and autocommit switches included, which no
+    SQLAlchemy event sees): mysqlclient's query, commit, rollback and autocommit
+    (its connection class is Python's, over the C one), PyMySQL's commands."""
+    seen = []
     with monkeypatch.context() as patch:
-        patch.setattr(pymysql.connections.Connection, '_execute_command', execute_command)
+        if url.startswith('mysql+pymysql'):
+            import pymysql.connections
+            cls = pymysql.connections.Connection
+            real = cls._execute_command
+
+            def execute_command(self, command, sql):
+                text = sql.decode() if isinstance(sql, bytes) else str(sql)
+                seen.append(text.split()[0].upper() if text.strip()
+                            else f'COMMAND {command}')
+                return real(self, command, sql)
+
+            patch.setattr(cls, '_execute_command', execute_command)
+        else:
+            import MySQLdb.connections
+            cls = MySQLdb.connections.Connection
+            real_query = cls.query
+
+            def query(self, sql):
+                seen.append(bytes(sql).decode().split()[0].upper())
+                return real_query(self, sql)
+
+            def sends(word, real):
+                def call(self, *args):
+                    seen.append(word)
+                    return real(self, *args)
+                return call
+
+            patch.setattr(cls, 'query', query)
+            patch.setattr(cls, 'commit', sends('COMMIT', cls.commit))
+            patch.setattr(cls, 'rollback', sends('ROLLBACK', cls.rollback))
+            patch.setattr(cls, 'autocommit', sends('SET', cls.autocommit))
         yield seen
 
 
-@pytest.mark.parametrize('db', ['mysql'], indirect=True)
-def test_on_mariadb_one_statement_is_sent_alone(client, seed, monkeypatch):
+@pytest.mark.parametrize('db', ['mysql', 'mysql+pymysql'], indirect=True)
+def test_on_mariadb_one_statement_is_sent_alone(client, seed, monkeypatch, db):
     """A read of one statement and the create's INSERT take connections that stay
     in autocommit (steward/db/session.py ``_autocommit``): no COMMIT or ROLLBACK
     round trip after them, and no switch of a connection's autocommit either
-    way. The bind and the delete stay one transaction each, ended by a COMMIT."""
+    way. The bind and the delete stay one transaction each, ended by a COMMIT.
+    Through either driver."""
     make_profile(client)
     _lifecycle(client, seed['rp'])      # every pooled connection opened once
-    with sent_to_mariadb(monkeypatch) as seen:
+    with sent_to_mariadb(monkeypatch, db) as seen:
         r = client.get('/v2/device_profiles', params={'name': 'dp1'})
         assert r.status_code == 200 and len(r.json()['device_profiles']) == 1
     assert seen == ['SELECT']
-    with sent_to_mariadb(monkeypatch) as seen:
+    with sent_to_mariadb(monkeypatch, db) as seen:
         steps = _lifecycle(client, seed['rp'])
     assert steps['create'] == ['INSERT']    # the ARQ from the profile's row
     assert steps['resolved'] == ['SELECT']
