@@ -122,3 +122,24 @@ def test_tox_envs_with_the_test_extra_install_the_system_packages_first():
             continue
         install = section.get('install_command', base.get('install_command', ''))
         assert re.search(r'tools/system-packages\.sh\s*&&.*pip install', install), env
+
+
+def test_the_mysql_extra_installs_what_mysqlclient_is_built_with_first(fresh_machine):
+    """tools/bootstrap.sh mysql (an API or conductor host on MariaDB): pip builds
+    mysqlclient, the extra's driver, against libmariadb-dev, so those packages, and
+    only those, are installed before the first pip."""
+    out, calls = fresh_machine(['tools/bootstrap.sh', 'mysql'], root=True)
+    assert out.returncode == 0, out.stderr
+    assert [c.split()[:2] for c in calls[:2]] == [['apt-get', 'update'],
+                                                 ['apt-get', 'install']], calls
+    wanted = calls[1].split()
+    assert {'libmariadb-dev', 'pkg-config', 'gcc'} <= set(wanted), wanted
+    assert 'libvirt-dev' not in wanted and 'postgresql' not in wanted, wanted
+    assert calls.index('pip install -q -e .[mysql]') > 2, calls
+
+
+def test_without_root_the_mysql_extra_stops_before_any_pip(fresh_machine):
+    out, calls = fresh_machine(['tools/bootstrap.sh', 'mysql'], root=False)
+    assert out.returncode != 0
+    assert 'missing Debian packages: ' in out.stderr and 'libmariadb-dev' in out.stderr
+    assert calls == [], calls
