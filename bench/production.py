@@ -114,6 +114,22 @@ def measure(side, url, rp_uuid, cpu, args):
         side.runs[f'{n} clients'] = run(n, args.per_client, watch=True)
 
 
+def settled(read, quiet=1.0, limit=30.0):
+    """``read()`` once it has not changed for ``quiet`` seconds (at most ``limit``):
+    the servers post a bind's Nova event after answering it, so the last binds'
+    events may still be on their way when the load ends."""
+    deadline = time.monotonic() + limit
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return last
+
+
 # -- report ---------------------------------------------------------------------------
 def rate(r):
     return r.completed() / r.elapsed
@@ -297,7 +313,7 @@ def run_single(args, db=None):
             if db:
                 cpu[db.kind] = lambda: load.tree_cpu(db.pid)
             measure(side, stack.url, rp_uuid, cpu, args)
-        side.events = nova.events
+            side.events = settled(lambda: nova.events)
     except Exception as err:  # noqa: BLE001 - reported, the rest still measured
         side.error = f'{type(err).__name__}: {str(err)[-1500:]}'
     finally:
@@ -326,7 +342,7 @@ def run_steward(args, db, broker, tmp):
         side.server_error = first_error(os.path.join(tmp, f'{role}.log')
                                         for role in ('api', 'conductor'))
         deployment.check()
-        side.events = nova.events
+        side.events = settled(lambda: nova.events)
     except Exception as err:  # noqa: BLE001 - reported, and Cyborg still measured
         side.error = failure(err, tmp)
     finally:
@@ -364,7 +380,7 @@ def run_cyborg(args, db, broker, tmp):
         side.server_error = first_error(deployment.services.log(name)
                                         for name in ('gunicorn', 'cyborg-conductor'))
         deployment.services.check()
-        side.events = deployment.nova.events
+        side.events = settled(lambda: deployment.nova.events)
     except Exception as err:  # noqa: BLE001 - said in the output, not hidden
         side.error = failure(err, tmp)
     finally:
