@@ -96,45 +96,37 @@ def test_each_lifecycle_step_runs_a_fixed_number_of_statements(client, seed):
     assert again == {'create': 2, 'bind': 6, 'resolved': 1, 'delete': 4}
 
 
+# The first word each method of a MySQL driver's connection sends, but query's.
+_SENDS = {'commit': 'COMMIT', 'rollback': 'ROLLBACK', 'autocommit': 'SET', 'ping': 'PING'}
+
+
 @contextlib.contextmanager
 def sent_to_mariadb(monkeypatch, url):
     """[first word of each command] the driver of ``url`` sends the server while
     the block runs (COMMIT, ROLLBACK and autocommit switches included, which no
-    SQLAlchemy event sees): mysqlclient's query, commit, rollback and autocommit
-    (its connection class is Python's, over the C one), PyMySQL's commands."""
+    SQLAlchemy event sees). Both drivers' connection classes are Python's
+    (mysqlclient's over its C one), and every command goes through their query,
+    commit, rollback, autocommit or ping."""
+    if url.startswith('mysql+pymysql'):
+        from pymysql.connections import Connection
+    else:
+        from MySQLdb.connections import Connection
     seen = []
+
+    def recorded(name, real):
+        def call(self, *args, **kwargs):
+            if name == 'query':
+                sql = args[0]
+                text = bytes(sql).decode() if isinstance(sql, (bytes, bytearray)) else sql
+                seen.append(text.split()[0].upper())
+            else:
+                seen.append(_SENDS[name])
+            return real(self, *args, **kwargs)
+        return call
+
     with monkeypatch.context() as patch:
-        if url.startswith('mysql+pymysql'):
-            import pymysql.connections
-            cls = pymysql.connections.Connection
-            real = cls._execute_command
-
-            def execute_command(self, command, sql):
-                text = sql.decode() if isinstance(sql, bytes) else str(sql)
-                seen.append(text.split()[0].upper() if text.strip()
-                            else f'COMMAND {command}')
-                return real(self, command, sql)
-
-            patch.setattr(cls, '_execute_command', execute_command)
-        else:
-            import MySQLdb.connections
-            cls = MySQLdb.connections.Connection
-            real_query = cls.query
-
-            def query(self, sql):
-                seen.append(bytes(sql).decode().split()[0].upper())
-                return real_query(self, sql)
-
-            def sends(word, real):
-                def call(self, *args):
-                    seen.append(word)
-                    return real(self, *args)
-                return call
-
-            patch.setattr(cls, 'query', query)
-            patch.setattr(cls, 'commit', sends('COMMIT', cls.commit))
-            patch.setattr(cls, 'rollback', sends('ROLLBACK', cls.rollback))
-            patch.setattr(cls, 'autocommit', sends('SET', cls.autocommit))
+        for name in ('query', *_SENDS):
+            patch.setattr(Connection, name, recorded(name, getattr(Connection, name)))
         yield seen
 
 
