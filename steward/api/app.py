@@ -305,8 +305,9 @@ class Router:
             return entry, {}
         segments = path.split('/')
         for literals, names, entry in self.templates.get(len(segments), ()):
+            # A NUL names nothing stored (PostgreSQL refuses it in a query): 404.
             if all(segments[i] == seg for i, seg in literals) and \
-                    all(segments[i] for i, _ in names):
+                    all(segments[i] and '\x00' not in segments[i] for i, _ in names):
                 return entry, {name: segments[i] for i, name in names}
         return None, None
 

@@ -260,3 +260,12 @@ def test_names_differing_in_case_are_two_profiles(client):
     make_profile(client, 'CASE-DP')        # 201, not 409
     r = client.get('/v2/device_profiles', params={'name': 'CASE-DP'})
     assert [p['name'] for p in r.json()['device_profiles']] == ['CASE-DP']
+
+
+@pytest.mark.parametrize('method', ['GET', 'DELETE'])
+def test_a_nul_in_the_path_names_no_profile(client, method):
+    """PostgreSQL refuses a NUL in a query (the fuzz found a 500): no stored
+    resource has one in its name, so the route does not match."""
+    r = client.request(method, '/v2/device_profiles/%00')
+    assert r.status_code == 404, r.text
+    assert r.json()['error_code'] == 'cyb.request.path_not_found', r.text
