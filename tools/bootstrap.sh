@@ -28,7 +28,11 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv"/bin/pip install -q --upgrade pip
 fi
 stamp="$venv/.steward-installed${extras:+-$extras}"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv"/bin/pip install -q -e ".${extras:+[$extras]}"
+# The tested versions (upper-constraints.txt): a dependency's new release does not
+# reach an install until that file is refreshed (tools/newest-deps.sh, which names
+# /dev/null in STEWARD_CONSTRAINTS to try the newest).
+constraints="${STEWARD_CONSTRAINTS:-upper-constraints.txt}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$constraints" -nt "$stamp" ]; then
+  "$venv"/bin/pip install -q -c "$constraints" -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi

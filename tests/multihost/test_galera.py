@@ -16,8 +16,12 @@ record what Steward acknowledged).
    of one instance. Galera's certification rolls one of each pair back (1213),
    Steward runs it again (steward/db/retry.py), and the clients see the answers
    of one database: 202 or 409 for the binds, 204 for the deletes, never a 5xx.
-   The conflicts are counted on the nodes: a run with none proves nothing and
-   fails.
+   The races may or may not collide on a given run, so one conflict is made
+   first, deterministically (``_forced_conflict``): a bind is held inside its
+   transaction, after its device's row lock, and another node commits a write
+   to that device row; Galera aborts the bind (a brute-force abort, 1213) and
+   Steward must run it again and answer 202. The conflicts are counted on the
+   nodes: a run with none proves nothing and fails.
 """
 import concurrent.futures
 import time
@@ -216,6 +220,80 @@ def _race(api, device):
     return [r.status_code for r in binds], [r.status_code for r in deletes]
 
 
+def _lock_waits(node, database):
+    """Transactions of ``database``'s clients on ``node`` waiting for a row lock."""
+    conn = node.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.innodb_trx t JOIN "
+                        "information_schema.processlist p ON p.id = t.trx_mysql_thread_id "
+                        "WHERE t.trx_state = 'LOCK WAIT' AND p.db = %s", (database,))
+            return cur.fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _forced_conflict(d, g, api, device):
+    """One bind made to conflict with another node's write, whichever writer the
+    API's connection reached; returns the bind's status code.
+
+    Both writers hold the ARQ's row lock (SELECT ... FOR UPDATE, left open), so
+    the bind, once it has locked its device's row (device_ops.lock_for_bind)
+    and taken a handle, waits at its ARQ's UPDATE on the node it runs on (X).
+    The other writer (Y) then commits a change to that device row: applying it
+    on X needs the bind's lock, and Galera aborts the local transaction holding
+    it (wsrep_local_bf_aborts, 1213 to Steward). The retried bind waits on the
+    ARQ lock again until the test lets go of both."""
+    host, rp = device
+    arqs = api.post('/v2/accelerator_requests', json={
+        'device_profile_name': flows.PCI_PROFILE}).json()['arqs']
+    writers = g.nodes[:2]
+    holders = [n.connect(d.db_name) for n in writers]
+    with holders[0].cursor() as cur:
+        cur.execute('SELECT d.id FROM deployables dep JOIN devices d ON d.id = '
+                    'dep.device_id WHERE dep.rp_uuid = %s', (rp,))
+        device_id = cur.fetchone()[0]
+    before = g.conflicts()
+    instance = str(uuid.uuid4())
+    try:
+        for conn in holders:
+            conn.begin()
+            with conn.cursor() as cur:
+                cur.execute('SELECT id FROM extended_accelerator_requests WHERE uuid = %s '
+                            'FOR UPDATE', (arqs[0]['uuid'],))
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            bind = ex.submit(api.patch, '/v2/accelerator_requests',
+                             json=flows.bind_body(arqs, host, rp, instance))
+            waiting = {}
+            _wait('the bind waiting on the ARQ lock', lambda: waiting.update(
+                {n.name: _lock_waits(n, d.db_name) for n in writers}) or any(
+                waiting.values()) or bind.done(), 60)
+            assert not bind.done(), bind.result().text
+            x = next(n for n in writers if waiting[n.name])
+            y = next(n for n in writers if n is not x)
+            writer = y.connect(d.db_name)
+            try:
+                with writer.cursor() as cur:
+                    cur.execute('UPDATE devices SET updated_at = COALESCE(updated_at, '
+                                'NOW()) + INTERVAL 1 SECOND WHERE id = %s', (device_id,))
+            finally:
+                writer.close()
+            _wait('Galera aborting the bind on the other node',
+                  lambda: g.conflicts()[x.name] > before[x.name], 60)
+            # The retried bind is waiting again, not answered: the abort reached
+            # Steward as a deadlock, not as an error to its client.
+            assert not bind.done(), bind.result().text
+            for conn in holders:
+                conn.rollback()
+            status = bind.result(timeout=120).status_code
+    finally:
+        for conn in holders:
+            conn.close()
+    api.delete('/v2/accelerator_requests', params={'instance': instance})
+    api.delete('/v2/accelerator_requests', params={'arqs': arqs[0]['uuid']})
+    return status
+
+
 def test_two_writers_certification_conflicts_are_retried_not_surfaced(two_writers,
                                                                        capsys):
     d, g = two_writers, two_writers.galera
@@ -228,6 +306,7 @@ def test_two_writers_certification_conflicts_are_retried_not_surfaced(two_writer
     offsets = [svc.log_size() for svc in d.services()]
     answers = []
     with d.api_client() as api:
+        forced = _forced_conflict(d, g, api, devices[-1])
         for i in range(RACES):
             answers.append(_race(api, devices[i % len(devices)]))
     conflicts = sum(g.conflicts().values()) - sum(before.values())
@@ -235,10 +314,12 @@ def test_two_writers_certification_conflicts_are_retried_not_surfaced(two_writer
     deletes = [s for _, dl in answers for s in dl]
     with capsys.disabled():
         print(f'\ngalera two writers: {RACES} races, {conflicts} certification '
-              f'conflicts (cert failures + brute-force aborts on the nodes); bind '
+              f'conflicts (cert failures + brute-force aborts on the nodes, one of '
+              f'them forced: its bind answered {forced}); bind '
               f'answers {sorted(set(binds))}, delete answers {sorted(set(deletes))}',
               flush=True)
     assert conflicts > 0, 'no conflict happened: the test proved nothing'
+    assert forced == 202, forced
     assert all(s in (202, 409) for s in binds), binds
     # One of the two binds of each race wins, never both.
     assert all(sorted(b) == [202, 409] for b, _ in answers), answers

@@ -41,6 +41,7 @@ def fresh_machine(tmp_path):
                     ignore=shutil.ignore_patterns('nova-series.sh', '__pycache__'))
     shutil.copytree(ROOT / '.ci', tree / '.ci')
     shutil.copy(ROOT / 'pyproject.toml', tree / 'pyproject.toml')
+    shutil.copy(ROOT / 'upper-constraints.txt', tree / 'upper-constraints.txt')
     bin_dir.mkdir()
     _script(bin_dir / 'dpkg-query', 'exit 1\n')
     _script(bin_dir / 'apt-get', f'echo "apt-get $*" >> {log}\n')
@@ -85,7 +86,7 @@ def test_as_root_apt_get_installs_them_before_the_first_pip(fresh_machine, entry
     assert 'libvirt-dev' in calls[1].split() and 'pkg-config' in calls[1].split()
     assert calls[2].startswith('venv ')
     installs = [c for c in calls if c.startswith('pip install') and '-e' in c.split()]
-    assert installs == ['pip install -q -e .[test]'], (calls, out.stderr)
+    assert installs == ['pip install -q -c upper-constraints.txt -e .[test]'], (calls, out.stderr)
     assert calls.index(installs[0]) > 1
 
 
@@ -95,7 +96,7 @@ def test_the_runtime_install_needs_no_system_package(fresh_machine):
     out, calls = fresh_machine(['tools/bootstrap.sh'], root=False)
     assert out.returncode == 0, out.stderr
     assert [c for c in calls if c.startswith('apt-get')] == []
-    assert 'pip install -q -e .' in calls
+    assert 'pip install -q -c upper-constraints.txt -e .' in calls
 
 
 def test_only_bootstrap_pip_installs_the_project():
@@ -135,7 +136,7 @@ def test_the_mysql_extra_installs_what_mysqlclient_is_built_with_first(fresh_mac
     wanted = calls[1].split()
     assert {'libmariadb-dev', 'pkg-config', 'gcc'} <= set(wanted), wanted
     assert 'libvirt-dev' not in wanted and 'postgresql' not in wanted, wanted
-    assert calls.index('pip install -q -e .[mysql]') > 2, calls
+    assert calls.index('pip install -q -c upper-constraints.txt -e .[mysql]') > 2, calls
 
 
 def test_without_root_the_mysql_extra_stops_before_any_pip(fresh_machine):
@@ -143,3 +144,27 @@ def test_without_root_the_mysql_extra_stops_before_any_pip(fresh_machine):
     assert out.returncode != 0
     assert 'missing Debian packages: ' in out.stderr and 'libmariadb-dev' in out.stderr
     assert calls == [], calls
+
+
+def test_every_install_path_takes_the_upper_constraints():
+    """A dependency's new release reaches no install of Steward until
+    upper-constraints.txt is refreshed on purpose (issue 54: cryptography 51.0.1
+    broke a fresh clone's CI). tools/bootstrap.sh serves serve.sh, test.sh, lint.sh
+    and .ci/run; tox's envs each have an install_command; the previous release's
+    venv installs from tests/fixtures/previous_release.py."""
+    pins = [line for line in (ROOT / 'upper-constraints.txt').read_text().splitlines()
+            if line and not line.startswith('#')]
+    assert pins and all(re.fullmatch(r'[A-Za-z0-9_.\-]+==[\w.+\-]+', p) for p in pins), pins
+    names = {p.split('==')[0].lower().replace('_', '-') for p in pins}
+    assert {'sqlalchemy', 'cryptography', 'oslo.messaging', 'openstack-placement'} <= names
+    assert 'steward' not in names
+    assert re.search(r'pip install -q -c "\$constraints" -e',
+                     (ROOT / 'tools' / 'bootstrap.sh').read_text())
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / 'tox.ini')
+    for section in tox.sections():
+        install = tox[section].get('install_command')
+        if install:
+            assert 'upper-constraints.txt' in install, section
+    previous = (ROOT / 'tests' / 'fixtures' / 'previous_release.py').read_text()
+    assert "'-c'" in previous and "'upper-constraints.txt'" in previous
