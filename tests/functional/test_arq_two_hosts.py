@@ -23,6 +23,7 @@ from steward.placement import client as placement_client
 from tests.fixtures import placement_fixture
 from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
+from tests.fixtures import stack
 from tests.functional import lifecycle_stack
 from tests.functional.lifecycle_stack import RC
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
@@ -91,6 +92,14 @@ def _reserved(st, rp, rc=RC):
             'inventories'][rc]['reserved']
 
 
+def _lifted(st, rp):
+    """Placement's reservation of ``rp`` once lifted: the release lifts it after
+    the device's state commits (arq_ops.after_release), so a test that has just
+    seen ``available`` waits for it (CI read 1 there once, on MariaDB)."""
+    return stack.wait_for(lambda: _reserved(st, rp) == 0, f'reserved of {rp} lifted') \
+        and _reserved(st, rp)
+
+
 def _bind(api, arq, host, rp, inst):
     return api.patch(URL, json={arq: [
         {'op': 'add', 'path': '/hostname', 'value': host},
@@ -146,7 +155,7 @@ def test_confirm_deletes_the_source_set_only(database, db, two):
     assert st.wait_state(mv['dev_a']['uuid'], ('available', 'error'))[
         'device_state'] == 'available'
     assert st.driver.cleaned == [mv['dev_a']['uuid']]
-    assert _reserved(st, mv['rp_a']) == 0
+    assert _lifted(st, mv['rp_a']) == 0
     # ...the destination's set stays Bound, with its device and allocation.
     assert _by_instance(st.api, mv['inst']) == {mv['dst']: ('Bound', mv['rp_b'], b.name)}
     assert st.device(mv['dev_b']['uuid'])['device_state'] == 'allocated'
@@ -171,7 +180,7 @@ def test_revert_deletes_the_destination_set_only(database, db, two):
     assert st.wait_state(mv['dev_b']['uuid'], ('available', 'error'))[
         'device_state'] == 'available'
     assert b.driver.cleaned == [mv['dev_b']['uuid']]
-    assert _reserved(st, mv['rp_b']) == 0
+    assert _lifted(st, mv['rp_b']) == 0
     assert _by_instance(st.api, mv['inst']) == {mv['src']: ('Bound', mv['rp_a'], st.host)}
     assert st.device(mv['dev_a']['uuid'])['device_state'] == 'allocated'
     assert st.driver.cleaned == []
