@@ -1,17 +1,24 @@
-"""Running nvme-cli and reading what it prints (2.3 as shipped by Debian 12, and >= 2.4).
+"""Running nvme-cli and reading what it prints, for every version of
+versions.SUPPORTED (1.16, 2.3 to 2.13: the distributions' own; each one's printing
+code read in its tag, tests/unit/nvme_cli_outputs/README.md).
 
-nvme-cli's exit code is only ever 0 or 1 and an NVMe status never becomes the exit
-code: a failure is recognised by rc 1 with ``NVMe status: <name>: <text>(0x<status>)``
-(or an OS error) on stderr, and stdout empty. The JSON differs between versions, so
-every parser accepts both shapes:
+A failure is any non-zero exit code: 1 in 2.x; in 1.x the errno the NVMe status maps
+to (EIO, EINVAL, ...). What it says is on stderr as ``NVMe status: <text>(0x<status>)``
+(or an OS error), except that 2.8 and later, given ``-o json``, print it on *stdout*
+as JSON with the text and no number (``{"error": "<text>", "type": "nvme"}``): the
+text then names the status. The JSON differs between versions, so every parser
+accepts every shape:
 
 * 128-bit fields (tnvmcap, unvmcap, nvmcap...) are decimal *strings* in 2.3, numbers
-  later;
+  in 1.x (printed from a long double) and from 2.4 on;
 * 2.3 prints 32-bit fields (sanicap, nn...) as *signed* ints, so ``value & 0xffffffff``;
-* sn/mn/fr come padded with spaces;
+* sn/mn/fr come padded with spaces; 1.x leaves out a key whose string is empty;
 * 0xffffffff ("not reported") in the sanitize log prints -1 in 2.3, 4294967295 later;
-* the sanitize log is keyed by the device's basename in 2.3 (``{"nvme0": {...}}``),
-  possibly flat elsewhere, and gains keys in newer versions.
+* the sanitize log is keyed by the device's name (``{"nvme0": {...}}``) in every
+  version, and gains keys in newer ones; its ``sstat.status`` is a string ``"(N)
+  text"``, except that 2.7 and 2.8 use the text itself as the key;
+* id-ns has no ``dlfeat`` in 1.x;
+* smart-log: health.py.
 """
 import dataclasses
 import json
@@ -57,20 +64,48 @@ _STATUS_ERRORS = {STATUS_INVALID_OPCODE: exception.NvmeInvalidOpcode,
                   STATUS_SANITIZE_IN_PROGRESS: exception.NvmeSanitizeInProgress,
                   STATUS_ACCESS_DENIED: exception.NvmeAccessDenied}
 _STATUS_RE = re.compile(r'NVMe status: (?P<text>.*)\(0x(?P<status>[0-9a-fA-F]+)\)\s*$', re.M)
+# The names libnvme (2.x) and nvme-cli 1.x give the statuses of _STATUS_ERRORS: all
+# a JSON error of 2.8 and later says of which status it was.
+_STATUS_TEXTS = ((re.compile(r'^(Invalid Command Opcode|INVALID_OPCODE)\b'),
+                  STATUS_INVALID_OPCODE),
+                 (re.compile(r'^(Sanitize In Progress|SANITIZE_IN_PROGRESS)\b'),
+                  STATUS_SANITIZE_IN_PROGRESS),
+                 (re.compile(r'^(Access Denied|ACCESS_DENIED)\b'), STATUS_ACCESS_DENIED))
 
 
-def error_from_stderr(command, stderr):
-    """The NvmeCommandFailed (subclass) describing a failed run's stderr."""
+def _json_error(stdout):
+    """The text of the JSON error 2.8 and later print on stdout under ``-o json``
+    (``{"error": ..., "type": "nvme"}``, ``{"error": "identify controller: ..."}``),
+    or None when stdout holds no such thing."""
+    try:
+        d = json.loads(stdout or '')
+    except ValueError:
+        return None
+    if isinstance(d, dict) and isinstance(d.get('error'), str):
+        return d['error'].strip()
+    return None
+
+
+def error_from_stderr(command, stderr, stdout=''):
+    """The NvmeCommandFailed (subclass) describing a failed run's stderr (and the
+    stdout of a JSON error, see the module's docstring)."""
     m = _STATUS_RE.search(stderr or '')
     if m:
         status = int(m.group('status'), 16)
         cls = _STATUS_ERRORS.get(status & 0x7ff, exception.NvmeCommandFailed)
         return cls(command=command, status=status,
                    reason=f'{m.group("text").strip()} (NVMe status 0x{status:x})')
+    text = _json_error(stdout)
+    if text:
+        for pattern, status in _STATUS_TEXTS:
+            if pattern.match(text):
+                # No number to report: the class says which status it was.
+                return _STATUS_ERRORS[status](command=command, reason=text)
+        return exception.NvmeCommandFailed(command=command, reason=text)
     lines = [ln.strip() for ln in (stderr or '').splitlines()
              if ln.strip() and not ln.startswith('FAKENVME')]
     return exception.NvmeCommandFailed(
-        command=command, reason=lines[0] if lines else 'exit status 1, no message')
+        command=command, reason=lines[0] if lines else 'non-zero exit status, no message')
 
 
 # --- parsed records ---------------------------------------------------------------
@@ -183,7 +218,7 @@ class Namespace:
     ncap: int
     flbas: int
     lba_size: int
-    dlfeat: int = 0
+    dlfeat: int | None = 0      # None: not printed (nvme-cli 1.x)
 
     @property
     def size_bytes(self):
@@ -200,7 +235,7 @@ def parse_id_ns(text, nsid):
         lba_size = 2 ** int(lbafs[index]['ds']) if index < len(lbafs) else 512
         return Namespace(nsid=nsid, nsze=int(d['nsze']), ncap=int(d.get('ncap', 0)),
                          flbas=flbas, lba_size=lba_size,
-                         dlfeat=int(d.get('dlfeat', 0)) & 0xff)
+                         dlfeat=int(d['dlfeat']) & 0xff if 'dlfeat' in d else None)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise exception.NvmeBadOutput(command='id-ns',
                                       reason=f'missing or bad field ({err})')
@@ -274,13 +309,24 @@ class SanitizeStatus:
         return f'{self.text} ({action})'
 
 
-_SSTAT_RE = re.compile(r'\((\d+)\)')
+_SSTAT_RE = re.compile(r'\s*\((\d+)\)')
+
+
+def _sstat_status(raw):
+    """The status of a decoded sstat object: ``status``, or in 2.7 and 2.8 (whose
+    ``json_sanitize_log`` keys it by its own text) the one string value ``"(N) ..."``."""
+    if 'status' in raw:
+        return raw['status']
+    found = [v for v in raw.values() if isinstance(v, str) and _SSTAT_RE.match(v)]
+    if len(found) != 1:
+        raise ValueError(f'no sstat status in {raw!r}')
+    return found[0]
 
 
 def _sstat_fields(raw):
-    """(sstat, global_erased, passes) from an int or 2.3's decoded object."""
+    """(sstat, global_erased, passes) from an int or the decoded object."""
     if isinstance(raw, dict):
-        status = raw.get('status')
+        status = _sstat_status(raw)
         if isinstance(status, str):
             m = _SSTAT_RE.search(status)
             if not m:
@@ -366,7 +412,7 @@ class NvmeCli:
             # Exit code 127/126 come from a wrapper script that could not exec nvme.
             if out['rc'] in (126, 127):
                 raise exception.NvmeCliMissing(binary=self.binary)
-            raise error_from_stderr(text, out['stderr'])
+            raise error_from_stderr(text, out['stderr'], out['stdout'])
         LOG.debug('nvme %s -> %d bytes', text, len(out['stdout']))
         return out['stdout']
 

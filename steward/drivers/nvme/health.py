@@ -18,6 +18,13 @@ What the page can say and what Steward makes of it:
 
 A drive may lie (report a new drive whatever its state): its cleanup's read-back
 verification catches a drive that does not erase, not this page.
+
+How each nvme-cli prints the page (``json_smart_log``, read in each tag's source;
+tests/unit/nvme_cli_outputs/README.md): every version from 1.16 to 2.13 uses the same
+key names; ``critical_warning`` is a number, except in 2.11 and 2.12, which print it as
+an object ``{"value": N, "available_spare": 0|1, "temp_threshold", ...}`` even
+without ``-H`` (their ``json_smart_log`` lost its ``if (human())``); the 128-bit
+counters are decimal strings in 2.3 and numbers elsewhere.
 """
 import dataclasses
 import json
@@ -47,15 +54,45 @@ class SmartLog:
     error_log_entries: int
 
 
+# The object 2.11 and 2.12 print (and every 2.x with -H): one 0/1 key per bit.
+CRITICAL_WARNING_KEYS = (('available_spare', 0x01), ('temp_threshold', 0x02),
+                         ('reliability_degraded', 0x04), ('ro', 0x08),
+                         ('vmbu_failed', 0x10), ('pmr_ro', 0x20))
+
+
 def _u128(value):
     # nvme-cli 2.3 prints the 128-bit counters as decimal strings, later ones as numbers.
     return int(value or 0)
 
 
+def _byte(value):
+    # bool is an int to Python: a true/false here is not a byte nvme-cli printed.
+    if isinstance(value, bool) or not 0 <= int(value) <= 0xff:
+        raise ValueError(f'not a byte: {value!r}')
+    return int(value)
+
+
+def critical_warning(value):
+    """Critical Warning (byte 0) from a number or from 2.11/2.12's object.
+
+    Of the object, ``value`` and every bit key are read and ORed: a bit set in
+    either is set. A printer that disagrees with itself must not hide a bit, and an
+    object without ``value`` still gives its bits."""
+    if not isinstance(value, dict):
+        return _byte(value)
+    if 'value' not in value and not any(key in value for key, _ in CRITICAL_WARNING_KEYS):
+        raise ValueError(f'critical_warning object has neither value nor bits: {value!r}')
+    byte = _byte(value['value']) if 'value' in value else 0
+    for key, bit in CRITICAL_WARNING_KEYS:
+        if key in value and _byte(value[key]):
+            byte |= bit
+    return byte
+
+
 def parse_smart_log(text):
     try:
         raw = json.loads(text)
-        return SmartLog(critical_warning=int(raw['critical_warning']),
+        return SmartLog(critical_warning=critical_warning(raw['critical_warning']),
                         temperature_k=int(raw['temperature']),
                         available_spare=int(raw['avail_spare']),
                         spare_threshold=int(raw['spare_thresh']),
