@@ -54,6 +54,9 @@ ARQ_MOVE = _add('2.7', 'Bound ARQs say how their device may move: '
 DEVICE_HEALTH = _add('2.8', 'Devices carry their health (state, conditions, when read, '
                             'the fault that keeps them out of service); GET /v2/devices '
                             'filters on ?health=.')
+NUMA_NODE = _add('2.9', 'Devices show numa_node; bound PCI ARQs show '
+                        'attach_handle_info.numa_node (issue 52: pools never span '
+                        'NUMA nodes).')
 # --- add new microversions above this line ----------------------------------------
 
 MIN_VERSION = VERSIONS[0][0]

@@ -64,7 +64,8 @@ def devices_json(req, rows):
     flags = ('device', req.version >= microversion.DEVICE_STATUS,
              req.version >= microversion.DEVICE_STATE,
              req.version >= microversion.DEVICE_HISTORY,
-             req.version >= microversion.DEVICE_HEALTH, req.base_url)
+             req.version >= microversion.DEVICE_HEALTH,
+             req.version >= microversion.NUMA_NODE, req.base_url)
     return json_list('devices', [
         _encoded((flags, *row.values()), lambda row=row: devices(req, [row])[0])
         for row in rows])
@@ -88,6 +89,7 @@ def devices(req, rows):
     state = req.version >= microversion.DEVICE_STATE
     history = req.version >= microversion.DEVICE_HISTORY
     with_health = req.version >= microversion.DEVICE_HEALTH
+    with_numa = req.version >= microversion.NUMA_NODE
     prefix = f'{req.base_url}/v2/devices/'
     ts = db_query.timestamp
     result = []
@@ -107,11 +109,24 @@ def devices(req, rows):
             out['missing_since'] = ts(row['missing_since'])
         if with_health:
             out['health'] = _health(row)
+        if with_numa:
+            out['numa_node'] = numa_node(row['std_board_info'])
         out['created_at'] = ts(row['created_at'])
         out['updated_at'] = ts(row['updated_at'])
         out['links'] = [{'href': prefix + row['uuid'], 'rel': 'self'}]
         result.append(out)
     return result
+
+
+def numa_node(board_text):
+    """The NUMA node a device's driver read (std_board_info's ``numa_node``: the
+    pci driver's, from sysfs), or None where it read none or the platform has no
+    NUMA affinity (2.9)."""
+    try:
+        node = json.loads(board_text or '{}').get('numa_node')
+    except (ValueError, AttributeError):
+        return None
+    return node if isinstance(node, int) and not isinstance(node, bool) else None
 
 
 def _health(row):
@@ -213,7 +228,12 @@ def _attach_handle_info(req, record):
     managed = info.pop('managed', None)
     # Stored by the pci/mdev drivers only when tagged; the wire's form is 2.7's.
     info.pop(moves.LIVE_KEY, None)
+    numa = info.pop('numa_node', None)
     handle_type = record.get('attach_handle_type')
+    if handle_type == 'PCI' and req.version >= microversion.NUMA_NODE:
+        # Stored by the pci driver from sysfs (issue 52); None where the
+        # platform gives none, or on a handle discovered before 2.9.
+        info['numa_node'] = numa
     if handle_type == 'PCI' and req.version >= microversion.PCI_MANAGED:
         # Stored by the pci driver from device_spec's ``managed`` tag; handles
         # discovered before it existed have none and mean libvirt-managed.

@@ -240,6 +240,12 @@ class DeviceNotAvailable(Conflict):
     message = 'Device %(uuid)s is %(state)s, not available; it cannot be bound.'
 
 
+class PoolExhausted(Conflict):
+    code = 'cyb.bind.pool_exhausted'
+    message = ('Provider %(rp_uuid)s is a pool of %(devices)d device(s) with %(free)d '
+               'free for this bind, which asks %(asked)d of it; it cannot be bound.')
+
+
 class DeviceMaintaining(Conflict):
     code = 'cyb.bind.device_maintaining'
     message = 'Device %(uuid)s is disabled (maintaining); it cannot be bound.'

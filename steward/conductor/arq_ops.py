@@ -169,9 +169,9 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
         if found is None:
             return None
         locked = {device.id: (device, count) for device, count in found}
-        _check_second_set(held, bindings, deployables, locked)
-        for arq, b in zip(arqs, bindings):
-            dep = deployables[b['device_rp_uuid']]
+        chosen = _choose_deployables(bindings, deployables, locked)
+        _check_second_set(held, bindings, chosen, locked)
+        for arq, b, dep in zip(arqs, bindings, chosen):
             values = {'hostname': b['hostname'], 'device_rp_uuid': b['device_rp_uuid'],
                       'instance_uuid': b['instance_uuid'], 'deployable_id': dep.id}
             if b.get('project_id'):
@@ -191,16 +191,48 @@ def _bind_in_db(deps, ctx, bindings, uuids, project_scope, exclusive=False):
         return [arq_db.arq_record(a, *handles[a.id]) for a in arqs], reserve
 
 
-def _check_second_set(held, bindings, deployables, locked):
+def _choose_deployables(bindings, deployables, locked):
+    """The deployable each binding takes, in the bindings' order. A provider of
+    one deployable is that one (the bind guard, device_ops.check_bindable, then
+    says whether its device may take it). A pool (issue 52: several, one per
+    device) gives each binding its own device that may be bound now (the same
+    guard, under the same row locks: every device of the pool is locked, so
+    concurrent binds into one pool take turns and never hand a device twice),
+    in device id order; PoolExhausted when fewer are free than asked: Placement
+    counted a unit that no device has (a lost allocation, a reservation not yet
+    written), and Nova tries another host."""
+    chosen, taken = [], set()
+    for b in bindings:
+        members = deployables[b['device_rp_uuid']]
+        if len(members) == 1:
+            chosen.append(members[0])
+            continue
+        dep = next((d for d in members if d.device_id not in taken and
+                    reservation.policy(None, locked[d.device_id][0],
+                                       accelerators=locked[d.device_id][1]).bindable),
+                   None)
+        if dep is None:
+            asked = sum(1 for x in bindings if x['device_rp_uuid'] == b['device_rp_uuid'])
+            free = sum(1 for d in members if reservation.policy(
+                None, locked[d.device_id][0], accelerators=locked[d.device_id][1]).bindable)
+            raise exception.PoolExhausted(rp_uuid=b['device_rp_uuid'], devices=len(members),
+                                          free=free, asked=asked)
+        taken.add(dep.device_id)
+        chosen.append(dep)
+    return chosen
+
+
+def _check_second_set(held, bindings, chosen, locked):
     """Accelerators cannot be added to an instance on its host; but while it
     moves (resize, cold or live migration) it holds a second set of ARQs on the
     destination: a bind on another host than every other ARQ of the instance
-    (``held``: {instance: {its device hosts}}) is that set, and is allowed."""
-    for b in bindings:
+    (``held``: {instance: {its device hosts}}) is that set, and is allowed.
+    ``chosen``: the deployable of each binding (_choose_deployables)."""
+    for b, dep in zip(bindings, chosen):
         hosts = held.get(b['instance_uuid'])
         if not hosts:
             continue
-        host = locked[deployables[b['device_rp_uuid']].device_id][0].hostname
+        host = locked[dep.device_id][0].hostname
         if host in hosts or None in hosts:
             raise exception.ARQAlreadyBoundToInstance(instance_uuid=b['instance_uuid'],
                                                       host=host)

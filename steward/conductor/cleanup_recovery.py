@@ -21,9 +21,9 @@ from steward.conductor import cleanup_ops
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.db import attributes as attribute_db
-from steward.db import deployables as deployable_db
 from steward.db import device_history as history_db
 from steward.db import devices as device_db
+from steward.db import discoveries
 from steward.db import erase_records as erase_db
 from steward.db import models as m
 from steward.db import query as db_query
@@ -66,15 +66,17 @@ def recovery_info(deps, ctx, host):
             if device_ops.supports_cleaning(device) and \
                     not device_db.device_has_active_arq(s, device.id):
                 missed.append(cleanup_ops.payload(s, device))
-        for device in device_db.device_list(s, {'hostname': host}):
-            deployables = deployable_db.deployable_list(s, {'device_id': device.id})
-            rule = reservation.policy(s, device, deployables)
-            attrs = attribute_db.attributes_by_deployable(s, [d.id for d in deployables])
-            for dep in deployables:
-                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
-                want = rule.reserved_for(dep)
-                if dep.rp_uuid and rc and want is not None:
-                    checks.append((device.uuid, device.device_state, dep.rp_uuid, rc, want))
+        rows = discoveries.host_deployables(s, host)
+        attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
+        # Per provider (a pool's is one for all its devices, issue 52), named by
+        # its first device, as reservation.provider_reserved counts it.
+        members = discoveries.provider_members(s, {d.rp_uuid for d, _ in rows if d.rp_uuid})
+        for rp, found in members.items():
+            dep, device, _ = found[0]
+            rc = next((a.value for a in attrs.get(dep.id, ()) if a.key == 'rc'), None)
+            want = reservation.members_reserved(s, found)
+            if rc and want is not None:
+                checks.append((device.uuid, device.device_state, rp, rc, want))
     mismatches = []
     placement = deps.placement_client
     if placement is not None:

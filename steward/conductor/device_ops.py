@@ -10,6 +10,7 @@ from steward.conductor import reservation
 from steward.db import attributes as attribute_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
+from steward.db import discoveries
 from steward.db import models as m
 from steward.db import retry
 from steward.db import transitions
@@ -145,8 +146,13 @@ def current_reserved(deps, deployable_id, fallback=None):
         dep = deployable_db.deployable_get_by_id(s, deployable_id)
         if dep is None:
             return fallback
-        device = device_db.device_get_by_id(s, dep.device_id)
-        wanted = reservation.policy(s, device).reserved_for(dep)
+        if dep.rp_uuid is None:
+            device = device_db.device_get_by_id(s, dep.device_id)
+            wanted = reservation.policy(s, device).reserved_for(dep)
+        else:
+            # The provider's, whose deployables may be a pool's (issue 52).
+            wanted = reservation.members_reserved(s, discoveries.provider_members(
+                s, [dep.rp_uuid]).get(dep.rp_uuid, []))
     return fallback if wanted is None else wanted
 
 

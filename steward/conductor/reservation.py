@@ -20,6 +20,15 @@
   what its state asks (it is kept only while not available).
 * A device whose state was never set (before the online data migration) keeps
   whatever Placement has (``None``) and is not bound.
+* A POOL (issue 52: one provider for the interchangeable devices of one host,
+  steward/drivers/pci/driver.py) reserves the units of its devices that are out
+  of service (``out_of_service``: disabled, unhealthy, missing, never set, awaiting
+  or under cleanup, in error). Its devices in use are not reserved: Nova's
+  allocations count them, and reserving them too would hide a free device of the
+  pool for every one in use. Each device keeps its own rule for its binding
+  (``refusal``): the bind gives each ARQ a free device of the pool
+  (steward/conductor/arq_ops.py). A provider of one deployable is not a pool,
+  whatever its driver calls it: the rules above apply.
 """
 import dataclasses
 
@@ -76,6 +85,33 @@ class Policy:
     @property
     def bindable(self):
         return self.refusal is None
+
+    @property
+    def out_of_service(self):
+        """Out of its pool: counted in the pool's ``reserved`` (module doc)."""
+        return bool(self.maintaining or self.health_fault or
+                    self.missing_since is not None or self.device_state is None or
+                    self.device_state in WHOLE_DEVICE_OUT)
+
+
+def provider_reserved(members):
+    """Placement ``reserved`` of one provider whose deployables are ``members``,
+    [(deployable, the Policy of its device)], or None: leave it as it is. A
+    provider of one deployable follows its device's rule; a pool (several)
+    reserves its members that are out of service (module doc)."""
+    if not members:
+        return None
+    if len(members) == 1:
+        dep, rule = members[0]
+        return rule.reserved_for(dep)
+    return sum(dep.num_accelerators for dep, rule in members if rule.out_of_service)
+
+
+def members_reserved(session, members):
+    """provider_reserved of the rows steward.db.discoveries.provider_members
+    returns for one provider: [(deployable, device, the device's accelerators)]."""
+    return provider_reserved([(dep, policy(session, device, accelerators=count))
+                              for dep, device, count in members])
 
 
 def policy(session, device, deployables=None, accelerators=None):

@@ -32,6 +32,7 @@ from steward.common import exception
 from steward.common import states
 from steward.conductor import device_ops
 from steward.conductor import reservation
+from steward.conductor.report import providers
 from steward.conf import CONF
 from steward.db import arqs as arq_db
 from steward.db import attributes as attribute_db
@@ -108,7 +109,8 @@ def _remove_initial(deps, ctx, uuids, cutoff):
 # -- Placement drift --------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class _Provider:
-    """One deployable's provider as Steward's rows want it."""
+    """One provider as Steward's rows want it (of one deployable, or of a pool:
+    ``deployable_id`` is then its first, whose current_reserved is the pool's)."""
     deployable_id: int
     rp_uuid: str
     name: str
@@ -125,18 +127,22 @@ def _wanted_providers(deps):
         # Every deployable counts (reservation.py's rule), with a provider or not.
         counts = discoveries.accelerators_by_device(s)
         attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
-        out = []
+        by_rp = {}
         for dep, device in rows:
-            count = counts.get(device.id, 0)
-            rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
-            if rc is None:
-                continue
-            traits = {a.value for a in attrs[dep.id] if a.key.startswith('trait')}
-            traits.add(os_traits.OWNER_CYBORG)
-            rule = reservation.policy(s, device, accelerators=count)
-            out.append(_Provider(dep.id, dep.rp_uuid, dep.name, device.hostname, rc,
-                                 dep.num_accelerators, frozenset(traits),
-                                 rule.reserved_for(dep)))
+            by_rp.setdefault(dep.rp_uuid, []).append((dep, device))
+        out = []
+        # One provider per deployable, or per pool of them (issue 52), as the
+        # reports make them (steward/conductor/report/providers.py).
+        for provider in providers.group(providers.Member.of_row(dep, attrs[dep.id])
+                                        for dep, _ in rows):
+            members = by_rp[provider.rp_uuid]
+            reserved = reservation.provider_reserved([
+                (dep, reservation.policy(s, device, accelerators=counts.get(device.id, 0)))
+                for dep, device in members])
+            out.append(_Provider(provider.deployable_ids[0], provider.rp_uuid,
+                                 provider.name, members[0][1].hostname,
+                                 provider.resource_class, provider.total,
+                                 provider.traits, reserved))
     return out
 
 

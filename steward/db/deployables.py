@@ -39,19 +39,23 @@ _DEPLOYABLES_BY_RP = perf.OneOrMany(
     .join(m.Device, m.Device.id == m.Deployable.device_id).where(clause))
 
 
-def deployables_by_rp_uuids(session, rp_uuids) -> tuple[dict[str, ROW], dict[int, str]]:
-    """({rp_uuid: deployable}, {device id: its device_state as last committed}) for
-    every one of ``rp_uuids`` in one query (the device itself is not loaded: a
-    bind locks and re-reads it; the state says how it locks, see
-    devices.devices_lock_counted); raises for the first unknown one."""
+def deployables_by_rp_uuids(session, rp_uuids) -> tuple[dict[str, list[ROW]], dict[int, str]]:
+    """({rp_uuid: [its deployables, in device id order]}, {device id: its
+    device_state as last committed}) for every one of ``rp_uuids`` in one query:
+    one deployable for most providers, one per device for a pool (issue 52). The
+    devices themselves are not loaded: a bind locks and re-reads them; the state
+    says how it locks, see devices.devices_lock_counted. Raises for the first
+    unknown one."""
     found, device_states = {}, {}
     for dep, device_state in session.execute(*_DEPLOYABLES_BY_RP(rp_uuids)):
-        found[dep.rp_uuid] = dep
+        found.setdefault(dep.rp_uuid, []).append(dep)
         device_states[dep.device_id] = device_state
     for rp_uuid in rp_uuids:
         if rp_uuid not in found:
             raise exception.DeployableNotFound(resource='Deployable', key='rp_uuid',
                                                value=rp_uuid)
+    for members in found.values():
+        members.sort(key=lambda d: (d.device_id, d.id))
     return found, device_states
 
 

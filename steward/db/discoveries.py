@@ -7,6 +7,7 @@ Row shape (``ROW``): ``m.Device`` ORM objects, the host's devices the diff
 changes in place. The other functions return records (dicts) or plain values.
 """
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 from steward.db import models as m
 
@@ -150,6 +151,29 @@ def deployables_with_devices(session, deployable_ids) -> list[tuple]:
         sa.select(m.Deployable, m.Device)
         .join(m.Device, m.Deployable.device_id == m.Device.id)
         .where(m.Deployable.id.in_(deployable_ids))).all()
+
+
+_DEVICE_ACCELERATORS = orm.aliased(m.Deployable)
+
+
+def provider_members(session, rp_uuids) -> dict[str, list[tuple]]:
+    """{rp_uuid: [(m.Deployable, its m.Device, the device's accelerators: the sum
+    over all its deployables)]} of every deployable of the providers
+    ``rp_uuids``, in device id order: one row for a provider of one deployable,
+    one per device for a pool (issue 52). One query."""
+    if not rp_uuids:
+        return {}
+    other = _DEVICE_ACCELERATORS
+    accelerators = (sa.select(sa.func.coalesce(sa.func.sum(other.num_accelerators), 0))
+                    .where(other.device_id == m.Device.id).scalar_subquery())
+    out = {}
+    for dep, device, count in session.execute(
+            sa.select(m.Deployable, m.Device, accelerators)
+            .join(m.Device, m.Deployable.device_id == m.Device.id)
+            .where(m.Deployable.rp_uuid.in_(list(rp_uuids)))
+            .order_by(m.Device.id, m.Deployable.id)):
+        out.setdefault(dep.rp_uuid, []).append((dep, device, count))
+    return out
 
 
 def provider_deployables(session) -> list[tuple]:

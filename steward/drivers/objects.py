@@ -8,6 +8,10 @@ import json
 
 PAYLOAD_VERSION = '1.0'
 
+#: The attribute naming the pool a deployable belongs to (issue 52): deployables
+#: of one host with the same value are one resource provider, named by it.
+POOL_KEY = 'pool'
+
 
 @dataclasses.dataclass
 class DriverAttachHandle:
@@ -37,6 +41,10 @@ class DriverDeployable:
     @property
     def traits(self):
         return frozenset(a.value for a in self.attribute_list if a.key.startswith('trait'))
+
+    @property
+    def pool(self):
+        return next((a.value for a in self.attribute_list if a.key == POOL_KEY), None)
 
 
 @dataclasses.dataclass

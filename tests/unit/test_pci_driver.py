@@ -352,3 +352,57 @@ def test_the_moves_pages_ini_examples_work_verbatim(tmp_path, caplog):
     (mdev_entry,) = mdev.load_entries(conf.mdev.device_spec)
     assert mdev_entry.live_migratable is True
     assert errors(caplog) == []
+
+
+# -- pools (issue 52) and NUMA ----------------------------------------------------
+@pytest.fixture
+def gpus(tmp_path):
+    """Four functions of one model: two on NUMA node 0, one on node 1, one whose
+    kernel gives no node (-1)."""
+    root = tmp_path / 'sys'
+    for bdf, node in (('0000:18:00.0', 0), ('0000:19:00.0', 0), ('0000:98:00.0', 1),
+                      ('0000:99:00.0', -1)):
+        make_pci(root, bdf, '0x10de', '0x2330', cls='0x030200', driver='vfio-pci',
+                 numa_node=node)
+    return root
+
+
+def test_numa_node_is_read_from_sysfs(conf, gpus):
+    found = reported(make_driver(conf, gpus, {'vendor_id': '10de'}))
+    nodes = {a: json.loads(d.std_board_info).get('numa_node') for a, d in found.items()}
+    assert nodes == {'0000:18:00.0': 0, '0000:19:00.0': 0, '0000:98:00.0': 1,
+                     '0000:99:00.0': None}
+    assert [handle_info(found[a]).get('numa_node') for a in sorted(found)] == [0, 0, 1, None]
+    # Untagged: no pool, each function its own provider as before.
+    assert all('pool' not in attrs(d) for d in found.values())
+
+
+def test_a_pooled_entry_puts_each_numa_node_in_a_pool_of_its_own(conf, gpus):
+    found = reported(make_driver(conf, gpus, {'vendor_id': '10de', 'pool': True,
+                                              'resource_class': 'PGPU'}, host='gpu7'))
+    pools = {a: attrs(d)['pool'] for a, d in found.items()}
+    assert pools['0000:18:00.0'] == pools['0000:19:00.0']
+    assert len(set(pools.values())) == 3
+    assert pools['0000:18:00.0'].startswith('gpu7_PGPU_numa0_')
+    assert pools['0000:98:00.0'].startswith('gpu7_PGPU_numa1_')
+    assert pools['0000:99:00.0'].startswith('gpu7_PGPU_nonuma_')
+    # The name holds nothing a reboot changes: discovered again, the same.
+    again = reported(make_driver(conf, gpus, {'vendor_id': '10de', 'pool': 'yes',
+                                              'resource_class': 'PGPU'}, host='gpu7'))
+    assert {a: attrs(d)['pool'] for a, d in again.items()} == pools
+
+
+def test_two_pooled_entries_of_one_class_are_two_pools(conf, gpus):
+    found = reported(make_driver(
+        conf, gpus, {'address': '*:18:00.0', 'pool': True, 'resource_class': 'PGPU',
+                     'traits': ['nvlink']},
+        {'vendor_id': '10de', 'pool': True, 'resource_class': 'PGPU'}))
+    assert attrs(found['0000:18:00.0'])['pool'] != attrs(found['0000:19:00.0'])['pool']
+
+
+@pytest.mark.parametrize('value', ['maybe', 2, ['x']])
+def test_a_bad_pool_tag_withholds_the_entry(conf, gpus, value, caplog):
+    raw = json.dumps({'vendor_id': '10de', 'pool': value})
+    assert reported(make_driver(conf, gpus, raw)) == {}
+    (msg,) = errors(caplog)
+    assert raw in msg and f'pool {json.dumps(value)}' in msg

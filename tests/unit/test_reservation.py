@@ -110,3 +110,61 @@ def test_current_reserved_reads_the_committed_rows(database, db):
     # Not backfilled: the fallback (Placement is left as it is).
     assert device_ops.current_reserved(deps, unset_id, 'keep') == 'keep'
     assert device_ops.current_reserved(deps, 10 ** 9, 'gone') == 'gone'
+
+
+# -- pools (issue 52): one provider for several single-function devices ------------
+# A pool's reserved counts its devices out of service; its devices in use are
+# Nova's allocations, not reservations.
+POOL_OUT = {None: True, 'available': False, 'allocated': False,
+            'pending_cleaning': True, 'cleaning': True, 'error': True}
+
+
+def _pool(s, rp, members):
+    """Devices of one function each, all on provider ``rp``; ``members``:
+    [(state, status, health_fault, missing)]."""
+    ids = []
+    for state, status, fault, missing in members:
+        dev, (dep,) = _device(s, state, status, 'single', missing=missing)
+        dev.health_fault = fault
+        dep.rp_uuid = rp
+        ids.append(dep.id)
+    s.flush()
+    return ids
+
+
+@pytest.mark.parametrize('state,status', list(itertools.product(
+    ALL_STATES, states.DEVICE_STATUSES)))
+def test_a_pool_reserves_its_devices_out_of_service(database, db, state, status):
+    deps = conductor_deps.Deps(database=database, metrics=None, placement_client=None,
+                               nova=None, notifier=None, agent_api=None)
+    rp = str(uuid.uuid4())
+    with database.writer() as s:
+        # Three in service (two in use), and the one under test.
+        ids = _pool(s, rp, [('available', 'enabled', None, False),
+                            ('allocated', 'enabled', None, False),
+                            ('allocated', 'enabled', None, False),
+                            (state, status, None, False)])
+    out = status == states.DEVICE_STATUS_MAINTAINING or POOL_OUT[state]
+    # Whichever member is asked, the answer is the pool's.
+    assert {device_ops.current_reserved(deps, i) for i in ids} == {1 if out else 0}
+
+
+def test_unhealthy_and_missing_devices_leave_their_pool(database, db):
+    deps = conductor_deps.Deps(database=database, metrics=None, placement_client=None,
+                               nova=None, notifier=None, agent_api=None)
+    rp = str(uuid.uuid4())
+    with database.writer() as s:
+        ids = _pool(s, rp, [('available', 'enabled', 'nvme.critical_warning.spare', False),
+                            ('allocated', 'enabled', None, True),
+                            ('available', 'enabled', None, False)])
+    assert device_ops.current_reserved(deps, ids[2]) == 2
+
+
+def test_a_provider_of_one_device_is_not_a_pool(database, db):
+    """One member: the single-device rule (an allocated function reserved whole,
+    even if Nova's allocation is lost), not the pool's."""
+    deps = conductor_deps.Deps(database=database, metrics=None, placement_client=None,
+                               nova=None, notifier=None, agent_api=None)
+    with database.writer() as s:
+        (one,) = _pool(s, str(uuid.uuid4()), [('allocated', 'enabled', None, False)])
+    assert device_ops.current_reserved(deps, one) == 1

@@ -22,7 +22,6 @@ may have deleted since this one's Placement client last saw them.
 import collections
 import json
 import logging
-import uuid as uuidlib
 
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
@@ -31,6 +30,7 @@ from steward.conductor import device_ops
 from steward.conductor import health_ops
 from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
+from steward.conductor.report import providers
 from steward.db import attributes as attribute_db
 from steward.db import devices as device_db
 from steward.db import discoveries
@@ -44,12 +44,18 @@ LOG = logging.getLogger(__name__)
 def rp_uuid_for(name):
     """Child RP uuid: uuid3 of the deployable name, as upstream, so an existing
     cloud's providers are adopted rather than duplicated."""
-    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, name))
+    return providers.rp_uuid_for(name)
+
+
+def reported_rp_uuid(rep):
+    """The provider a reported deployable (DriverDeployable) belongs to: its
+    pool's (issue 52) or its own."""
+    return providers.rp_uuid_for(providers.provider_name(rep.name, rep.pool))
 
 
 # Tags a handle keeps its identity through: changing one updates the handle
 # (once it is released) instead of replacing it.
-MUTABLE_HANDLE_KEYS = ('managed', 'live_migratable')
+MUTABLE_HANDLE_KEYS = ('managed', 'live_migratable', 'numa_node')
 
 
 def handle_identity(info):
@@ -345,7 +351,7 @@ class ReportDiff:
             if dep is None:
                 dep = m.Deployable(uuid=uuidutils.generate_uuid(), name=rep.name,
                                    num_accelerators=rep.num_accelerators,
-                                   device_id=device.id, rp_uuid=rp_uuid_for(rep.name),
+                                   device_id=device.id, rp_uuid=reported_rp_uuid(rep),
                                    driver_name=rep.driver_name)
                 s.add(dep)
                 self._deps_by_name.setdefault(dep.name, []).append(dep)
@@ -355,6 +361,7 @@ class ReportDiff:
                     dep.num_accelerators = rep.num_accelerators
                 if dep.driver_name != rep.driver_name:
                     dep.driver_name = rep.driver_name
+                removed += self._move_to_provider(dep, rep, handles.get(dep.id, []))
             pairs.append((rep, dep))
         # One flush for all of the device's new deployables (their ids are needed
         # below): inserted as one batch, not one statement and flush each.
@@ -367,6 +374,28 @@ class ReportDiff:
             if dep.name not in names and dep.discovered_as not in names:
                 removed += self._remove_deployable(s, dep, attrs, handles)
         return removed
+
+    def _move_to_provider(self, dep, rep, handles):
+        """A deployable whose pool changed (an entry tagged ``pool`` or untagged,
+        issue 52) moves to the provider it belongs to now, once no handle of it is
+        in use: Nova's allocation of a bound one stays on the provider it was made
+        on until the release. Returns the provider it left (deleted by the sync
+        once no deployable of the host is on it). An imported deployable keeps
+        Cyborg's provider."""
+        wanted = reported_rp_uuid(rep)
+        if dep.rp_uuid == wanted or dep.rp_uuid is None or dep.discovered_as:
+            return []
+        if any(h.in_use for h in handles):
+            self.deferred = True
+            LOG.warning('deployable %s is in use on provider %s; it moves to provider %s '
+                        '(%s) once it is released', dep.name, dep.rp_uuid, wanted,
+                        providers.provider_name(rep.name, rep.pool))
+            return []
+        left, dep.rp_uuid = dep.rp_uuid, wanted
+        self.inserted_rps.append(wanted)
+        LOG.info('deployable %s: moved from provider %s to %s (%s)', dep.name, left,
+                 wanted, providers.provider_name(rep.name, rep.pool))
+        return [left]
 
     @staticmethod
     def _held_single(s, device, existing, names, handles):

@@ -34,7 +34,6 @@ import time
 
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
-import os_traits
 
 from steward.common import context
 from steward.common import exception
@@ -45,6 +44,7 @@ from steward.conductor.device_match import canonical, identity_of
 from steward.conductor.report import diff
 from steward.conductor.report import digests
 from steward.conductor.report import placement_sync
+from steward.conductor.report import providers
 from steward.conductor.report import trees as trees_mod
 from steward.db import devices as device_db
 from steward.db import discoveries
@@ -268,18 +268,19 @@ class FirstRegistrations:
             return dep_ids
 
     def _mirror(self, items, plans, dep_ids):
-        specs, host_of = [], {}
+        specs, host_of, ids = [], {}, {}
         for item in items:
-            for plan in plans[item.host]:
-                for dep in plan['deployables']:
-                    spec = _provider_spec(dep, item.root, functools.partial(
-                        device_ops.current_reserved, self.sync.deps,
-                        dep_ids[dep['uuid']]))
-                    if spec is not None:
-                        specs.append(spec)
-                        host_of[spec.uuid] = item.host
-        ids = {dep['rp_uuid']: dep_ids[dep['uuid']] for devices in plans.values()
-               for plan in devices for dep in plan['deployables']}
+            members = [providers.Member.of(
+                dep_ids[dep['uuid']], dep['rp_uuid'], dep['name'], dep['num_accelerators'],
+                [(k, v) for k, v, _ in dep['attributes']])
+                for plan in plans[item.host] for dep in plan['deployables']]
+            # The rule PlacementSync.sync applies to a host's rows (providers.py).
+            for provider in providers.group(members):
+                specs.append(provider.spec(item.root, functools.partial(
+                    device_ops.current_reserved, self.sync.deps,
+                    provider.deployable_ids[0])))
+                host_of[provider.rp_uuid] = item.host
+                ids[provider.rp_uuid] = provider.deployable_ids
         # A new provider has no inventory, so no allocation and no bind yet: the
         # rows just written are what reserved_now reads.
         # A provider in none of the trees listed is new: created without a read.
@@ -292,7 +293,7 @@ class FirstRegistrations:
             self.sync.placement.forget(uuid)
         writes, errors = self.sync.placement.sync_providers(
             specs, tree=tree, reserved_now=lambda chunk: placement_sync.reserved_now(
-                self.database, [ids[s.uuid] for s in chunk]))
+                self.database, [i for spec in chunk for i in ids[spec.uuid]]))
         failed = collections.defaultdict(list)
         for uuid, err in errors.items():
             LOG.error('Placement sync of %s failed: %s', uuid, err)
@@ -340,7 +341,7 @@ def _device_plan(host, rep):
                       'cpid_info': canonical(rep.controlpath_id.cpid_info)}
     device['deployables'] = [{
         'uuid': uuidutils.generate_uuid(), 'name': dep.name,
-        'num_accelerators': dep.num_accelerators, 'rp_uuid': diff.rp_uuid_for(dep.name),
+        'num_accelerators': dep.num_accelerators, 'rp_uuid': diff.reported_rp_uuid(dep),
         'driver_name': dep.driver_name,
         # The last value of a key counts, as in ReportDiff._diff_attributes.
         'attributes': [(k, v, uuidutils.generate_uuid()) for k, v in
@@ -350,17 +351,3 @@ def _device_plan(host, rep):
                     for h in dep.attach_handle_list]}
         for dep in rep.deployable_list]
     return device
-
-
-def _provider_spec(dep, root, reserved):
-    """The ProviderSpec PlacementSync.sync makes of a deployable's rows."""
-    from steward.placement.provider_sync import ProviderSpec
-    attrs = dict((k, v) for k, v, _ in dep['attributes'])
-    rc = attrs.get('rc')
-    if rc is None:
-        return None
-    traits = {v for k, v in attrs.items() if k.startswith('trait')}
-    traits.add(os_traits.OWNER_CYBORG)
-    return ProviderSpec(uuid=dep['rp_uuid'], name=dep['name'], parent_uuid=root,
-                        resource_class=rc, total=dep['num_accelerators'],
-                        traits=frozenset(traits), reserved=reserved)

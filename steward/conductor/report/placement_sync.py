@@ -1,5 +1,6 @@
 """The result of an agent's report mirrored to Placement: one child resource
-provider per deployable under the host's compute-node provider, with its
+provider per deployable (per pool of deployables, issue 52:
+steward/conductor/report/providers.py) under the host's compute-node provider, with its
 resource class, traits, ``OWNER_CYBORG`` and reservation, and the providers of
 removed deployables deleted (the Placement client, steward/placement/client.py,
 writes only what differs).
@@ -18,7 +19,6 @@ the sync, which creates (or reads) them: a device new to the database costs
 nothing more (it was not remembered, and the tree listed before the diff says
 it is absent), and a quiet report or an unchanged deployable keeps its memory.
 """
-import collections
 import dataclasses
 import functools
 import json
@@ -31,6 +31,7 @@ import os_traits
 from steward.common import exception
 from steward.conductor import device_ops
 from steward.conductor import reservation
+from steward.conductor.report import providers
 from steward.db import attributes as attribute_db
 from steward.db import discoveries
 
@@ -80,20 +81,18 @@ def device_addresses(dev):
 
 
 def reserved_now(database, deployable_ids):
-    """{provider uuid: Placement reserved (None: keep Placement's)} of many
-    deployables, the reservation rule on the rows as they are now: what
-    device_ops.current_reserved says for one, in two queries for all of them. The
-    Placement client calls it right before the write, as it calls that one."""
+    """{provider uuid: Placement reserved (None: keep Placement's)} of the
+    providers of many deployables, the reservation rule on the rows as they are
+    now: what device_ops.current_reserved says for one, in two queries for all of
+    them (a pool's every deployable counted, issue 52). The Placement client calls
+    it right before the write, as it calls that one."""
     if not deployable_ids:
         return {}
     with database.reader() as s:
-        rows = discoveries.deployables_with_devices(s, deployable_ids)
-        siblings = collections.defaultdict(list)
-        for dep in discoveries.deployables_of_devices(s, list({d.id for _, d in rows})):
-            siblings[dep.device_id].append(dep)
-        return {dep.rp_uuid: reservation.policy(s, device, siblings[device.id])
-                .reserved_for(dep) for dep, device in rows if dep.rp_uuid}
-
+        rps = {dep.rp_uuid for dep, _ in discoveries.deployables_with_devices(
+            s, deployable_ids) if dep.rp_uuid}
+        return {rp: reservation.members_reserved(s, members)
+                for rp, members in discoveries.provider_members(s, rps).items()}
 
 
 @dataclasses.dataclass
@@ -205,7 +204,6 @@ class PlacementSync:
             return 0
         for rp in inserted_rps:
             self.placement.forget(rp)
-        from steward.placement.provider_sync import ProviderSpec
         try:
             root = self.compute_node(state, rp_name)
         except exception.PlacementProviderNotFound:
@@ -221,26 +219,19 @@ class PlacementSync:
         with self.database.reader() as s:
             rows = discoveries.host_deployables(s, host)
             attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
-            specs, dep_of = [], {}
-            for dep, _ in rows:
-                rc = next((a.value for a in attrs[dep.id] if a.key == 'rc'), None)
-                if rc is None or not dep.rp_uuid:
-                    continue
-                traits = {a.value for a in attrs[dep.id] if a.key.startswith('trait')}
-                traits.add(os_traits.OWNER_CYBORG)
-                specs.append(ProviderSpec(
-                    uuid=dep.rp_uuid, name=dep.name, parent_uuid=root,
-                    resource_class=rc, total=dep.num_accelerators,
-                    traits=frozenset(traits),
-                    # Read when written, not now: see device_ops.current_reserved.
-                    reserved=functools.partial(device_ops.current_reserved,
-                                               self.deps, dep.id)))
-                dep_of[dep.rp_uuid] = dep.id
+            members = [providers.Member.of_row(dep, attrs[dep.id]) for dep, _ in rows]
+        specs, dep_of = [], {}
+        for provider in providers.group(members):
+            # Read when written, not now: see device_ops.current_reserved (any
+            # deployable of a provider reads the whole provider's).
+            specs.append(provider.spec(root, functools.partial(
+                device_ops.current_reserved, self.deps, provider.deployable_ids[0])))
+            dep_of[provider.rp_uuid] = provider.deployable_ids
         ok = True
         done, errors = self.placement.sync_providers(
             specs, tree=state.tree,
-            reserved_now=lambda chunk: reserved_now(self.database,
-                                                    [dep_of[s.uuid] for s in chunk]))
+            reserved_now=lambda chunk: reserved_now(
+                self.database, [i for spec in chunk for i in dep_of[spec.uuid]]))
         writes += done
         for spec in specs:
             if spec.uuid in errors:

@@ -6,6 +6,20 @@ carries the address and the entry's ``managed`` tag (spec 4): Nova turns it into
 ``<hostdev managed='yes|no'>``; and ``live_migratable: true`` when the entry's
 ``live_migratable`` tag says so (issue 32, API 2.7: how the device may move).
 
+An entry tagged ``pool: true`` offers its functions as pools (issue 52): the
+functions it matches on one NUMA node, with one resource class and one set of
+traits, are interchangeable, and are one resource provider in Placement whose
+total is their number, so a request for eight of them is one numbered group on
+one provider instead of eight groups of one (Placement's combinatorial
+explosion). Each function stays a device of its own (state, cleanup, health,
+history); the deployable carries the pool's name in its ``pool`` attribute and
+the conductor makes one provider of the deployables that share it
+(steward/conductor/report/providers.py). Pools never span NUMA nodes, so a group
+of N units from one pool is NUMA-local by construction. Without the tag (the
+default until existing clouds can be reshaped onto pools) each function is its
+own provider, as before; an operator keeps it that way where per-device traits
+matter.
+
 Entries are read once, when the driver is built at agent start. An invalid entry is
 logged at ERROR with the entry and the offending value and is skipped: treating it
 as ``managed: true`` would let libvirt rebind a device bound to a VFIO variant
@@ -15,6 +29,7 @@ are withheld rather than left to a later, broader entry with another ``managed``
 """
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 
@@ -34,7 +49,7 @@ LOG = logging.getLogger(__name__)
 
 OPTION = '[pci] device_spec'
 #: Keys this driver reads; the matcher's keys plus its own tags.
-KNOWN_KEYS = frozenset(device_spec.MATCH_KEYS + ('managed', 'live_migratable',
+KNOWN_KEYS = frozenset(device_spec.MATCH_KEYS + ('managed', 'live_migratable', 'pool',
                                                   'resource_class', 'traits'))
 _CUSTOM = 'CUSTOM_'
 _MAX_NAME = 255             # Placement's limit for resource class and trait names
@@ -48,6 +63,7 @@ class PciEntry:
     live_migratable: bool = False
     resource_class: str | None = None   # None: CUSTOM_PCI_<VENDOR>_<PRODUCT>
     traits: tuple = ()
+    pool: bool = False                  # its functions offered as pools (issue 52)
     error: str | None = None            # set: the devices it matches are withheld
 
 
@@ -68,13 +84,22 @@ def parse_live_migratable(fields):
     (a JSON boolean, or its text: true/false, yes/no, on/off, y/n, t/f, 1/0 in
     any case); ValueError for anything else. The mdev driver reads its entries'
     tag the same way."""
-    value = fields.get('live_migratable')
+    return _bool_tag(fields, 'live_migratable')
+
+
+def parse_pool(fields):
+    """The ``pool`` tag (issue 52), read as ``live_migratable`` is."""
+    return _bool_tag(fields, 'pool')
+
+
+def _bool_tag(fields, key):
+    value = fields.get(key)
     if value is None:
         return False
     try:
         return strutils.bool_from_string(value, strict=True)
     except ValueError as err:
-        raise ValueError(f'live_migratable {json.dumps(value)} is not a boolean ({err})')
+        raise ValueError(f'{key} {json.dumps(value)} is not a boolean ({err})')
 
 
 def _custom_name(value, what, normalize):
@@ -145,7 +170,7 @@ def resolve_tags(spec):
         return PciEntry(spec=spec, managed=parse_managed(spec.fields),
                         live_migratable=parse_live_migratable(spec.fields),
                         resource_class=parse_resource_class(spec.fields),
-                        traits=parse_traits(spec.fields))
+                        traits=parse_traits(spec.fields), pool=parse_pool(spec.fields))
     except ValueError as err:
         raise exception.InvalidConfiguration(
             reason=f'{OPTION} entry {spec.raw!r}: {err}')
@@ -184,11 +209,29 @@ def default_resource_class(device):
     return f'CUSTOM_PCI_{device.vendor_id.upper()}_{device.product_id.upper()}'
 
 
-def attach_info(address, entry):
-    """A PCI handle's attach_info: the address, ``managed``, and
-    ``live_migratable`` only when true (absent means false, as on handles
-    discovered before the tag existed: steward.common.moves)."""
+def pool_name(host, entry, resource_class, numa_node):
+    """The provider name of the pool a function of ``entry`` joins: what makes
+    functions interchangeable (the entry, its resource class and traits, the NUMA
+    node) and nothing that changes with a reboot. Readable where it can be
+    (``<host>_<RC>_numa<N>``), with a digest of the entry's matching keys and
+    traits so two entries of one resource class on one node stay two pools."""
+    # The entry's matching keys, not its text: re-spelling it or changing a tag
+    # such as ``managed`` keeps its pools (a new name would move them).
+    matching = {k: v for k, v in entry.spec.fields.items() if k in device_spec.MATCH_KEYS}
+    digest = hashlib.sha1(json.dumps([matching, sorted(entry.traits)],
+                                     sort_keys=True).encode()).hexdigest()[:8]
+    node = 'nonuma' if numa_node is None else f'numa{numa_node}'
+    return f'{host}_{resource_class}_{node}_{digest}'
+
+
+def attach_info(address, entry, numa_node=None):
+    """A PCI handle's attach_info: the address, ``managed``, ``numa_node`` where
+    the kernel gives one (issue 52, API 2.9), and ``live_migratable`` only when
+    true (absent means false, as on handles discovered before the tag existed:
+    steward.common.moves)."""
     info = dict(address, managed=entry.managed)
+    if numa_node is not None:
+        info['numa_node'] = numa_node
     if entry.live_migratable:
         info[moves.LIVE_KEY] = True
     return info
@@ -245,13 +288,17 @@ class PciDriver(base.Driver):
 
     def _device(self, dev, entry):
         address = dev.address.info()
-        attributes = [objects.DriverAttribute(
-            'rc', entry.resource_class or default_resource_class(dev))]
+        rc = entry.resource_class or default_resource_class(dev)
+        attributes = [objects.DriverAttribute('rc', rc)]
         attributes += [objects.DriverAttribute(f'trait{i}', t)
                        for i, t in enumerate(entry.traits)]
+        if entry.pool:
+            attributes.append(objects.DriverAttribute(
+                objects.POOL_KEY, pool_name(self.host, entry, rc, dev.numa_node)))
         handle = objects.DriverAttachHandle(
             attach_type='PCI',
-            attach_info=json.dumps(attach_info(address, entry), sort_keys=True))
+            attach_info=json.dumps(attach_info(address, entry, dev.numa_node),
+                                   sort_keys=True))
         deployable = objects.DriverDeployable(
             name=f'{self.host}_{dev.address}', num_accelerators=1,
             attribute_list=attributes, attach_handle_list=[handle], driver_name=self.name)

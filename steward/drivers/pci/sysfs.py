@@ -92,6 +92,9 @@ class PciDevice:
     physfn: PciAddress | None    # set on a VF
     virtfns: list           # VF addresses of a PF
     path: str
+    # The NUMA node the kernel places the function on (``numa_node``); None where
+    # it says -1 (no NUMA, or firmware that does not tell) or has no such file.
+    numa_node: int | None = None
 
     @property
     def is_vf(self):
@@ -108,6 +111,8 @@ class PciDevice:
                  'driver': self.driver}
         if self.physfn is not None:
             board['physfn'] = str(self.physfn)
+        if self.numa_node is not None:
+            board['numa_node'] = self.numa_node
         return board
 
 
@@ -117,6 +122,17 @@ def read_attr(path, name, default=None):
             return f.read().strip()
     except OSError:
         return default
+
+
+def numa_node_of(path):
+    """The ``numa_node`` attribute as an int, or None for -1, absent or garbled
+    (the kernel writes -1 when the platform gives no affinity)."""
+    text = read_attr(path, 'numa_node')
+    try:
+        node = int(text)
+    except (TypeError, ValueError):
+        return None
+    return node if node >= 0 else None
 
 
 def _hex(value, width):
@@ -160,7 +176,7 @@ def read_device(sysfs_root, bdf):
     return PciDevice(address=address, vendor_id=vendor, product_id=product,
                      class_code=_hex(read_attr(path, 'class'), 6) or '000000',
                      driver=driver, physfn=_link_address(os.path.join(path, 'physfn')),
-                     virtfns=virtfns, path=path)
+                     virtfns=virtfns, path=path, numa_node=numa_node_of(path))
 
 
 def list_devices(sysfs_root):

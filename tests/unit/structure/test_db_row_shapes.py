@@ -138,8 +138,9 @@ def test_the_rows_returned_are_the_declared_shapes(database, db):
             list(device_db.device_record(r)) for r in device_db.device_list(s)]
         assert isinstance(deployable_db.deployable_get(s, dep.uuid), deployable_db.ROW)
         assert all(isinstance(r, deployable_db.ROW) for r in deployable_db.deployable_list(s))
-        assert all(isinstance(r, deployable_db.ROW) for r in
-                   deployable_db.deployables_by_rp_uuids(s, [dep.rp_uuid])[0].values())
+        assert all(isinstance(r, deployable_db.ROW) for members in
+                   deployable_db.deployables_by_rp_uuids(s, [dep.rp_uuid])[0].values()
+                   for r in members)
         assert [type(r) for r in deployable_db.deployable_records(s)] == [dict]
         assert isinstance(profile_db.device_profile_get(s, name='dp1'), profile_db.ROW)
         assert [r['name'] for r in profile_db.device_profile_records(s, ['dp1'])] == ['dp1']
