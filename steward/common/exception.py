@@ -454,6 +454,15 @@ class NvmeCliMissing(InvalidConfiguration):
                '[nvme] nvme_cli to its path.')
 
 
+class NvmeCliUnsupported(InvalidConfiguration):
+    # steward/drivers/nvme/versions.py: a version whose output was never checked
+    # could hide a drive's critical warning, as 2.11's did.
+    code = 'cyb.nvme.cli_unsupported'
+    message = ('nvme-cli %(version)s ([nvme] nvme_cli = %(binary)r) is not a version '
+               'the nvme driver reads; supported: %(supported)s. Install one of them '
+               'or set [nvme] nvme_cli to its path.')
+
+
 class NvmeCommandFailed(StewardError):
     """``status`` on an instance is the NVMe status nvme-cli printed (None when it
     printed none), not an HTTP status: these never reach the API."""

@@ -3,6 +3,7 @@ controllers under the real nvme-cli 2.3."""
 import json
 import os
 import pathlib
+import shlex
 import shutil
 
 import pytest
@@ -107,6 +108,35 @@ def test_init_host_checks_nvme_cli(sim, conf):
     conf.set_override('nvme_cli', shutil.which('false'), group='nvme')
     with pytest.raises(exception.InvalidConfiguration, match='does not run'):
         nvme.NvmeDriver(conf, 'h').init_host()
+
+
+@pytest.mark.parametrize('printed,found', [
+    # 2.14 prints create-ns's nsid in another form; 1.15 and 3.0 were never read
+    ('nvme version 2.14 (git 2.14)\nlibnvme version 1.14 (git 1.14)\n', '2.14'),
+    ('nvme version 1.15\n', '1.15'),
+    ('nvme version 3.0-rc1 (git 3.0-rc1)\n', '3.0-rc1'),
+    ('nvme version 2.11.15.g0123abcd (git 2.11.15.g0123abcd)\n', '2.11.15.g0123abcd'),
+    ('something else\n', 'unknown'),
+])
+def test_init_host_refuses_an_nvme_cli_it_does_not_read(sim, conf, tmp_path, printed,
+                                                        found):
+    # What `nvme version` of that release prints is all the check reads; a script
+    # printing it stands in for a binary this machine does not have.
+    other = tmp_path / 'nvme-other'
+    other.write_text(f'#!/bin/sh\nprintf %s {shlex.quote(printed)}\n')
+    other.chmod(0o755)
+    conf.set_override('nvme_cli', str(other), group='nvme')
+    with pytest.raises(exception.NvmeCliUnsupported) as err:
+        nvme.NvmeDriver(conf, 'h').init_host()
+    assert err.value.code == 'cyb.nvme.cli_unsupported'
+    text = str(err.value)
+    assert '\n' not in text
+    assert f'nvme-cli {found} ' in text and str(other) in text
+    assert 'supported: 1.16, 2.3, ' in text and '2.13' in text
+
+
+def test_init_host_accepts_the_nvme_cli_of_this_machine(sim, conf):
+    nvme.NvmeDriver(conf, 'h').init_host()          # Debian 12's 2.3, or the one given
 
 
 def test_no_devices_is_not_an_error(sim, conf):

@@ -14,6 +14,7 @@ import pytest
 from steward.common import exception
 from steward.drivers.nvme import cli as nvme_cli
 from steward.drivers.nvme import health as nvme_health
+from steward.drivers.nvme import versions as nvme_versions
 
 HERE = os.path.join(os.path.dirname(__file__), 'nvme_cli_outputs')
 FOLDERS = sorted(d for d in os.listdir(HERE) if os.path.isfile(os.path.join(HERE, d,
@@ -36,14 +37,27 @@ def version_of(folder):
 
 
 def json_errors(folder):
-    # 2.8 and later print a JSON command's error on stdout, as text without a number.
+    """How a JSON command's error is told: on stderr with its number (None), on
+    stdout as JSON with its number ('number': 2.5, 2.6) or without ('text': 2.7 on)."""
     major, minor = (int(p) for p in version_of(folder).split('.')[:2])
-    return (major, minor) >= (2, 8)
+    if (major, minor) < (2, 5):
+        return None
+    return 'number' if (major, minor) < (2, 7) else 'text'
 
 
 def test_every_version_the_issue_names_was_recorded():
     assert {version_of(f) for f in FOLDERS} >= {'1.16', '2.3', '2.8', '2.9', '2.11',
                                                 '2.12', '2.13'}
+
+
+def test_the_agent_accepts_exactly_the_recorded_versions():
+    # versions.py's RECORDED is the folders here: a version is let in by its output.
+    assert set(nvme_versions.RECORDED) == {version_of(f) for f in FOLDERS}
+    for version in nvme_versions.SUPPORTED:
+        assert nvme_versions.check(version, 'nvme') == version
+    for version in ('1.15', '2.2', '2.14', '3.0', '2.13.1', '2.11.15.g0123abcd', None):
+        with pytest.raises(exception.NvmeCliUnsupported):
+            nvme_versions.check(version, 'nvme')
 
 
 @pytest.mark.parametrize('folder', FOLDERS)
@@ -145,7 +159,7 @@ def test_the_recorded_shapes_are_the_ones_the_docs_name(folder):
         assert warning['value'] == 8 and warning['ro'] == 1
     sstat = next(iter(json.loads(stdout(folder, 'sanitize-log-in-progress')).values()))[
         'sstat']
-    assert ('status' in sstat) == (version not in ('2.7', '2.8'))
+    assert ('status' in sstat) == (version.split('.')[:2] not in (['2', '7'], ['2', '8']))
     tnvmcap = json.loads(stdout(folder, 'id-ctrl'))['tnvmcap']
     assert isinstance(tnvmcap, str) == (version == '2.3')
 
@@ -166,8 +180,9 @@ def test_failures(folder, case, cls, status):
     assert type(err) is cls
     if case == 'id-ctrl-no-device':
         assert 'No such file or directory' in str(err)
-    elif json_errors(folder) and case != 'sanitize-while-in-progress':
+    elif json_errors(folder) == 'text' and case != 'sanitize-while-in-progress':
         # sanitize takes no -o json: its status stays on stderr, with its number
         assert err.status is None and 'NVMe status' not in str(err)
     else:
         assert err.status & 0x7ff == status & 0x7ff
+        assert f'0x{err.status:x}' in str(err)

@@ -4,10 +4,11 @@ code read in its tag, tests/unit/nvme_cli_outputs/README.md).
 
 A failure is any non-zero exit code: 1 in 2.x; in 1.x the errno the NVMe status maps
 to (EIO, EINVAL, ...). What it says is on stderr as ``NVMe status: <text>(0x<status>)``
-(or an OS error), except that 2.8 and later, given ``-o json``, print it on *stdout*
-as JSON with the text and no number (``{"error": "<text>", "type": "nvme"}``): the
-text then names the status. The JSON differs between versions, so every parser
-accepts every shape:
+(or an OS error), except that 2.5 and later, given ``-o json``, print it on *stdout*
+as JSON (``{"error": "<text>", "type": "nvme"}``; with ``"value": <status>`` in 2.5
+and 2.6, keys capitalised in 2.7 and 2.7.1): without a number, the text names the
+status. The
+JSON differs between versions, so every parser accepts every shape:
 
 * 128-bit fields (tnvmcap, unvmcap, nvmcap...) are decimal *strings* in 2.3, numbers
   in 1.x (printed from a long double) and from 2.4 on;
@@ -16,8 +17,8 @@ accepts every shape:
 * 0xffffffff ("not reported") in the sanitize log prints -1 in 2.3, 4294967295 later;
 * the sanitize log is keyed by the device's name (``{"nvme0": {...}}``) in every
   version, and gains keys in newer ones; its ``sstat.status`` is a string ``"(N)
-  text"``, except that 2.7 and 2.8 use the text itself as the key;
-* id-ns has no ``dlfeat`` in 1.x;
+  text"``, except that 2.7, 2.7.1 and 2.8 use the text itself as the key;
+* id-ns has no ``dlfeat`` in 1.x; list-ns says ``NSID`` in 2.7 (not 2.7.1);
 * smart-log: health.py.
 """
 import dataclasses
@@ -74,16 +75,23 @@ _STATUS_TEXTS = ((re.compile(r'^(Invalid Command Opcode|INVALID_OPCODE)\b'),
 
 
 def _json_error(stdout):
-    """The text of the JSON error 2.8 and later print on stdout under ``-o json``
-    (``{"error": ..., "type": "nvme"}``, ``{"error": "identify controller: ..."}``),
-    or None when stdout holds no such thing."""
+    """(text, status or None) of the JSON error 2.5 and later print on stdout under
+    ``-o json``: ``{"error": ..., "type": "nvme", "value": <status>}`` in 2.5 and
+    2.6, ``{"Error": ..., "Type": "nvme"}`` in 2.7, ``{"error": ..., "type":
+    "nvme"}`` from 2.8 (an OS error: ``{"error": "<device>: ..."}``); None when
+    stdout holds no such thing."""
     try:
         d = json.loads(stdout or '')
     except ValueError:
         return None
-    if isinstance(d, dict) and isinstance(d.get('error'), str):
-        return d['error'].strip()
-    return None
+    if not isinstance(d, dict):
+        return None
+    d = {str(k).lower(): v for k, v in d.items()}
+    if not isinstance(d.get('error'), str):
+        return None
+    value = d.get('value')
+    status = value if isinstance(value, int) and not isinstance(value, bool) else None
+    return d['error'].strip(), status
 
 
 def error_from_stderr(command, stderr, stdout=''):
@@ -95,12 +103,17 @@ def error_from_stderr(command, stderr, stdout=''):
         cls = _STATUS_ERRORS.get(status & 0x7ff, exception.NvmeCommandFailed)
         return cls(command=command, status=status,
                    reason=f'{m.group("text").strip()} (NVMe status 0x{status:x})')
-    text = _json_error(stdout)
-    if text:
-        for pattern, status in _STATUS_TEXTS:
+    found = _json_error(stdout)
+    if found:
+        text, status = found
+        if status is not None:
+            cls = _STATUS_ERRORS.get(status & 0x7ff, exception.NvmeCommandFailed)
+            return cls(command=command, status=status,
+                       reason=f'{text} (NVMe status 0x{status:x})')
+        for pattern, code in _STATUS_TEXTS:
             if pattern.match(text):
                 # No number to report: the class says which status it was.
-                return _STATUS_ERRORS[status](command=command, reason=text)
+                return _STATUS_ERRORS[code](command=command, reason=text)
         return exception.NvmeCommandFailed(command=command, reason=text)
     lines = [ln.strip() for ln in (stderr or '').splitlines()
              if ln.strip() and not ln.startswith('FAKENVME')]
@@ -263,7 +276,9 @@ def parse_formats(text):
 def parse_list_ns(text):
     d = _json('list-ns', text)
     try:
-        return sorted(u32(e['nsid']) for e in d.get('nsid_list', []))
+        # 2.7 (not 2.7.1) spells it NSID
+        return sorted(u32(e['nsid'] if 'nsid' in e else e['NSID'])
+                      for e in d.get('nsid_list', []))
     except (KeyError, TypeError, ValueError) as err:
         raise exception.NvmeBadOutput(command='list-ns', reason=f'bad nsid_list ({err})')
 

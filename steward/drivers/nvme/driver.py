@@ -34,6 +34,7 @@ from steward.drivers.nvme import cli as nvme_cli
 from steward.drivers.nvme import health as nvme_health
 from steward.drivers.nvme import policy as nvme_policy
 from steward.drivers.nvme import sysfs as nvme_sysfs
+from steward.drivers.nvme import versions as nvme_versions
 from steward.drivers.pci import device_spec
 from steward.drivers.pci import sysfs as pci_sysfs
 
@@ -124,6 +125,7 @@ class NvmeDriver(base.Driver):
         except exception.NvmeCommandFailed as err:
             raise exception.InvalidConfiguration(
                 reason=f'[nvme] nvme_cli = {self.cli.binary!r} does not run: {err}')
+        nvme_versions.check(version, self.cli.binary)
         LOG.info('nvme driver: nvme-cli %s (%s); %d device_spec entr%s; cleanup_timeout '
                  '%s s', version, self.cli.path(), len(self.specs),
                  'y' if len(self.specs) == 1 else 'ies', timeout)

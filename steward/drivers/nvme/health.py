@@ -23,8 +23,9 @@ How each nvme-cli prints the page (``json_smart_log``, read in each tag's source
 tests/unit/nvme_cli_outputs/README.md): every version from 1.16 to 2.13 uses the same
 key names; ``critical_warning`` is a number, except in 2.11 and 2.12, which print it as
 an object ``{"value": N, "available_spare": 0|1, "temp_threshold", ...}`` even
-without ``-H`` (their ``json_smart_log`` lost its ``if (human())``); the 128-bit
-counters are decimal strings in 2.3 and numbers elsewhere.
+without ``-H`` (their ``json_smart_log`` lost its ``if (human())``); 2.7 (not 2.7.1)
+spells ``Temperature``; the 128-bit counters are decimal strings in 2.3 and numbers
+elsewhere.
 """
 import dataclasses
 import json
@@ -93,7 +94,8 @@ def parse_smart_log(text):
     try:
         raw = json.loads(text)
         return SmartLog(critical_warning=critical_warning(raw['critical_warning']),
-                        temperature_k=int(raw['temperature']),
+                        temperature_k=int(raw['temperature'] if 'temperature' in raw
+                                          else raw['Temperature']),    # 2.7
                         available_spare=int(raw['avail_spare']),
                         spare_threshold=int(raw['spare_thresh']),
                         percent_used=int(raw['percent_used']),
