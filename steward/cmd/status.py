@@ -84,13 +84,55 @@ class Checks(upgradecheck.UpgradeCommands):
                   'effect).')
         return upgradecheck.Result(upgradecheck.Code.SUCCESS)
 
+    def _check_pool_profiles(self):
+        """Issue 52: a pool is one provider, so several one-unit groups of its
+        resource class under ``group_policy=isolate`` (each group from another
+        provider) can no longer land on one host's pool; one group of N can."""
+        from steward.db import attributes as attribute_db
+        from steward.db import device_profiles as profile_db
+        try:
+            with self.database.reader() as s:
+                pooled = attribute_db.pooled_resource_classes(s)
+                profiles = profile_db.device_profile_records(s) if pooled else []
+        except Exception as err:   # noqa: BLE001 - the schema check fails it
+            return upgradecheck.Result(upgradecheck.Code.SUCCESS,
+                                       f'Not checked: {str(err).splitlines()[0]}')
+        found = []
+        for record in profiles:
+            for rc, n in sorted(split_groups(profile_db.device_profile_groups(record),
+                                             pooled).items()):
+                found.append(f'{record["name"]} ({n} one-unit groups of {rc}: write '
+                             f'[{{"resources:{rc}": "{n}"}}] instead)')
+        if found:
+            return upgradecheck.Result(
+                upgradecheck.Code.WARNING,
+                'Device profiles that cannot land on one pool when the flavor asks '
+                'group_policy=isolate: ' + '; '.join(found)
+                + '. See doc/drivers/pci.md, "Pools".')
+        return upgradecheck.Result(upgradecheck.Code.SUCCESS)
+
     _upgrade_checks = (
         ('Database schema', _check_schema),
         ('Online data migrations', _check_data_migrations),
         ('Policy File JSON to YAML Migration',
          (common_checks.check_policy_json, {'conf': CONF})),
         ('Cyborg options Steward ignores', _check_cyborg_options),
+        ('Profiles split across pools', _check_pool_profiles),
     )
+
+
+def split_groups(groups, pooled):
+    """{resource class: how many groups ask one unit of it, when several do} of a
+    profile's ``groups``, for the pooled resource classes."""
+    counts = {}
+    for group in groups:
+        asked = {k.split(':', 1)[1]: v for k, v in group.items()
+                 if k.startswith('resources:')}
+        if len(asked) == 1:
+            ((rc, n),) = asked.items()
+            if rc in pooled and str(n).strip() == '1':
+                counts[rc] = counts.get(rc, 0) + 1
+    return {rc: n for rc, n in counts.items() if n > 1}
 
 
 def loaded_config_files(conf):

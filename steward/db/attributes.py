@@ -5,6 +5,7 @@ bulk listing's (key, value) pairs per deployable.
 """
 from oslo_utils import uuidutils
 import sqlalchemy as sa
+from sqlalchemy import orm
 
 from steward.common import exception
 from steward.db import models as m
@@ -65,3 +66,14 @@ def attribute_create(session, deployable_id, key, value) -> ROW:
 
 def attribute_delete(session, uuid) -> None:
     session.delete(attribute_get(session, uuid))
+
+
+def pooled_resource_classes(session) -> set[str]:
+    """The resource classes some pool offers (issue 52): the ``rc`` of every
+    deployable that has a ``pool`` attribute."""
+    pool = orm.aliased(m.Attribute)
+    rc = orm.aliased(m.Attribute)
+    return set(session.execute(
+        sa.select(rc.value).distinct()
+        .join(pool, sa.and_(pool.deployable_id == rc.deployable_id, pool.key == 'pool'))
+        .where(rc.key == 'rc')).scalars())

@@ -57,7 +57,8 @@ def test_steward_status_upgrade_check(conf, tmp_path):
     checks = {c['check']: c['result'] for c in json.loads(out.stdout)['checks']}
     assert checks == {'Database schema': 2, 'Online data migrations': 2,
                       'Policy File JSON to YAML Migration': 0,
-                      'Cyborg options Steward ignores': 0}
+                      'Cyborg options Steward ignores': 0,
+                      'Profiles split across pools': 0}
     assert script('steward-manage', 'db', 'sync', conf=conf).returncode == 0
     out = script('steward-status', 'upgrade', 'check', '--json', conf=conf)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -67,7 +68,7 @@ def test_steward_status_upgrade_check(conf, tmp_path):
     assert out.returncode == 0 and 'Result: Success' in out.stdout
     out = subprocess.run([os.path.join(BIN, 'steward'), 'status', '--config-file',
                           str(conf), 'upgrade', 'check'], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.count('Result: Success') == 4
+    assert out.returncode == 0 and out.stdout.count('Result: Success') == 5
 
     # A Cyborg option Steward ignores, in a file of --config-dir: a warning.
     conf_d = tmp_path / 'steward.conf.d'
@@ -191,3 +192,40 @@ def test_steward_status_on_a_database_it_cannot_reach(tmp_path):
     assert out.returncode == 2 and 'Traceback' not in out.stdout + out.stderr
     checks = {c['check']: c for c in json.loads(out.stdout)['checks']}
     assert checks['Database schema']['details'].startswith('Cannot read the database')
+
+
+def test_steward_status_names_profiles_a_pool_cannot_take(conf, tmp_path):
+    """Issue 52: once a resource class is pooled, a profile of several one-unit
+    groups of it cannot land on one pool under group_policy=isolate; the check
+    warns (exit 1) and names the profile with the one to write instead."""
+    from steward.db import attributes as attribute_db
+    from steward.db import device_profiles as profile_db
+    from steward.db import models as m
+    from steward.db import session
+    assert script('steward-manage', 'db', 'sync', conf=conf).returncode == 0
+    database = session.Database(f'sqlite:///{tmp_path}/steward.sqlite')
+    with database.writer() as s:
+        profile_db.device_profile_create(s, 'split', [{'resources:PGPU': '1'}] * 4)
+        profile_db.device_profile_create(s, 'whole', [{'resources:PGPU': '4'}])
+        profile_db.device_profile_create(s, 'other', [{'resources:FPGA': '1'}] * 2)
+    out = script('steward-status', 'upgrade', 'check', '--json', conf=conf)
+    assert out.returncode == 0, out.stdout       # nothing pooled: nothing to say
+    with database.writer() as s:
+        dev = m.Device(uuid='d1', type='PCI', vendor='10de', model='2330', hostname='h',
+                       status='enabled', device_state='available')
+        s.add(dev)
+        s.flush()
+        dep = m.Deployable(uuid='dep1', name='h_0000:18:00.0', num_accelerators=1,
+                           device_id=dev.id, rp_uuid='rp1')
+        s.add(dep)
+        s.flush()
+        attribute_db.attribute_create(s, dep.id, 'rc', 'PGPU')
+        attribute_db.attribute_create(s, dep.id, 'pool', 'h_PGPU_numa0_x')
+    out = script('steward-status', 'upgrade', 'check', '--json', conf=conf)
+    assert out.returncode == 1, out.stdout + out.stderr
+    (check,) = [c for c in json.loads(out.stdout)['checks']
+                if c['check'] == 'Profiles split across pools']
+    assert check['result'] == 1
+    assert 'split (4 one-unit groups of PGPU: write [{"resources:PGPU": "4"}]' \
+        in check['details']
+    assert 'whole' not in check['details'] and 'other' not in check['details']
