@@ -506,3 +506,54 @@ def test_a_critical_xid_takes_a_gpu_out(life, conf, tmp_path):
     assert r.status_code == 202, r.text
     assert pci_show(st, dev['uuid'])['device_state'] == 'available'
     assert st.inventory(rp, rc='PGPU')['reserved'] == 0
+
+
+# --- NVMe: nvme-cli 2.11 and 2.12's smart-log (issue 53, item 1) ---------------------------
+RECORDED_2_11 = os.path.join(os.path.dirname(__file__), os.pardir, 'unit',
+                             'nvme_cli_outputs', '2.11')
+
+
+def _smart_log_replay(sim, tmp_path):
+    """``[nvme] nvme_cli`` that answers ``smart-log`` with the page in ``replay``
+    once the test puts one there, and runs the real nvme-cli for everything else:
+    what a host with nvme-cli 2.11 reads, on a machine without that binary. The page
+    is what the real 2.11 printed over the simulator (nvme_cli_outputs/README.md);
+    with the binary itself, STEWARD_TEST_NVME_CLI runs this whole file through it."""
+    replay = tmp_path / 'smart-log.json'
+    wrapper = tmp_path / 'nvme-2.11-smart-log'
+    wrapper.write_text(f'#!/bin/sh\n'
+                       f'if [ "$1" = smart-log ] && [ -f {replay} ]; then\n'
+                       f'  exec cat {replay}\nfi\n'
+                       f'exec {sim.real_nvme_cli} "$@"\n')
+    wrapper.chmod(0o755)
+    sim.real_nvme_cli = str(wrapper)
+    sim.restore_nvme_cli()                  # [nvme] nvme_cli now runs the wrapper
+    return replay
+
+
+@pytest.mark.parametrize('recording,codes', [
+    ('smart-log-read-only', {'nvme.critical_warning.read_only'}),
+    ('smart-log-spare-low', {'nvme.critical_warning.spare', 'nvme.spare_below_threshold'}),
+])
+def test_a_drive_read_through_2_11s_smart_log_leaves_service(nvme, tmp_path, recording,
+                                                             codes):
+    """2.11 and 2.12 print critical_warning as an object: read as a number it made
+    the reading 'nvme.smart_unreadable', a warning, and the drive stayed in service."""
+    with open(os.path.join(RECORDED_2_11, f'{recording}.stdout')) as f:
+        page = f.read()
+    assert isinstance(json.loads(page)['critical_warning'], dict)   # 2.11's shape
+    replay = _smart_log_replay(nvme.sim, tmp_path)
+    nvme.sim.add_controller(namespaces=[16 * MiB], sanitize_seconds=0.2)
+    st = nvme.start()
+    dev = st.device()
+    assert show(st, dev['uuid'])['health']['state'] == 'ok'
+
+    replay.write_text(page)                 # the drive now reports it, as 2.11 prints
+    st.discover()
+
+    got = show(st, dev['uuid'])
+    found = {c['code'] for c in got['health']['conditions']}
+    assert found == codes, got['health']
+    assert got['device_state'] == 'error' and got['health']['state'] == 'unhealthy'
+    assert steps(st, dev['uuid'])[-1][:3] == ('available', 'unhealthy', 'error')
+    assert_out_of_service(st, dev, 'cyb.bind.device_unhealthy')

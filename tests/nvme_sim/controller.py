@@ -710,8 +710,11 @@ class Simulation:
                   {'dev_root': os.path.realpath(self.dev_root),
                    'sysfs_root': os.path.realpath(self.sysfs_root)})
         self.env = {'LD_PRELOAD': str(self.shim), 'NVME_SIM_STATE': str(self.state_dir)}
-        self.real_nvme_cli = nvme_cli or shutil.which(
-            'nvme', path=os.pathsep.join([os.environ.get('PATH', ''), '/usr/sbin', '/sbin']))
+        # STEWARD_TEST_NVME_CLI runs every simulation of a test run over another
+        # nvme-cli (another distribution's, tests/unit/nvme_cli_outputs/README.md).
+        self.real_nvme_cli = nvme_cli or os.environ.get('STEWARD_TEST_NVME_CLI') or \
+            shutil.which('nvme', path=os.pathsep.join([os.environ.get('PATH', ''),
+                                                       '/usr/sbin', '/sbin']))
         if not self.real_nvme_cli:
             raise SimError('nvme-cli not found (Debian: apt-get install nvme-cli)')
         self.nvme_cli = str(root / 'bin' / 'nvme')
