@@ -183,7 +183,8 @@ class Controller:
     @property
     def format_erase(self):
         """Format NVM (OACS bit 1): its User Data Erase (SES 1) needs nothing more.
-        Not with FNA bits 0 and 3 both set: nvme-cli (2.3) sends every format of a
+        Not with FNA bits 0 and 3 both set: nvme-cli (the ``format`` of every
+        supported version, 1.16 to 2.13, reads FNA first) sends every format of a
         controller with FNA bit 0 to NSID FFFFFFFFh, which FNA bit 3 (NVMe 2.0,
         FNVMBS) says the controller refuses, so no format can be sent through it."""
         return bool(self.oacs & 0x2) and (self.fna & 0x9) != 0x9
