@@ -88,3 +88,16 @@ def device_accelerators(session, device_id) -> int:
 
 def deployable_get_by_id(session, deployable_id) -> ROW | None:
     return session.get(m.Deployable, deployable_id)
+
+
+def deployables_move(session, deployable_ids, rp_uuid) -> None:
+    """Deployables moved onto provider ``rp_uuid`` (a pool, issue 52), with their
+    bound ARQs' ``device_rp_uuid``: the provider their instance's allocation is
+    on now (steward/conductor/report/reshape.py moved it first)."""
+    if not deployable_ids:
+        return
+    session.execute(sa.update(m.Deployable).where(m.Deployable.id.in_(deployable_ids))
+                    .values(rp_uuid=rp_uuid))
+    session.execute(sa.update(m.ExtARQ).where(m.ExtARQ.deployable_id.in_(deployable_ids))
+                    .where(m.ExtARQ.device_rp_uuid.is_not(None))
+                    .values(device_rp_uuid=rp_uuid))

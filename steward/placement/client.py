@@ -258,6 +258,33 @@ class PlacementClient:
             seen = SeenProvider(generation, body['inventories'])
         return self._cache.remember(rp_uuid, seen)
 
+    # -- moving allocations (issue 52: devices moving onto pools) --------------------
+    def provider_allocations(self, rp_uuid):
+        """{consumer uuid: {resource class: amount}} on ``rp_uuid``."""
+        body = self._http.call('GET', '/resource_providers/%s/allocations' % rp_uuid).json()
+        self._cache.drop_if_moved(rp_uuid, body['resource_provider_generation'])
+        return {c: a['resources'] for c, a in body['allocations'].items()}
+
+    def consumer_allocations(self, consumer):
+        """A consumer's whole allocation document (every provider, its project,
+        user, type and generation), as ``POST /reshaper`` takes it back."""
+        return self._http.call('GET', '/allocations/%s' % consumer).json()
+
+    def provider_generation(self, rp_uuid):
+        return self._http.call('GET', '/resource_providers/%s' % rp_uuid).json()['generation']
+
+    def reshape(self, inventories, allocations, touched):
+        """One ``POST /reshaper``: ``inventories`` {rp: {'resource_provider_generation',
+        'inventories'}} and ``allocations`` {consumer: its whole document} in one
+        Placement transaction, all or nothing (a concurrent change is a 409:
+        PlacementGenerationConflict). ``touched``: the providers to forget after."""
+        try:
+            self._http.call('POST', '/reshaper', {'inventories': inventories,
+                                                 'allocations': allocations}, ok=(204,))
+        finally:
+            for rp_uuid in touched:
+                self._cache.forget(rp_uuid)
+
     def delete_provider(self, rp_uuid):
         """Delete ``rp_uuid`` and its descendants, deepest first; returns how many.
 

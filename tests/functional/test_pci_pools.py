@@ -67,8 +67,12 @@ def _get(server, path, version='1.39'):
         return r.json()
 
 
+def _root(server, host):
+    return _get(server, f'/resource_providers?name={host}')['resource_providers'][0]
+
+
 def _device_providers(server, host):
-    root = _get(server, f'/resource_providers?name={host}')['resource_providers'][0]
+    root = _root(server, host)
     return {rp['name']: rp for rp in _get(
         server, f'/resource_providers?in_tree={root["uuid"]}')['resource_providers']
         if rp['uuid'] != root['uuid']}
@@ -78,12 +82,15 @@ def _inventory(server, rp_uuid):
     return _get(server, f'/resource_providers/{rp_uuid}/inventories')['inventories'][RC]
 
 
-def _candidates(server, groups, policy='none'):
-    """GET /allocation_candidates as Nova 34 asks for a device profile's groups."""
+def _candidates(server, host, groups, policy='none'):
+    """GET /allocation_candidates as Nova 34 asks for a device profile's groups,
+    on ``host`` only (``in_tree``: the Placement server is shared by the tests)."""
     query = [('limit', '1000'), ('group_policy', policy)]
+    root = _root(server, host)['uuid']
     for i, n in enumerate(groups):
         query += [(f'resources_DEVICE_PROFILE_{i}', f'{RC}:{n}'),
-                  (f'required_DEVICE_PROFILE_{i}', 'OWNER_CYBORG')]
+                  (f'required_DEVICE_PROFILE_{i}', 'OWNER_CYBORG'),
+                  (f'in_tree_DEVICE_PROFILE_{i}', root)]
     with placement_fixture.admin_session(server.url) as s:
         r = s.get('/allocation_candidates', params=query,
                   headers={'OpenStack-API-Version': 'placement 1.39'})
@@ -125,9 +132,9 @@ def test_eight_functions_in_one_group_bind_eight_distinct_functions(
     assert (inv['total'], inv['max_unit'], inv['reserved']) == (8, 8, 0)
     # The request clouds make for a whole server: one group of eight. One
     # provider per function answered none (issue 52).
-    (cand,) = _candidates(server, [8])
+    (cand,) = _candidates(server, host, [8])
     assert cand['allocations'] == {pool['uuid']: {'resources': {RC: 8}}}
-    assert _candidates(server, [4, 4]) and _candidates(server, [1] * 8)
+    assert _candidates(server, host, [4, 4]) and _candidates(server, host, [1] * 8)
 
     with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
@@ -151,7 +158,7 @@ def test_eight_functions_in_one_group_bind_eight_distinct_functions(
         # The pool is full: Placement offers nothing more, and a bind that
         # Placement's count would have let through (a lost allocation) finds no
         # function and changes nothing.
-        assert _candidates(server, [1]) == []
+        assert _candidates(server, host, [1]) == []
         late = api.post(URL, json={'device_profile_name': 'x1'}).json()['arqs']
         r = api.patch(URL, json=_bind_body(late, host, pool['uuid'], str(uuid.uuid4())))
         assert r.status_code == 409 and r.json()['error_code'] == 'cyb.bind.pool_exhausted'
@@ -182,9 +189,9 @@ def test_pools_never_span_numa_nodes_and_reserve_what_is_out_of_service(
         assert (inv['total'], inv['max_unit'], inv['reserved']) == (4, 4, 0)
     # Four on one NUMA node: one group of four, from either pool; eight
     # anywhere on the host: two groups of four (group_policy none).
-    assert len(_candidates(server, [4])) == 2
-    assert _candidates(server, [8]) == []
-    assert {tuple(sorted(c['allocations'])) for c in _candidates(server, [4, 4])} >= {
+    assert len(_candidates(server, host, [4])) == 2
+    assert _candidates(server, host, [8]) == []
+    assert {tuple(sorted(c['allocations'])) for c in _candidates(server, host, [4, 4])} >= {
         tuple(sorted(rp['uuid'] for rp in by_node.values()))}
 
     with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
@@ -230,3 +237,69 @@ def test_concurrent_binds_into_one_pool_never_hand_a_function_twice(
     assert {getattr(r, 'code', None) for r in refused} <= {
         'cyb.bind.pool_exhausted'}, refused[:3]
     assert len({_pci(r['attach_handle_info']) for r in bound}) == 8
+
+
+def _provider_allocations(server, rp_uuid):
+    return {c: a['resources'] for c, a in _get(
+        server, f'/resource_providers/{rp_uuid}/allocations')['allocations'].items()}
+
+
+@pytest.mark.parametrize('db', ['sqlite', 'postgresql'], indirect=True)
+def test_a_running_host_moves_onto_a_pool_with_its_instances(
+        transport, database, db, conf, placement, host, tmp_path):
+    """Issue 52, item 5: an entry of a host with bound functions is tagged pool
+    and the agent restarted. The free functions move at its next report; the
+    bound ones move with their instances' allocations in one POST /reshaper:
+    the instances keep their functions, Placement's usage stays theirs, the
+    per-function providers are gone."""
+    from steward.agent.manager import AgentManager
+    _, server = placement
+    root = _tree(tmp_path / 'sys', [0] * 4)
+    plain = dict(POOLED, pool=False)
+    conductor, _ = _start(conf, database, transport, placement, host, root, plain)
+    singles = {name.rsplit('_', 1)[1]: rp for name, rp in
+               _device_providers(server, host).items()}
+    assert sorted(singles) == [_address(i) for i in range(4)]
+    cf.make_profile(database, 'x1', [{f'resources:{RC}': '1'}])
+    instances, handles = {}, {}
+    for i in (0, 1):
+        rp = singles[_address(i)]['uuid']
+        inst = instances[i] = str(uuid.uuid4())
+        assert _claim(server, inst, rp, 1) == 204
+        arq = conductor.arq_create(cf.admin(), 'x1', 'p')[0]
+        (bound,) = conductor.arq_bind(cf.admin(), [{
+            'uuid': arq['uuid'], 'hostname': host, 'device_rp_uuid': rp,
+            'instance_uuid': inst}])
+        handles[i] = bound['attach_handle_uuid']
+
+    conf.set_override('device_spec', [json.dumps(POOLED)], group='pci')
+    again = AgentManager(conf, ConductorAPI(conductor), host=host,
+                         drivers=[PciDriver(conf, host)])
+    again.init_host()
+    again.run_cycle()
+
+    (pool,) = _device_providers(server, host).values()
+    inv = _inventory(server, pool['uuid'])
+    assert (inv['total'], inv['max_unit'], inv['reserved']) == (4, 4, 0)
+    assert _provider_allocations(server, pool['uuid']) == {
+        instances[i]: {RC: 1} for i in (0, 1)}
+    for i in (0, 1):
+        with placement_fixture.admin_session(server.url) as s:
+            doc = s.get(f'/allocations/{instances[i]}').json()['allocations']
+        assert doc == {pool['uuid']: {'resources': {RC: 1}, 'generation': doc[
+            pool['uuid']]['generation']}}
+    # Each instance keeps its function: the same handle, now on the pool.
+    with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+                               raise_server_exceptions=False) as api:
+        for i in (0, 1):
+            (arq,) = api.get(URL, params={'instance': instances[i]}).json()['arqs']
+            assert arq['state'] == 'Bound' and arq['attach_handle_uuid'] == handles[i]
+            assert _pci(arq['attach_handle_info']) == _address(i)
+            assert arq['device_rp_uuid'] == pool['uuid']
+        # Two units left; a group of two lands on the pool and takes the others.
+        assert len(_candidates(server, host, [2])) == 1 and _candidates(server, host, [3]) == []
+        assert api.delete(URL, params={'instance': instances[0]}).status_code == 204
+    assert len(_candidates(server, host, [2])) == 1
+    # Quiet from now on: the next report changes nothing.
+    again.run_cycle()
+    assert len(_device_providers(server, host)) == 1

@@ -308,21 +308,28 @@ def test_the_specs_config_snippets_work_verbatim(tmp_path, tree, name):
         '0000:25:00.4': False, '0000:25:00.5': False, '0000:25:00.6': True}
 
 
-def test_the_operator_pages_ini_examples_work_verbatim(tmp_path, tree, caplog):
+def test_the_operator_pages_ini_examples_work_verbatim(tmp_path, tree, gpus, caplog):
     page = pathlib.Path(__file__).parents[2] / 'doc' / 'drivers' / 'pci.md'
     blocks = re.findall(r'```ini\n(.*?)```', page.read_text(), re.S)
     results = []
     for i, block in enumerate(blocks):
         path = tmp_path / f'{i}.conf'
-        path.write_text(block + f'[DEFAULT]\nsysfs_root = {tree}\n')
+        pooled = '"pool": true' in block
+        path.write_text(block + f'[DEFAULT]\nsysfs_root = {gpus if pooled else tree}\n')
         conf = cfg.ConfigOpts()
         conf.register_opts(default_opts.opts)
         agent_opts.register_opts(conf)
         pci_opts.register_opts(conf)
         conf(['--config-file', str(path)], project='steward', default_config_files=[])
+        found = reported(pci.PciDriver(conf, 'cmp1'))
+        if pooled:
+            # The pools page's example: one pool per NUMA node of the H100s.
+            results.append(sorted({attrs(d)['pool'].rsplit('_', 1)[0]
+                                   for d in found.values()}))
+            continue
         results.append({a: (handle_info(d)['managed'], attrs(d).get('trait0'),
                             handle_info(d).get('live_migratable', False))
-                        for a, d in reported(pci.PciDriver(conf, 'cmp1')).items()})
+                        for a, d in found.items()})
     assert errors(caplog) == []
     assert results == [
         {vf: (True, None, False) for vf in VFS},
@@ -331,6 +338,7 @@ def test_the_operator_pages_ini_examples_work_verbatim(tmp_path, tree, caplog):
         {'0000:25:00.4': (False, None, False), '0000:25:00.5': (True, 'CUSTOM_GOLD', False),
          '0000:25:00.6': (True, 'CUSTOM_GOLD', False)},
         {'0000:25:00.4': (False, None, True)},          # live_migratable
+        ['cmp1_PGPU_nonuma', 'cmp1_PGPU_numa0', 'cmp1_PGPU_numa1'],     # pools
     ]
 
 

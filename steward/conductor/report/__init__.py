@@ -103,6 +103,10 @@ class Reporter:
         removed_rps = changes.persist(ctx, host, parsed)
         writes = self.placement_sync.sync(state, host, rp_name, removed_rps,
                                           changes.inserted_rps)
+        if writes is not None and changes.reshapes:
+            # Devices in use joining a pool, with their instances' allocations
+            # (issue 52); retried by the next report when refused.
+            self.placement_sync.move_in_use(state, rp_name, changes.reshapes)
         with self._lock:
             self._known.add(host)
         # A change held back for an in-use handle or device must be retried on the

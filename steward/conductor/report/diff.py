@@ -124,6 +124,9 @@ class ReportDiff:
         self.database = database
         self.deferred = False
         self.inserted_rps = []
+        # [(deployable id, its provider, its pool's)] of deployables in use whose
+        # pool changed: report/reshape.py moves them with their allocations.
+        self.reshapes = []
         # The host's deployables as loaded with the report, by device id and by
         # name (persist fills them).
         self._deps_by_device = {}
@@ -137,6 +140,7 @@ class ReportDiff:
         removed_rps = []
         # A retry after a deadlock inserts them all again.
         self.inserted_rps = []
+        self.reshapes = []
         with self.database.writer() as s:
             # The host's devices stay locked until this report commits: a bind
             # committing in between would otherwise find its device's locked-in
@@ -377,19 +381,22 @@ class ReportDiff:
 
     def _move_to_provider(self, dep, rep, handles):
         """A deployable whose pool changed (an entry tagged ``pool`` or untagged,
-        issue 52) moves to the provider it belongs to now, once no handle of it is
-        in use: Nova's allocation of a bound one stays on the provider it was made
-        on until the release. Returns the provider it left (deleted by the sync
-        once no deployable of the host is on it). An imported deployable keeps
-        Cyborg's provider."""
+        issue 52) moves to the provider it belongs to now: a free one here,
+        returning the provider it left (deleted by the sync once no deployable of
+        the host is on it); one in use is listed in ``reshapes``, moved after the
+        sync with its instance's allocation (report/reshape.py). An imported
+        deployable keeps Cyborg's provider."""
         wanted = reported_rp_uuid(rep)
         if dep.rp_uuid == wanted or dep.rp_uuid is None or dep.discovered_as:
             return []
         if any(h.in_use for h in handles):
+            # Moved with its instance's allocation after the sync, in one
+            # Placement transaction for the host (report/reshape.py).
             self.deferred = True
-            LOG.warning('deployable %s is in use on provider %s; it moves to provider %s '
-                        '(%s) once it is released', dep.name, dep.rp_uuid, wanted,
-                        providers.provider_name(rep.name, rep.pool))
+            self.reshapes.append((dep.id, dep.rp_uuid, wanted))
+            LOG.info('deployable %s is in use on provider %s; it moves to provider %s '
+                     '(%s) with its instance\'s allocation', dep.name, dep.rp_uuid,
+                     wanted, providers.provider_name(rep.name, rep.pool))
             return []
         left, dep.rp_uuid = dep.rp_uuid, wanted
         self.inserted_rps.append(wanted)

@@ -32,6 +32,7 @@ from steward.common import exception
 from steward.conductor import device_ops
 from steward.conductor import reservation
 from steward.conductor.report import providers
+from steward.conductor.report import reshape
 from steward.db import attributes as attribute_db
 from steward.db import discoveries
 
@@ -169,6 +170,15 @@ class PlacementSync:
                           owner['uuid'])
         return kept
 
+
+    def move_in_use(self, state, rp_name, moves):
+        """report/reshape.py's move of devices in use onto their pools."""
+        try:
+            root = self.compute_node(state, rp_name)
+        except exception.StewardError as err:
+            LOG.error('%s', err)
+            return False
+        return reshape.move_in_use(self.deps, self.placement, root, moves)
 
     def compute_node(self, state, rp_name):
         with self._lock:

@@ -51,7 +51,12 @@ class Member:
             return None
         traits = {v for k, v in attrs.items() if k.startswith('trait')}
         traits.add(os_traits.OWNER_CYBORG)
-        return cls(deployable_id, rp_uuid, provider_name(name, attrs.get(POOL_KEY)), rc,
+        pool = attrs.get(POOL_KEY)
+        if pool and rp_uuid != rp_uuid_for(pool):
+            # Not on its pool yet (in use while its entry was tagged: it moves
+            # with its instance's allocation, report/reshape.py): still its own.
+            pool = None
+        return cls(deployable_id, rp_uuid, provider_name(name, pool), rc,
                    frozenset(traits), num_accelerators)
 
     @classmethod
