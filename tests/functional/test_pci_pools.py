@@ -20,6 +20,7 @@ from steward.drivers.pci.driver import PciDriver
 from tests.fixtures import placement_fixture
 from tests.fixtures import roots
 from tests.fixtures.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import write_aer
 from tests.functional import conductor_fixtures as cf
 
 URL = '/v2/accelerator_requests'
@@ -180,7 +181,7 @@ def test_pools_never_span_numa_nodes_and_reserve_what_is_out_of_service(
         transport, database, db, conf, placement, host, tmp_path):
     _, server = placement
     root = _tree(tmp_path / 'sys', [0, 0, 0, 0, 1, 1, 1, 1])
-    conductor, _ = _start(conf, database, transport, placement, host, root, POOLED)
+    conductor, agent = _start(conf, database, transport, placement, host, root, POOLED)
     pools = _device_providers(server, host)
     by_node = {n: rp for n in (0, 1) for name, rp in pools.items() if f'_numa{n}_' in name}
     assert len(pools) == 2 and len(by_node) == 2
@@ -207,6 +208,16 @@ def test_pools_never_span_numa_nodes_and_reserve_what_is_out_of_service(
         assert _inventory(server, by_node[0]['uuid'])['reserved'] == 0
         # Below 2.9 the key is absent.
         assert 'numa_node' not in api.get('/v2/devices').json()['devices'][0]
+
+    # One failing GPU takes one unit out: a fatal AER error on a function of
+    # node 0 (the kernel's counters in sysfs) read at the next discovery.
+    failing = root / 'devices' / 'pci0000:00' / _address(1)
+    write_aer(failing, fatal={'Completion Timeout': 1})
+    agent.run_cycle()
+    assert _inventory(server, by_node[0]['uuid'])['reserved'] == 1
+    assert _inventory(server, by_node[1]['uuid'])['reserved'] == 1
+    assert _candidates(server, host, [4]) == []
+    assert len(_candidates(server, host, [3])) == 2
 
 
 @pytest.mark.parametrize('db', ['postgresql', 'mysql'], indirect=True)
