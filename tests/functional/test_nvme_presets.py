@@ -263,7 +263,8 @@ def test_what_the_tenant_cannot_do_on_families_without_sanitize(nvme, preset):
                          (('sanitize-log', ctrl.char_path), '0x4109'),
                          (('detach-ns', ctrl.char_path, '-n', '1', '-c', '0'), '0x4001')):
         r = nvme.sim.nvme(*args)
-        assert r.returncode == 1 and f'({status})' in r.stderr, (args, r.stderr)
+        # 2.x exits 1, 1.x with the status's errno (22 for these)
+        assert r.returncode != 0 and f'({status})' in r.stderr, (args, r.stderr)
     rec = proof._released_clean(st, ctrl, dev, inst)
     assert rec['details']['sanitize_before'].startswith('no sanitize')
 
