@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, orm
 from sqlalchemy.pool import base as pool_base
 
+from steward.common import exception
 from steward.conf import CONF
 from steward.db import retry
 from steward.db import sqlite
@@ -51,23 +52,10 @@ def _engine(url, autocommit=False):
     each statement, and closing one sends no ROLLBACK."""
     if sqlite.sqlite_file(url) is None:
         conf = CONF.database
-        engine = engines.create_engine(
-            url, mysql_sql_mode=conf.mysql_sql_mode,
-            mysql_wsrep_sync_wait=conf.mysql_wsrep_sync_wait,
-            connection_recycle_time=conf.connection_recycle_time,
-            connection_debug=conf.connection_debug,
-            max_pool_size=conf.max_pool_size, max_overflow=conf.max_overflow,
-            pool_timeout=conf.pool_timeout, connection_trace=conf.connection_trace,
-            # No connection at construction: an API (or a hosted app's worker)
-            # starts while its database is down and answers 503 until it is
-            # back; the services that need it at start wait in
-            # Database.wait_reachable() on max_retries/retry_interval.
-            max_retries=0,
-            # oslo.db's time.sleep(0) at every checkin is for eventlet's green
-            # threads; Steward's are OS threads, for which it is a GIL handover
-            # per transaction on the hot path and nothing else.
-            thread_checkin=False,
-            connection_parameters=conf.connection_parameters)
+        try:
+            engine = _create_engine(url, conf)
+        except ImportError as err:
+            raise exception.InvalidConfiguration(reason=missing_driver(url, err))
         _check_at_checkout(engine)
         if autocommit:
             _autocommit(engine)
@@ -84,6 +72,44 @@ def _engine(url, autocommit=False):
     engine = sa.create_engine(url, connect_args={'check_same_thread': False})
     event.listen(engine, 'handle_error', exc_filters.handler, retval=True)
     return engine
+
+
+#: The extra that installs each database driver (pyproject.toml).
+DRIVER_EXTRAS = {'MySQLdb': 'mysql', 'pymysql': 'mysql', 'psycopg': 'postgres',
+                 'psycopg2': 'postgres'}
+
+
+def missing_driver(url, err):
+    """What to install when ``[database] connection`` names a driver that is not
+    installed (an API host set up without the mysql extra): one line."""
+    module = (getattr(err, 'name', None) or str(err)).split('.')[0]
+    scheme = str(url).split('://', 1)[0]
+    extra = DRIVER_EXTRAS.get(module)
+    how = (f'install Steward with the {extra} extra (pip install "steward[{extra}]", '
+           f'or tools/bootstrap.sh {extra})' if extra
+           else f'install the Python package that provides {module}')
+    return (f'[database] connection uses {scheme}, whose driver {module} is not '
+            f'installed: {how}')
+
+
+def _create_engine(url, conf):
+    return engines.create_engine(
+        url, mysql_sql_mode=conf.mysql_sql_mode,
+        mysql_wsrep_sync_wait=conf.mysql_wsrep_sync_wait,
+        connection_recycle_time=conf.connection_recycle_time,
+        connection_debug=conf.connection_debug,
+        max_pool_size=conf.max_pool_size, max_overflow=conf.max_overflow,
+        pool_timeout=conf.pool_timeout, connection_trace=conf.connection_trace,
+        # No connection at construction: an API (or a hosted app's worker)
+        # starts while its database is down and answers 503 until it is
+        # back; the services that need it at start wait in
+        # Database.wait_reachable() on max_retries/retry_interval.
+        max_retries=0,
+        # oslo.db's time.sleep(0) at every checkin is for eventlet's green
+        # threads; Steward's are OS threads, for which it is a GIL handover
+        # per transaction on the hot path and nothing else.
+        thread_checkin=False,
+        connection_parameters=conf.connection_parameters)
 
 
 #: A pooled connection unused for longer than this is pinged (a round trip)
