@@ -38,6 +38,13 @@ EVENT_NAME = 'accelerator-request-bound'
 MICROVERSION = '2.82'
 # Events in one POST at the most: a bounded request body, whatever the backlog.
 MAX_EVENTS = 100
+# Events waiting for their POST at the most, per process (binds made while Nova is
+# unreachable: each POST then waits out keystoneauth's connect retries). Past it
+# the oldest binds' events are dropped, with one WARNING per backlog: Nova 34
+# needs none of them to boot (module doc: the bind commits its ARQs Bound before
+# it answers, and the compute reads them resolved before it waits), and an
+# unbounded queue would grow with every bind for as long as Nova is away.
+MAX_PENDING = 10000
 
 
 def configured(conf=CONF):
@@ -136,8 +143,10 @@ class NovaNotifier:
         self._pool = futurist.ThreadPoolExecutor(max_workers=1)
         self._lock = threading.Lock()
         self._pending = collections.deque()     # (events, Future) not yet posted
+        self._queued = 0                        # events in _pending
         self._draining = False
         self.sent = 0
+        self.dropped = 0
         self.enabled = adapter is not None or configured(conf)
         if not self.enabled and announce:
             # Said once here: a bind must not pay for (or log) events nobody receives.
@@ -156,10 +165,28 @@ class NovaNotifier:
         if not events or not self.enabled:
             return None
         future = concurrent_futures.Future()
+        events = list(events)
+        dropped = []
         with self._lock:
-            self._pending.append((list(events), future))
+            self._pending.append((events, future))
+            self._queued += len(events)
+            while self._queued > MAX_PENDING and len(self._pending) > 1:
+                old, old_future = self._pending.popleft()
+                self._queued -= len(old)
+                dropped.append((old, old_future))
             start = not self._draining
             self._draining = True
+        if dropped:
+            first = self.dropped == 0
+            self.dropped += sum(len(old) for old, _ in dropped)
+            if first:
+                LOG.warning('%d %s event(s) wait for Nova, which does not take them: '
+                            'the oldest are dropped (Nova needs none of them to boot: '
+                            'its compute reads the ARQs resolved)', MAX_PENDING,
+                            EVENT_NAME)
+            for _, old_future in dropped:
+                if old_future is not None:
+                    old_future.set_result(False)
         if start:
             self._pool.submit(self._drain)
         return future
@@ -171,6 +198,7 @@ class NovaNotifier:
         while self._pending and (not batch or
                                  count + len(self._pending[0][0]) <= MAX_EVENTS):
             events, future = self._pending.popleft()
+            self._queued -= len(events)
             batch.append((events, future))
             count += len(events)
         return batch

@@ -198,3 +198,36 @@ def test_a_post_carries_whole_binds_up_to_its_limit(conf, monkeypatch):
     assert sizes == [[2], [2], [2], [2]]
     notifier._pending.append(([('i', 'big', 'completed')] * 5, None))
     assert [len(e) for e, _ in notifier._take()] == [5]
+
+
+def test_the_backlog_while_nova_is_away_is_bounded(conf, monkeypatch, caplog):
+    """Binds made while Nova holds the POSTs: the events waiting never exceed
+    MAX_PENDING; the oldest binds' are dropped (their futures say False, one
+    WARNING), the newest are sent once Nova answers again. Nova 34 needs none
+    of the events to boot (test_compute_boot: every event dropped)."""
+    monkeypatch.setattr(nova, 'MAX_PENDING', 50)
+    HeldHandler.replies = [(200, {'events': []})] * 10
+    HeldHandler.seen = []
+    HeldHandler.gate, HeldHandler.arrived = threading.Semaphore(0), threading.Semaphore(0)
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), HeldHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with _nova_at(conf, srv.server_address[1]):
+            notifier = nova.NovaNotifier(conf)
+            first = notifier.notify([('i-0', 'a-0', 'completed')])
+            assert HeldHandler.arrived.acquire(timeout=60)   # Nova holds it
+            later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
+                     for n in range(1, 201)]
+            assert notifier._queued == 50 == len(notifier._pending)
+            assert notifier.dropped == 150
+            assert [f.result(0) for f in later[:150]] == [False] * 150
+            for _ in range(10):
+                HeldHandler.gate.release()
+            assert first.result(60) is True
+            assert all(f.result(60) is True for f in later[150:])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    sent = [e['tag'] for _, _, body in HeldHandler.seen for e in body['events']]
+    assert sent == ['a-0'] + [f'a-{n}' for n in range(151, 201)]
+    assert sum('the oldest are dropped' in r.getMessage() for r in caplog.records) == 1
