@@ -72,7 +72,7 @@ def recovery_info(deps, ctx, host):
         # its first device, as reservation.provider_reserved counts it.
         members = discoveries.provider_members(s, {d.rp_uuid for d, _ in rows if d.rp_uuid})
         for rp, found in members.items():
-            dep, device, _ = found[0]
+            dep, device, _, _ = found[0]
             rc = next((a.value for a in attrs.get(dep.id, ()) if a.key == 'rc'), None)
             want = reservation.members_reserved(s, found)
             if rc and want is not None:

@@ -114,7 +114,12 @@ def release_after_unbind(session, deployable_id, ctx):
     if supports_cleaning(device):
         # Whether its agent can be asked is known only by asking (a ping after
         # the commit): holding this transaction open for it would hold the row.
-        return [CleanupRequest(device.uuid)]
+        # Its provider's reservation is written first: a pool's unit of it is
+        # out from now until its cleanup is verified (reservation.py); a drive
+        # alone stays reserved whole, which the write finds already so.
+        dep = deployable_db.deployable_get_by_id(session, deployable_id)
+        session.expunge(dep)
+        return [dep, CleanupRequest(device.uuid)]
     if device.health_fault:
         # Read unhealthy while its tenant held it (issue 38): out of service now,
         # and its reservation stays (the rule reserves a faulted device whole).

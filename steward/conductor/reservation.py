@@ -23,7 +23,8 @@
 * A POOL (issue 52: one provider for the interchangeable devices of one host,
   steward/drivers/pci/driver.py) reserves the units of its devices that are out
   of service (``out_of_service``: disabled, unhealthy, missing, never set, awaiting
-  or under cleanup, in error). Its devices in use are not reserved: Nova's
+  or under cleanup, in error; and allocated with no handle in use: released,
+  its cleanup not dispatched yet). Its devices in use are not reserved: Nova's
   allocations count them, and reserving them too would hide a free device of the
   pool for every one in use. Each device keeps its own rule for its binding
   (``refusal``): the bind gives each ARQ a free device of the pool
@@ -96,22 +97,28 @@ class Policy:
 
 def provider_reserved(members):
     """Placement ``reserved`` of one provider whose deployables are ``members``,
-    [(deployable, the Policy of its device)], or None: leave it as it is. A
-    provider of one deployable follows its device's rule; a pool (several)
-    reserves its members that are out of service (module doc)."""
+    [(deployable, the Policy of its device, the device's handles in use)], or
+    None: leave it as it is. A provider of one deployable follows its device's
+    rule; a pool (several) reserves its members that are out of service, and its
+    members allocated with no handle in use: released by their tenant, awaiting
+    their cleanup (its agent not reached yet), Nova's allocation gone (module
+    doc)."""
     if not members:
         return None
     if len(members) == 1:
-        dep, rule = members[0]
+        dep, rule, _ = members[0]
         return rule.reserved_for(dep)
-    return sum(dep.num_accelerators for dep, rule in members if rule.out_of_service)
+    return sum(dep.num_accelerators for dep, rule, in_use in members
+               if rule.out_of_service or
+               (rule.device_state == states.DEV_ALLOCATED and not in_use))
 
 
 def members_reserved(session, members):
     """provider_reserved of the rows steward.db.discoveries.provider_members
-    returns for one provider: [(deployable, device, the device's accelerators)]."""
-    return provider_reserved([(dep, policy(session, device, accelerators=count))
-                              for dep, device, count in members])
+    returns for one provider: [(deployable, device, the device's accelerators,
+    its handles in use)]."""
+    return provider_reserved([(dep, policy(session, device, accelerators=count), used)
+                              for dep, device, count, used in members])
 
 
 def policy(session, device, deployables=None, accelerators=None):

@@ -126,6 +126,7 @@ def _wanted_providers(deps):
         rows = discoveries.provider_deployables(s)
         # Every deployable counts (reservation.py's rule), with a provider or not.
         counts = discoveries.accelerators_by_device(s)
+        in_use = discoveries.handles_in_use_by_device(s)
         attrs = attribute_db.attributes_by_deployable(s, [d.id for d, _ in rows])
         by_rp = {}
         for dep, device in rows:
@@ -137,8 +138,8 @@ def _wanted_providers(deps):
                                         for dep, _ in rows):
             members = by_rp[provider.rp_uuid]
             reserved = reservation.provider_reserved([
-                (dep, reservation.policy(s, device, accelerators=counts.get(device.id, 0)))
-                for dep, device in members])
+                (dep, reservation.policy(s, device, accelerators=counts.get(device.id, 0)),
+                 in_use.get(device.id, 0)) for dep, device in members])
             out.append(_Provider(provider.deployable_ids[0], provider.rp_uuid,
                                  provider.name, members[0][1].hostname,
                                  provider.resource_class, provider.total,

@@ -154,26 +154,39 @@ def deployables_with_devices(session, deployable_ids) -> list[tuple]:
 
 
 _DEVICE_ACCELERATORS = orm.aliased(m.Deployable)
+_DEVICE_HANDLES = orm.aliased(m.Deployable)
 
 
 def provider_members(session, rp_uuids) -> dict[str, list[tuple]]:
     """{rp_uuid: [(m.Deployable, its m.Device, the device's accelerators: the sum
-    over all its deployables)]} of every deployable of the providers
-    ``rp_uuids``, in device id order: one row for a provider of one deployable,
-    one per device for a pool (issue 52). One query."""
+    over all its deployables, the device's attach handles in use)]} of every
+    deployable of the providers ``rp_uuids``, in device id order: one row for a
+    provider of one deployable, one per device for a pool (issue 52). One query."""
     if not rp_uuids:
         return {}
     other = _DEVICE_ACCELERATORS
     accelerators = (sa.select(sa.func.coalesce(sa.func.sum(other.num_accelerators), 0))
                     .where(other.device_id == m.Device.id).scalar_subquery())
+    in_use = (sa.select(sa.func.count()).select_from(m.AttachHandle)
+              .join(_DEVICE_HANDLES, _DEVICE_HANDLES.id == m.AttachHandle.deployable_id)
+              .where(_DEVICE_HANDLES.device_id == m.Device.id, m.AttachHandle.in_use)
+              .scalar_subquery())
     out = {}
-    for dep, device, count in session.execute(
-            sa.select(m.Deployable, m.Device, accelerators)
+    for dep, device, count, used in session.execute(
+            sa.select(m.Deployable, m.Device, accelerators, in_use)
             .join(m.Device, m.Deployable.device_id == m.Device.id)
             .where(m.Deployable.rp_uuid.in_(list(rp_uuids)))
             .order_by(m.Device.id, m.Deployable.id)):
-        out.setdefault(dep.rp_uuid, []).append((dep, device, count))
+        out.setdefault(dep.rp_uuid, []).append((dep, device, count, used))
     return out
+
+
+def handles_in_use_by_device(session) -> dict[int, int]:
+    """{device id: its attach handles in use}, of the devices with any."""
+    return dict(session.execute(
+        sa.select(m.Deployable.device_id, sa.func.count())
+        .join(m.AttachHandle, m.AttachHandle.deployable_id == m.Deployable.id)
+        .where(m.AttachHandle.in_use).group_by(m.Deployable.device_id)).all())
 
 
 def provider_deployables(session) -> list[tuple]:

@@ -119,14 +119,23 @@ POOL_OUT = {None: True, 'available': False, 'allocated': False,
             'pending_cleaning': True, 'cleaning': True, 'error': True}
 
 
-def _pool(s, rp, members):
+def _pool(s, rp, members, released=()):
     """Devices of one function each, all on provider ``rp``; ``members``:
-    [(state, status, health_fault, missing)]."""
+    [(state, status, health_fault, missing)]. An allocated one holds its handle
+    (a tenant's), unless its index is in ``released`` (its tenant left, its
+    cleanup not dispatched yet)."""
     ids = []
-    for state, status, fault, missing in members:
+    for i, (state, status, fault, missing) in enumerate(members):
         dev, (dep,) = _device(s, state, status, 'single', missing=missing)
         dev.health_fault = fault
         dep.rp_uuid = rp
+        cpid = m.ControlpathID(uuid=str(uuid.uuid4()), device_id=dev.id, hostname='h',
+                               cpid_type='PCI', cpid_info=dev.uuid)
+        s.add(cpid)
+        s.flush()
+        s.add(m.AttachHandle(uuid=str(uuid.uuid4()), deployable_id=dep.id,
+                             cpid_id=cpid.id, attach_type='PCI', attach_info=dev.uuid,
+                             in_use=state == 'allocated' and i not in released))
         ids.append(dep.id)
     s.flush()
     return ids
@@ -158,6 +167,18 @@ def test_unhealthy_and_missing_devices_leave_their_pool(database, db):
                             ('allocated', 'enabled', None, True),
                             ('available', 'enabled', None, False)])
     assert device_ops.current_reserved(deps, ids[2]) == 2
+
+
+def test_a_released_device_awaiting_its_cleanup_is_out_of_its_pool(database, db):
+    """Allocated with no handle in use: its tenant left (Nova's allocation is
+    gone) and its agent was not reached yet to clean it. Counted out, or
+    Placement would offer a unit no device can give."""
+    deps = conductor_deps.Deps(database=database, metrics=None, placement_client=None,
+                               nova=None, notifier=None, agent_api=None)
+    with database.writer() as s:
+        ids = _pool(s, str(uuid.uuid4()), [('allocated', 'enabled', None, False)] * 3,
+                    released={1})
+    assert device_ops.current_reserved(deps, ids[0]) == 1
 
 
 def test_a_provider_of_one_device_is_not_a_pool(database, db):

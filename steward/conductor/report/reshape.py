@@ -48,8 +48,9 @@ def move_in_use(deps, client, root, moves):
         members = discoveries.provider_members(s, targets)
         rules = {dep_id: reservation.policy(s, device)
                  for dep_id, (dep, device) in moving.items()}
-        current = {to: [(dep, reservation.policy(s, device, accelerators=n))
-                        for dep, device, n in members.get(to, [])] for to in targets}
+        current = {to: [(dep, reservation.policy(s, device, accelerators=n), used)
+                        for dep, device, n, used in members.get(to, [])]
+                   for to in targets}
     moves = [(d, frm, to) for d, frm, to in moves if d in moving]
     specs = {}
     for to in targets:
@@ -63,10 +64,11 @@ def move_in_use(deps, client, root, moves):
         member = providers.Member.of(joining[0].id, to, joining[0].name,
                                      joining[0].num_accelerators,
                                      [(a.key, a.value) for a in attrs[joining[0].id]])
-        everyone = current[to] + [(dep, rules[dep.id]) for dep in joining]
-        specs[to] = (member, sum(dep.num_accelerators for dep, _ in everyone),
+        # In use, each of them (that is why they move this way).
+        everyone = current[to] + [(dep, rules[dep.id], 1) for dep in joining]
+        specs[to] = (member, sum(dep.num_accelerators for dep, _, _ in everyone),
                      reservation.provider_reserved(everyone),
-                     sum(dep.num_accelerators for dep, _ in current[to]))
+                     sum(dep.num_accelerators for dep, _, _ in current[to]))
     moves = [m for m in moves if m[2] in specs]
     if not moves:
         return True

@@ -28,6 +28,7 @@ from steward.common import exception
 from steward.conf import health as health_conf
 from steward.drivers import base
 from steward.drivers import objects
+from steward.drivers import pools
 from steward.drivers.nvme import caps as nvme_caps
 from steward.drivers.nvme import cleanup as nvme_cleanup
 from steward.drivers.nvme import cli as nvme_cli
@@ -41,6 +42,9 @@ from steward.drivers.pci import sysfs as pci_sysfs
 LOG = logging.getLogger(__name__)
 
 POLICY_KEYS = ('clear_action', 'clear_strategy', 'lba_size')
+# ``pool``: the entry's drives of one NUMA node with one cleanup policy and the
+# same capability traits are one resource provider (issue 52, steward/drivers/pools.py).
+POLICY_KEYS += ('pool',)
 ALLOWED_KEYS = frozenset(device_spec.MATCH_KEYS) | frozenset(POLICY_KEYS)
 CAPABILITY_TRAITS = (('ces', os_traits.HW_NVME_CES), ('bes', os_traits.HW_NVME_BES),
                      ('wzs', os_traits.HW_NVME_WZS))
@@ -60,11 +64,19 @@ def parse_specs(values):
                        f'{", ".join(sorted(unknown))}; allowed: '
                        f'{", ".join(sorted(ALLOWED_KEYS))}')
         bad = nvme_policy.validate(*nvme_policy.policy_of(spec.fields)) or \
-            nvme_policy.validate_lba_size(spec.fields.get('lba_size'))
+            nvme_policy.validate_lba_size(spec.fields.get('lba_size')) or _bad_pool(spec)
         if bad:
             raise exception.InvalidConfiguration(
                 reason=f'[nvme] device_spec entry {spec.raw!r}: {bad}')
     return specs
+
+
+def _bad_pool(spec):
+    try:
+        pools.pool_tag(spec.fields)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def resource_class(vendor_id, product_id):
@@ -192,6 +204,16 @@ class NvmeDriver(base.Driver):
         for cap, trait in CAPABILITY_TRAITS:
             if caps and caps.get(cap):
                 attrs.append(objects.DriverAttribute(f'trait{len(attrs) - 1}', trait))
+        if pools.pool_tag(spec.fields):
+            # Interchangeable: one entry, one cleanup policy (the one each drive
+            # resolved, so a drive that resolved another is another pool), the
+            # same traits, one NUMA node. A drive being cleaned is out of its
+            # pool (its unit reserved) until the cleanup is verified.
+            matching = {k: v for k, v in spec.fields.items()
+                        if k in device_spec.MATCH_KEYS}
+            attrs.append(objects.DriverAttribute(objects.POOL_KEY, pools.pool_name(
+                self.host, attrs[0].value, pci.numa_node,
+                [matching, resolution.action, sorted(a.value for a in attrs[1:])])))
         info = objects.pci_info(**pci.address.info())
         deployable = objects.DriverDeployable(
             name=f'{self.host}_{address}', num_accelerators=1, attribute_list=attrs,

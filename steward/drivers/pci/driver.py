@@ -29,7 +29,6 @@ are withheld rather than left to a later, broader entry with another ``managed``
 """
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 
@@ -41,6 +40,7 @@ from steward.common import exception
 from steward.common import moves
 from steward.drivers import base
 from steward.drivers import objects
+from steward.drivers import pools
 from steward.drivers.pci import device_spec
 from steward.drivers.pci import health as pci_health
 from steward.drivers.pci import sysfs as pci_sysfs
@@ -89,7 +89,7 @@ def parse_live_migratable(fields):
 
 def parse_pool(fields):
     """The ``pool`` tag (issue 52), read as ``live_migratable`` is."""
-    return _bool_tag(fields, 'pool')
+    return pools.pool_tag(fields)
 
 
 def _bool_tag(fields, key):
@@ -210,18 +210,13 @@ def default_resource_class(device):
 
 
 def pool_name(host, entry, resource_class, numa_node):
-    """The provider name of the pool a function of ``entry`` joins: what makes
-    functions interchangeable (the entry, its resource class and traits, the NUMA
-    node) and nothing that changes with a reboot. Readable where it can be
-    (``<host>_<RC>_numa<N>``), with a digest of the entry's matching keys and
-    traits so two entries of one resource class on one node stay two pools."""
-    # The entry's matching keys, not its text: re-spelling it or changing a tag
-    # such as ``managed`` keeps its pools (a new name would move them).
+    """The provider name of the pool a function of ``entry`` joins
+    (steward/drivers/pools.py): the entry's matching keys and traits, not its
+    text, so re-spelling it or changing a tag such as ``managed`` keeps its pools
+    (a new name would move them)."""
     matching = {k: v for k, v in entry.spec.fields.items() if k in device_spec.MATCH_KEYS}
-    digest = hashlib.sha1(json.dumps([matching, sorted(entry.traits)],
-                                     sort_keys=True).encode()).hexdigest()[:8]
-    node = 'nonuma' if numa_node is None else f'numa{numa_node}'
-    return f'{host}_{resource_class}_{node}_{digest}'
+    return pools.pool_name(host, resource_class, numa_node,
+                           [matching, sorted(entry.traits)])
 
 
 def attach_info(address, entry, numa_node=None):
