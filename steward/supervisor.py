@@ -50,8 +50,10 @@ class ApiWorker(UvicornWorker):
 
 
 API_WORKER = f'{__name__}.ApiWorker'
-# Placement: one request at a time per process (it is CPU-bound Python), on
-# HTTP/1.1 keep-alive connections.
+# Placement: gunicorn's threaded worker, on HTTP/1.1 keep-alive connections. Its
+# main thread accepts and queues every connection (up to worker_connections)
+# whatever its threads are doing: a worker whose threads are all held by long
+# requests keeps taking new ones, which wait (see Supervisor's lanes).
 WSGI_WORKER = 'gthread'
 
 
@@ -61,22 +63,29 @@ def bind_address(host, port):
 
 class Supervisor(base.BaseApplication):
     """gunicorn serving what ``load()`` returns (called in each worker; or once
-    in the arbiter, before it forks, with ``preload=True``)."""
+    in the arbiter, before it forks, with ``preload=True``).
+
+    ``lanes``: more listeners, each ``(gunicorn bind address, workers)`` with
+    worker processes of its own. A worker accepts on its lane's listener only
+    (``host:port`` is the first lane, with ``workers``), so what one lane's clients
+    send never occupies another lane's workers; gunicorn replaces a dead worker
+    in the lane it leaves short."""
 
     def __init__(self, load, host, port, workers, worker_class, *, preload=False,
                  keepalive=75, graceful_timeout=10, timeout=120, name='steward',
                  on_fork=None, on_ready=None, on_child_exit=None, on_reload=None,
-                 share_connections=False):
+                 share_connections=False, threads=1, lanes=()):
         self._load = load
+        self._lanes = [(bind_address(host, port), workers)] + list(lanes)
         # Room for the workers of a reload (gunicorn forks the new ones before
         # the old ones stop) and for a few more added by TTIN.
         self._share = connection_share.ShareTable(4 * workers + 4) \
             if share_connections else None
         self._options = {
-            'bind': [bind_address(host, port)],
-            'workers': workers,
+            'bind': [address for address, _ in self._lanes],
+            'workers': sum(n for _, n in self._lanes),
             'worker_class': worker_class,
-            'threads': 1,
+            'threads': threads,
             'preload_app': preload,
             'keepalive': keepalive,
             # Seconds a SIGTERM waits for requests in flight before the workers
@@ -111,9 +120,11 @@ class Supervisor(base.BaseApplication):
             if self._on_ready is not None:
                 self._on_ready()
 
-        def pre_fork(_server, worker):
+        def pre_fork(server, worker):
             if self._share is not None:
                 worker.connection_share = (self._share, self._share.claim())
+            if len(self._lanes) > 1:
+                self._assign_lane(server, worker)
 
         def child_exit(_server, worker):
             if self._share is not None:
@@ -131,6 +142,20 @@ class Supervisor(base.BaseApplication):
                                 when_ready=when_ready, child_exit=child_exit,
                                 on_reload=on_reload).items():
             self.cfg.set(name, value)
+
+    def _assign_lane(self, arbiter, worker):
+        """Put ``worker`` (not yet forked) in the lane that has the smallest share
+        of its workers: at start each lane fills up in turn; afterwards the one a
+        dead worker left. Its listeners are then its lane's alone (gunicorn listens
+        on every bind address in the arbiter, in their order, and hands them all
+        to each worker)."""
+        running = [0] * len(self._lanes)
+        for other in arbiter.WORKERS.values():
+            running[getattr(other, 'steward_lane', 0)] += 1
+        lane = min(range(len(self._lanes)),
+                   key=lambda i: (running[i] / self._lanes[i][1], i))
+        worker.steward_lane = lane
+        worker.sockets = [arbiter.LISTENERS[lane]]
 
     def load(self):
         return self._load()

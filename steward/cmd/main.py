@@ -59,8 +59,18 @@ def cmd_serve(argv):
     exporter = root.serve_metrics()
     # Placement takes as long to start as the imports and migrations below: start
     # it now (as the user serve runs as) and let the two run side by side.
-    placement_proc = placement_handle.start_embedded(wait=False) \
-        if placement_handle.is_embedded() else None
+    placement_proc = steward_socket = None
+    if placement_handle.is_embedded():
+        # serve's own Placement client has a lane of its own in the child, the
+        # same socket for every restarted child (steward/placement/handle.py).
+        steward_socket = placement_handle.steward_socket_path()
+        try:
+            placement_proc = placement_handle.start_embedded(
+                wait=False, steward_socket=steward_socket)
+        except BaseException:
+            placement_handle.remove_steward_socket(steward_socket)
+            raise
+        root.placement_endpoint = placement_proc.steward_url
     from steward.agent import manager as agent_manager
     from steward.api import app as api_app  # noqa: F401 - imported now, see above
     from steward.conductor import manager as conductor_manager
@@ -74,7 +84,7 @@ def cmd_serve(argv):
         root.sync_database('serve')
         if placement_proc is not None:
             placement_proc.wait_ready()
-            placement_proc = _supervised(placement_proc, root)
+            placement_proc = _supervised(placement_proc, root, steward_socket)
         conductor = conductor_manager.ConductorManager(root.conductor_deps())
         conductor.init_host()
         root.lifecycle.on_reload(conductor.reloaded)
@@ -102,13 +112,15 @@ def cmd_serve(argv):
             conductor.stop()
         if placement_proc is not None:
             placement_proc.stop()
+        if steward_socket is not None:
+            placement_handle.remove_steward_socket(steward_socket)
         if exporter is not None:
             exporter.stop()
         root.close()
     return root.lifecycle.status
 
 
-def _supervised(child, root):
+def _supervised(child, root, steward_socket):
     """The embedded Placement, restarted when it dies; serve exits with status 1
     when it cannot be (steward/placement/supervise.py)."""
     from steward.placement import supervise
@@ -117,7 +129,8 @@ def _supervised(child, root):
         root.metrics.healed('placement_restarted')
 
     return supervise.PlacementSupervisor(
-        child, lambda: placement_handle.start_embedded(wait=True),
+        child, lambda: placement_handle.start_embedded(wait=True,
+                                                       steward_socket=steward_socket),
         CONF.placement.embedded_restart_attempts, on_restart=restarted,
         on_fatal=lambda: root.lifecycle.stop(1)).start()
 

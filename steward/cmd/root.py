@@ -45,6 +45,9 @@ class Root:
         if transport:
             from steward.common import rpc
             self.transport = rpc.Transport()
+        # Where this process's Placement client goes when it is not what
+        # [placement] says: steward serve's lane in its embedded Placement.
+        self.placement_endpoint = None
         self.policy = None
         if policy:
             from steward.api import policy as api_policy
@@ -56,10 +59,13 @@ class Root:
 
     def placement_client(self):
         """The Placement client of a conductor: [placement] names the service, or
-        the embedded one of this host (steward/placement/handle.py)."""
+        the embedded one of this host (steward/placement/handle.py), through the
+        lane steward serve set in ``placement_endpoint`` when there is one."""
         from steward.placement import client
         from steward.placement import handle
-        endpoint = handle.embedded_url(CONF) if handle.is_embedded(CONF) else None
+        endpoint = None
+        if handle.is_embedded(CONF):
+            endpoint = self.placement_endpoint or handle.embedded_url(CONF)
         return client.PlacementClient.from_conf(CONF, endpoint=endpoint)
 
     def conductor_deps(self, agent_version_cap=None):

@@ -17,11 +17,41 @@ opts = [
                default='sqlite:///$state_path/placement.sqlite',
                help='Database of the embedded Placement.'),
     cfg.IntOpt('embedded_workers', default=2, min=1,
-               help='Processes serving the embedded Placement. Each handles one '
-                    'request at a time (Placement is CPU-bound under one Python '
-                    'interpreter), so more processes use more cores: a first '
-                    'registration of thousands of providers is bounded by this. '
-                    'Each process takes about 90 MB.'),
+               help='Processes serving the embedded Placement on embedded_host:'
+                    'embedded_port (Nova, clients, other hosts). Placement is '
+                    'CPU-bound under one Python interpreter, so more processes use '
+                    'more cores: a first registration of thousands of providers is '
+                    'bounded by this. Each process takes about 90 MB.'),
+    cfg.IntOpt('embedded_threads', default=4, min=1,
+               help='Requests each process of the embedded Placement serves at '
+                    'once. Threads add no throughput to a process (one '
+                    'interpreter), but a long request, such as a query of '
+                    'allocation candidates over many providers, then holds one '
+                    'thread instead of the whole process: the requests behind it '
+                    'take turns with it instead of waiting for it to end.'),
+    cfg.IntOpt('embedded_steward_workers', default=1, min=1,
+               help="Processes of the embedded Placement that serve steward "
+                    "serve's own requests only (binds' reservations, inventories, "
+                    'traits, the drift repair), on a Unix socket of their own: '
+                    'whatever Nova and other clients send to embedded_port (a '
+                    'query of allocation candidates running for minutes) never '
+                    "holds a worker Steward's writes need. Each process takes about "
+                    '90 MB.'),
+    cfg.StrOpt('embedded_config_file',
+               help="A configuration file of OpenStack Placement's own options "
+                    '(placement.conf style) for the embedded Placement, e.g. '
+                    '[placement] max_allocation_candidates, '
+                    'allocation_candidates_generation_strategy, '
+                    'randomize_allocation_candidates, '
+                    'allocation_conflict_retry_count; [workarounds] '
+                    'optimize_for_wide_provider_trees. Unset: Steward\'s defaults, '
+                    'which bound the cost of one query of allocation candidates: '
+                    'max_allocation_candidates = 1000, '
+                    'allocation_candidates_generation_strategy = breadth-first, '
+                    'optimize_for_wide_provider_trees = true (the file overrides '
+                    'each). Its [placement_database] connection and [api] '
+                    'auth_strategy are not used: embedded_connection, noauth2. '
+                    'Read when the embedded Placement starts.'),
     cfg.IntOpt('embedded_restart_attempts', default=5, min=1,
                help='Times in a row steward serve tries to start its embedded '
                     'Placement again after it died (waiting 1, 2, 4 ... up to 30 '

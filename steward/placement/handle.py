@@ -3,6 +3,11 @@ steward.placement.embedded``): start it, wait until it answers, stop it.
 
 The child gets SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG); its own
 workers follow it (steward/supervisor.py).
+
+`steward serve` gives the child a second listener, a Unix socket in a directory
+of its own, served by worker processes of their own, for its own Placement client
+(``steward_url``): a long query of allocation candidates from Nova or another
+client on ``[placement] embedded_port`` never holds a worker Steward's writes need.
 """
 import json
 import logging
@@ -18,6 +23,7 @@ import urllib.request
 from steward import lifetime
 from steward.common import exception
 from steward.common import netutils
+from steward.placement import unix_http
 
 # The connection URL travels to the child in the environment, not argv: a MySQL URL
 # carries a password that `ps` would show to every user of the host.
@@ -61,10 +67,13 @@ def _tail(path, limit=4000):
 class EmbeddedProcess:
     """A Placement child process; ``stop()`` terminates it."""
 
-    def __init__(self, proc, url, log_file, owns_log, host=None, port=None):
+    def __init__(self, proc, url, log_file, owns_log, host=None, port=None,
+                 steward_url=None):
         self._proc = proc
         self.pid = proc.pid
         self.url = url
+        # Steward's own lane (an http+unix:// URL), or None: everything on url.
+        self.steward_url = steward_url
         self.log_file = log_file
         self._owns_log = owns_log
         self.host, self.port = host, port
@@ -120,11 +129,36 @@ class EmbeddedProcess:
         return self._proc.returncode
 
 
+def steward_socket_path():
+    """Where a child's Steward lane listens: a Unix socket in a new directory only
+    this user may enter (mkdtemp's 0700), so no other local user reaches that
+    noauth2 listener. Under the temporary directory, not state_path: a socket's
+    path holds at most 107 bytes, fewer than a deep state_path leaves. The caller
+    removes it (``remove_steward_socket``) once done with every child on it."""
+    return os.path.join(tempfile.mkdtemp(prefix='steward-placement-'), 'steward.sock')
+
+
+def remove_steward_socket(path):
+    """Remove a ``steward_socket_path()`` and its directory (gunicorn unlinks the
+    socket when it stops; not when it is killed)."""
+    for remove, what in ((os.unlink, path), (os.rmdir, os.path.dirname(path))):
+        try:
+            remove(what)
+        except OSError:
+            pass
+
+
 def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
-                     timeout=30.0, wait=True, workers=2):
+                     timeout=30.0, wait=True, workers=2, threads=None,
+                     config_file=None, steward_socket=None, steward_workers=1):
     """Start Placement in a child process and wait until it answers ``GET /``
     (``wait=False``: return at once; the caller calls ``wait_ready()`` later and
     does its own start-up meanwhile, on the other core).
+
+    ``threads``: per worker process (None: the child's default);
+    ``config_file``: Placement's options (steward/placement/settings.py);
+    ``steward_socket``: a ``steward_socket_path()`` where ``steward_workers``
+    processes of their own serve Steward's client (the child's ``steward_url``).
 
     The child gets SIGTERM when the parent dies (Linux PR_SET_PDEATHSIG). The
     signal follows the *thread* that forked, so call this from a long-lived thread
@@ -153,13 +187,21 @@ def start_subprocess(connection, host='127.0.0.1', port=8778, log_file=None,
     # The child must import this very steward even when it is not installed.
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env['PYTHONPATH'] = os.pathsep.join(p for p in (src, env.get('PYTHONPATH')) if p)
+    argv = [sys.executable, '-m', 'steward.placement.embedded',
+            '--host', host, '--port', str(port), '--workers', str(workers)]
+    if threads is not None:
+        argv += ['--threads', str(threads)]
+    if config_file:
+        argv += ['--config-file', os.path.abspath(config_file)]
+    if steward_socket:
+        argv += ['--steward-bind', 'unix:' + steward_socket,
+                 '--steward-workers', str(steward_workers)]
     with log:
         proc = subprocess.Popen(
-            [sys.executable, '-m', 'steward.placement.embedded',
-             '--host', host, '--port', str(port), '--workers', str(workers)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            close_fds=True, preexec_fn=lifetime.preexec_die_with_parent())
-    child = EmbeddedProcess(proc, url, log_file, owns_log, host, port)
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, close_fds=True, preexec_fn=lifetime.preexec_die_with_parent())
+    child = EmbeddedProcess(proc, url, log_file, owns_log, host, port,
+                            unix_http.url_for(steward_socket) if steward_socket else None)
     if wait:
         child.wait_ready(timeout)
     return child
@@ -182,15 +224,20 @@ def embedded_url(conf=None):
     return f'http://{conf.placement.embedded_host}:{conf.placement.embedded_port}'
 
 
-def start_embedded(wait=True):
+def start_embedded(wait=True, steward_socket=None):
     """The embedded Placement child; ``wait=False``: started, not yet answering
-    (call its ``wait_ready()`` before using it)."""
+    (call its ``wait_ready()`` before using it). ``steward_socket``: its Steward
+    lane (``steward_socket_path()``, the same for every child of one serve)."""
     conf = _conf()
     log_file = os.path.join(conf.state_path, 'placement.log')
     proc = start_subprocess(conf.placement.embedded_connection,
                             conf.placement.embedded_host, conf.placement.embedded_port,
                             log_file=log_file, wait=wait,
-                            workers=conf.placement.embedded_workers)
+                            workers=conf.placement.embedded_workers,
+                            threads=conf.placement.embedded_threads,
+                            config_file=conf.placement.embedded_config_file,
+                            steward_socket=steward_socket,
+                            steward_workers=conf.placement.embedded_steward_workers)
     # One start-up line per component: start_subprocess() logs the URL.
     LOG.debug('Embedded Placement (pid %s) at %s, log %s', proc.pid, proc.url, log_file)
     return proc

@@ -271,6 +271,52 @@ def share_table_aliases():
 
 
 @written_for('openstack-placement', 16)
+def hash_candidates_by_mappings():
+    """Placement gathers the candidates of a request in a set of
+    ``AllocationRequest``; their ``__eq__`` compares the resources and the
+    group-to-provider ``mappings``, their ``__hash__`` the resources only. Several
+    one-unit groups over a host's one-unit providers give candidates that differ
+    in their mappings only (each GPU once, in another order): they all hash alike,
+    and every add compares with every candidate already in the set, two sets built
+    per comparison. 1000 candidates of eight one-unit groups on one host of eight:
+    12.8 s, 11.6 of them in those comparisons; 0.9 s with the mappings hashed. The
+    hash now covers what ``__eq__`` compares (equal candidates still hash alike);
+    which candidates are found, and how many, is unchanged."""
+    from placement.objects import allocation_candidate
+
+    def __hash__(self):  # noqa: N807 - the method it replaces
+        return hash((frozenset(self.resource_requests),
+                     frozenset((suffix, frozenset(providers))
+                               for suffix, providers in self.mappings.items())))
+
+    allocation_candidate.AllocationRequest.__hash__ = __hash__
+
+
+@written_for('openstack-placement', 16)
+def watch_candidate_generation():
+    """Placement's ``_merge_candidates`` walks the combinations its
+    ``_generate_areq_lists`` yields in one loop with no deadline: a request whose
+    client has gone keeps a thread at full CPU until the product ends. Each
+    combination now passes through steward/placement/candidate_watch.py, which
+    stops the walk once the client has closed its connection, and warns when one
+    runs long. The candidates, and their order, are Placement's."""
+    from placement.objects import allocation_candidate
+
+    from steward.placement import candidate_watch
+
+    generate = allocation_candidate._generate_areq_lists
+    if getattr(generate, 'steward_watched', False):
+        return
+
+    def watched_generation(rw_ctx, areq_lists_by_anchor, all_suffixes):
+        return candidate_watch.watched(
+            generate(rw_ctx, areq_lists_by_anchor, all_suffixes))
+
+    watched_generation.steward_watched = True
+    allocation_candidate._generate_areq_lists = watched_generation
+
+
+@written_for('openstack-placement', 16)
 def policy_from_defaults_only(conf):
     """The embedded Placement's policy is its defaults (noauth2, no files: see
     steward/placement/app.py). oslo.policy still looks for a policy file and policy

@@ -22,6 +22,7 @@ from keystoneauth1 import session as ks_session
 import requests
 
 from steward.common import exception
+from steward.placement import unix_http
 
 MICROVERSION = '1.39'
 # Placement (or the proxy in front of it) cannot serve now: an outage, not a bug.
@@ -31,7 +32,8 @@ _EMBEDDED_TIMEOUT = 30
 
 def build_adapter(conf, endpoint=None, default_timeout=None):
     """A keystoneauth Adapter for Placement at MICROVERSION that never raises on an
-    HTTP status: for ``endpoint`` (embedded Placement, noauth2) or from ``[placement]``."""
+    HTTP status: for ``endpoint`` (embedded Placement, noauth2; an ``http+unix://``
+    URL is its Steward lane, steward/placement/unix_http.py) or from ``[placement]``."""
     group = 'placement'
     if endpoint:
         # noauth2 accepts exactly the token 'admin'; keystoneauth's 'none' plugin
@@ -41,6 +43,8 @@ def build_adapter(conf, endpoint=None, default_timeout=None):
         http = requests.Session()
         http.trust_env = False   # an http_proxy from the environment must not catch loopback
         _pooled(http)
+        if endpoint.startswith(unix_http.SCHEME + '://'):
+            unix_http.mount(http, endpoint, POOL_SIZE)
         sess = ks_session.Session(
             auth=auth, session=http,
             timeout=conf[group].timeout or default_timeout or _EMBEDDED_TIMEOUT)

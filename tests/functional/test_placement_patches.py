@@ -19,6 +19,7 @@ from tests.fixtures.placement_fixture import admin_session, get_placement, uniqu
 ALL = [patches.register_quietly, patches.start_engine_apart,
        patches.serialize_sqlite_writers, patches.pool_sqlite_connections,
        patches.readers_apart, patches.check_schemas_once, patches.share_table_aliases,
+       patches.hash_candidates_by_mappings, patches.watch_candidate_generation,
        patches.policy_from_defaults_only]
 
 
@@ -135,6 +136,90 @@ def test_patch_share_table_aliases(placement):
     first = resource_provider.sa.alias(table, name='rp_x')
     assert resource_provider.sa.alias(table, name='rp_x') is first
     assert resource_provider.sa.alias(table, name='rp_y') is not first
+
+
+def _host_of_one_unit_providers(url, rc, devices=8):
+    with admin_session(url) as s:
+        root = s.post('/resource_providers', json={'name': unique_name()}).json()['uuid']
+        assert s.put(f'/resource_classes/{rc}').status_code in (201, 204)
+        for _ in range(devices):
+            rp = s.post('/resource_providers', json={
+                'name': unique_name(), 'parent_provider_uuid': root}).json()['uuid']
+            r = s.put(f'/resource_providers/{rp}/inventories', json={
+                'resource_provider_generation': 0, 'inventories': {rc: {'total': 1}}})
+            assert r.status_code == 200, r.text
+
+
+def test_patch_hash_candidates_by_mappings(placement):
+    from placement.objects import allocation_candidate as ac
+    # Candidates that differ in their mappings only hash apart; equal ones alike.
+    arr = ac.AllocationRequestResource(resource_provider=_Ctx(), resource_class='X',
+                                       amount=1)
+    arr.resource_provider.id = 1
+    one = ac.AllocationRequest(resource_requests=[arr], mappings={'1': {'a'}, '2': {'b'}})
+    other = ac.AllocationRequest(resource_requests=[arr], mappings={'1': {'b'}, '2': {'a'}})
+    same = ac.AllocationRequest(resource_requests=[arr], mappings={'2': {'b'}, '1': {'a'}})
+    assert one != other and hash(one) != hash(other)
+    assert one == same and hash(one) == hash(same)
+    # Eight one-unit groups on a host of eight: every candidate found is a way of
+    # seating the groups (each GPU once), none twice, up to the cap.
+    rc = 'CUSTOM_' + unique_name().upper().replace('-', '_')
+    _host_of_one_unit_providers(placement.url, rc)
+    query = {f'resources{i}': f'{rc}:1' for i in range(1, 9)}
+    with admin_session(placement.url) as s:
+        found = s.get('/allocation_candidates', params=dict(
+            query, group_policy='none', limit='1000'), timeout=120).json()
+    seatings = {tuple(tuple(m) for _, m in sorted(c['mappings'].items()))
+                for c in found['allocation_requests']}
+    assert len(found['allocation_requests']) == len(seatings) == 1000
+    assert all(len({rp for (rp,) in seating}) == 8 for seating in seatings)
+
+
+def test_patch_watch_candidate_generation(placement, caplog):
+    import itertools
+    import socket
+
+    from placement.objects import allocation_candidate as ac
+
+    from steward.placement import candidate_watch
+    assert ac._generate_areq_lists.steward_watched
+    ticks = itertools.count()
+
+    def clock():                  # a second per reading: every reading looks
+        return float(next(ticks))
+
+    def generate(environ, leave_after):
+        """What a request of ``environ`` generates, its client leaving after
+        ``leave_after`` combinations (never: None), up to 100 000."""
+        counted = []
+
+        def app(_environ, _start_response):
+            for n, _ in enumerate(candidate_watch.watched(range(100_000), clock)):
+                if n == leave_after:
+                    client.close()
+                counted.append(n)
+            return []
+        candidate_watch.tracking(app)(environ, None)
+        return len(counted)
+
+    server, client = socket.socketpair()
+    with server, client, caplog.at_level(logging.WARNING,
+                                         logger=candidate_watch.__name__):
+        # The client sent its next request already: still there.
+        client.sendall(b'GET / HTTP/1.1\r\n')
+        assert not candidate_watch.client_gone(server)
+        server.recv(100)
+        left = 10 * candidate_watch.CLOCK_EVERY
+        # Gone: the generation stops at the next look.
+        assert left < generate({'gunicorn.socket': server}, left) \
+            <= left + candidate_watch.CLOCK_EVERY
+        assert candidate_watch.client_gone(server)
+    stopped = [r.getMessage() for r in caplog.records if 'abandoned' in r.getMessage()]
+    warned = [r.getMessage() for r in caplog.records if 'generating' in r.getMessage()]
+    assert len(stopped) == 1 and len(warned) == 1, caplog.text
+    # Without a client socket (not served by gunicorn) it runs to the end.
+    caplog.clear()
+    assert generate({}, None) == 100_000
 
 
 def test_patch_policy_from_defaults_only(placement):
