@@ -118,9 +118,13 @@ def child_of(tmp_path):
     def start(config_file=None):
         log = str(tmp_path / f'placement-{len(started)}.log')
         sock = handle.steward_socket_path()
-        child = handle.start_subprocess(
-            f'sqlite:///{tmp_path}/placement-{len(started)}.sqlite', '127.0.0.1',
-            free_port(), log_file=log, config_file=config_file, steward_socket=sock)
+        try:
+            child = handle.start_subprocess(
+                f'sqlite:///{tmp_path}/placement-{len(started)}.sqlite', '127.0.0.1',
+                free_port(), log_file=log, config_file=config_file, steward_socket=sock)
+        except BaseException:
+            handle.remove_steward_socket(sock)
+            raise
         started.append((child, sock))
         return child, log
 
