@@ -112,6 +112,17 @@ def _create_engine(url, conf):
         connection_parameters=conf.connection_parameters)
 
 
+#: The releases whose private attributes this module sets or reads, where no
+#: public interface does the same: SQLAlchemy's pool ``_pre_ping`` (oslo.db
+#: turns pre-ping on with no option, _check_at_checkout) and ``_reset_on_return``
+#: (oslo.db passes no ``pool_reset_on_return``, _reset_open_transactions_only),
+#: and PyMySQL's ``_sock`` (it has no ``fileno()``, _socket_fd). pyproject.toml
+#: keeps both below their next minor release, upper-constraints.txt pins the
+#: tested one, and tests/unit/test_db_private_use.py fails on any other: a new
+#: release is checked before it is allowed (issue 54, item 4).
+PRIVATE_USE_TESTED = {'SQLAlchemy': ('2.0', '2.1'), 'PyMySQL': ('1.1', '1.2')}
+
+
 #: A pooled connection unused for longer than this is pinged (a round trip)
 #: before it is handed out; one used more recently is only looked at.
 IDLE_PING_SECONDS = 1.0
