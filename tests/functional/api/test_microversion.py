@@ -22,7 +22,7 @@ def test_versions_are_contiguous_from_2_0():
     assert microversion.MAX_VERSION == versions[-1]
 
 
-def test_latest_version_is_2_8():
+def test_latest_version_is_2_9():
     # Raise with care: a new microversion also needs its history entry, and
     # The newest entry of the canonical list; a new one must update this test.
     assert microversion.max_version_string() == '2.9'
@@ -39,14 +39,14 @@ def test_every_version_has_a_history_entry():
 def test_feature_constants_are_listed():
     listed = {v for v, _ in microversion.VERSIONS}
     for name in ('INITIAL', 'ARQ_BIND_PROJECT_ID', 'DP_GET_BY_NAME', 'DEVICE_STATUS',
-                 'PCI_MANAGED', 'DEVICE_STATE', 'DEVICE_HISTORY'):
+                 'PCI_MANAGED', 'DEVICE_STATE', 'DEVICE_HISTORY', 'NUMA_NODE'):
         assert getattr(microversion, name) in listed
 
 
 def test_gap_is_refused():
     with pytest.raises(AssertionError):
-        microversion._add('2.10', 'a gap')
-    assert len(microversion.VERSIONS) == 9
+        microversion._add('2.11', 'a gap')
+    assert len(microversion.VERSIONS) == 10
 
 
 # --- parsing ----------------------------------------------------------------------
@@ -54,10 +54,10 @@ def test_gap_is_refused():
     (None, (2, 0)),
     ('accelerator 2.1', (2, 1)),
     ('accelerator 2.3', (2, 3)),
-    ('accelerator latest', (2, 8)),
+    ('accelerator latest', (2, 9)),
     ('ACCELERATOR 2.2', (2, 2)),
     ('2.2', (2, 2)),                         # bare form, deprecated
-    ('latest', (2, 8)),
+    ('latest', (2, 9)),
     ('compute 2.60', (2, 0)),                # another service's: not ours
     ('compute 2.60, accelerator 2.3', (2, 3)),
 ])

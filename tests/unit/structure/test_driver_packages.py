@@ -1,7 +1,8 @@
 """The drivers build on one another in one direction only.
 
 ``steward/drivers`` holds what every driver shares (the ``Driver`` contract, the
-objects a driver reports, a cleanup's job) and one package or module per driver.
+objects a driver reports, a cleanup's job, the names of pools) and one package or
+module per driver.
 PCI functions are what the others are made of: the NVMe driver matches controllers
 with ``[nvme] device_spec`` and reads them from PCI sysfs, the mdev driver's parents
 are PCI functions, the NVIDIA GPU driver offers mdevs. So ``pci`` imports no other
@@ -10,7 +11,7 @@ can then never break the PCI or mdev driver. The module graph is
 tests/unit/structure/test_import_cycles.py's."""
 from tests.unit.structure.test_import_cycles import import_graph
 
-SHARED = {'base', 'objects', 'cleanup_job'}
+SHARED = {'base', 'objects', 'cleanup_job', 'pools'}
 # driver: (the drivers it may import, why).
 BELOW = {
     'fake': (set(), 'the driver of the tests and of a dry run stands alone'),
