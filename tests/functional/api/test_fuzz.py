@@ -52,7 +52,7 @@ ROUTE_PARAMS = {
     '/v2/accelerator_requests': ('instance', 'bind_state', 'arqs'),
     '/v2/devices/{uuid}/erase_records': ('limit',),
 }
-VERSIONS = ['2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.8', '2.9', '2.99', '3.0',
+VERSIONS = ['2.0', '2.1', '2.2', '2.3', '2.4', '2.5', '2.6', '2.7', '2.8', '2.9', '2.10', '2.99', '3.0',
             '1.0', 'latest', '2', 'abc', '2.-1', '']
 
 
