@@ -15,6 +15,10 @@ at Nova's API, served on a real port: events and the orphan check reach real Nov
 Each compute host has two PCI functions (tests/fixtures/sysfs_tree.py): ``LM_ADDRESS``
 (product ``LM_PRODUCT``, tagged ``live_migratable`` in ``[pci] device_spec`` when
 this Steward knows the tag) and ``FIXED_ADDRESS`` (``FIXED_PRODUCT``, not tagged).
+A host named in ``pooled`` (issue 52) is an eight-GPU server instead: the
+``POOL_ADDRESSES`` (``POOL_PRODUCT`` on vfio-pci, all on NUMA node
+``POOL_NUMA_NODE``) under one ``[pci] device_spec`` entry tagged ``pool`` with
+``resource_class: POOL_RC``, which Steward offers as ONE provider of total 8.
 """
 import json
 import os
@@ -39,6 +43,11 @@ FIXED_RC = f'CUSTOM_PCI_{VENDOR.upper()}_{FIXED_PRODUCT.upper()}'
 LM_RC = f'CUSTOM_PCI_{VENDOR.upper()}_{LM_PRODUCT.upper()}'
 FIXED_PROFILE, LM_PROFILE = 'nova-pci', 'nova-pci-lm'
 COMPUTE_VERSION = 'compute 2.96'
+# A pooled host (``NovaCloud(pooled=...)``): eight identical functions, one pool.
+POOL_PRODUCT, POOL_RC, POOL_NUMA_NODE = '2330', 'PGPU', 0
+POOL_ADDRESSES = tuple(f'0000:{0x18 + i:02x}:00.0' for i in range(8))
+POOL_SPEC = {'vendor_id': VENDOR, 'product_id': POOL_PRODUCT, 'resource_class': POOL_RC,
+             'pool': True}
 NOVA_START_TIMEOUT = 180
 
 
@@ -58,7 +67,7 @@ def nova_supports(what):
 class NovaProcess:
     """tests/nova/nova_cloud.py in .venv-nova, until ``stop()``."""
 
-    def __init__(self, base, request, patched=True):
+    def __init__(self, base, request, patched=True, record_accel_info=False):
         self.base = pathlib.Path(base)
         self.ready_path = self.base / 'nova-ready.json'
         self.stop_path = self.base / 'nova-stop'
@@ -68,6 +77,11 @@ class NovaProcess:
         request = dict(request, ready=str(self.ready_path), stop=str(self.stop_path),
                        log=str(self.service_log_path),
                        fail_live_migration=str(self.fail_path))
+        # What the fake virt driver is given (its spawn's accel_info), one JSON
+        # line per call, when asked (tests/nova/nova_cloud.py).
+        self.accel_info_path = self.base / 'nova-accel-info.jsonl'
+        if record_accel_info:
+            request['accel_info'] = str(self.accel_info_path)
         (self.base / 'nova-in.json').write_text(json.dumps(request))
         # Nova's functional fixtures import the placement package (never started
         # here): Steward's own copy, alone on the path.
@@ -97,6 +111,15 @@ class NovaProcess:
 
     def alive(self):
         return self.proc.poll() is None
+
+    def accel_info(self):
+        """[{call, host, instance, arqs}] of each spawn (a boot, a resize's
+        finish_migration) and finish_revert_migration of the fake driver, in
+        order: the bound ARQs Nova's compute handed its virt driver."""
+        if not self.accel_info_path.exists():
+            return []
+        return [json.loads(line) for line in
+                self.accel_info_path.read_text().splitlines() if line.strip()]
 
     def poll_ready(self):
         """Nova's ready document once it has written it; raises if Nova died."""
@@ -136,9 +159,12 @@ class NovaCloud(cluster_mod.Cluster):
 
     netns_tag = 'n'
 
-    def __init__(self, patched=True, hosts=HOSTS):
+    def __init__(self, patched=True, hosts=HOSTS, pooled=()):
+        """``pooled``: the hosts that are eight-GPU servers (module doc); the
+        fake virt driver's accel_info is recorded when there is one."""
         super().__init__(hosts=hosts, conductors=1, api_workers=1)
         self.patched = patched
+        self.pooled = frozenset(pooled)
         self.nova_port = rabbit.free_port()
         self.nova_url = f'http://127.0.0.1:{self.nova_port}/v2.1'
         self.nova = None
@@ -155,7 +181,11 @@ class NovaCloud(cluster_mod.Cluster):
     def agent_conf(self, host, rp_name=None, drivers='pci'):
         name = f'agent-{host}'
         root = self.sysfs_for(host)
-        if not root.exists():
+        if not root.exists() and host in self.pooled:
+            for bdf in POOL_ADDRESSES:
+                make_pci(root, bdf, f'0x{VENDOR}', f'0x{POOL_PRODUCT}', cls='0x030200',
+                         driver='vfio-pci', numa_node=POOL_NUMA_NODE)
+        elif not root.exists():
             for bdf, product in ((FIXED_ADDRESS, FIXED_PRODUCT), (LM_ADDRESS, LM_PRODUCT)):
                 make_pci(root, bdf, f'0x{VENDOR}', f'0x{product}', cls='0x030200')
         ns = self.netns.get(host)
@@ -171,6 +201,8 @@ class NovaCloud(cluster_mod.Cluster):
             lm['live_migratable'] = True
         conf['pci'] = {'device_spec': [
             json.dumps({'vendor_id': VENDOR, 'product_id': FIXED_PRODUCT}), json.dumps(lm)]}
+        if host in self.pooled:
+            conf['pci'] = {'device_spec': json.dumps(POOL_SPEC)}
         return name, self.write_conf(name, conf)
 
     def add_agent(self, host, rp_name=None, drivers='pci'):
@@ -183,7 +215,8 @@ class NovaCloud(cluster_mod.Cluster):
         if self.nova is None:
             self.nova = NovaProcess(self.base, {
                 'placement': self.placement_url, 'accelerator': f'{self.api_url}/v2',
-                'api_port': self.nova_port, 'hosts': self.hosts}, patched=self.patched)
+                'api_port': self.nova_port, 'hosts': self.hosts}, patched=self.patched,
+                record_accel_info=bool(self.pooled))
         return None
 
     def nova_ready(self):
@@ -196,7 +229,7 @@ class NovaCloud(cluster_mod.Cluster):
         if not self.nova_ready():
             return False
         deps = self.deployables(host)
-        if len(deps) != 2:
+        if len(deps) != (len(POOL_ADDRESSES) if host in self.pooled else 2):
             return False
         with self.placement_client() as p:
             tree = p.get('/resource_providers', params={
@@ -222,6 +255,11 @@ class NovaCloud(cluster_mod.Cluster):
     def device_rp(self, host, address):
         return next(d['rp_uuid'] for d in self.deployables(host)
                     if d['name'] == f'{host}_{address}')
+
+    def pool_rp(self, host):
+        """The one provider of a pooled host's eight functions."""
+        (rp,) = {d['rp_uuid'] for d in self.deployables(host)}
+        return rp
 
     def nova_client(self):
         return httpx.Client(base_url=self.nova_url, timeout=120, trust_env=False,

@@ -155,6 +155,35 @@ class NovaCloudTestCase(integrated_helpers.ProviderUsageBaseTestCase):
             'nova.virt.fake.FakeDriver.live_migration', live_migration))
         # Shelve offloads at once: unshelve then binds fresh ARQs, on any host.
         self.flags(shelved_offload_time=0)
+        if self.request.get('accel_info'):
+            self._record_accel_info(self.request['accel_info'])
+
+    def _record_accel_info(self, path):
+        """What the fake virt driver is given, when the request asks: one JSON
+        line per spawn (a boot; a resize's finish_migration goes through it)
+        and finish_revert_migration, with its host, the instance and the bound
+        ARQs (``accel_info``) Nova's compute passed. The driver's own behaviour
+        is unchanged."""
+        def record(driver, call, instance, accel_info):
+            with open(path, 'a') as f:
+                f.write(json.dumps({'call': call, 'host': driver._host,
+                                    'instance': instance.uuid,
+                                    'arqs': accel_info}, default=str) + '\n')
+        spawn = fake.FakeDriver.spawn
+        revert = fake.FakeDriver.finish_revert_migration
+
+        def recorded_spawn(driver, context, instance, *args, **kwargs):
+            record(driver, 'spawn', instance, kwargs.get('accel_info'))
+            return spawn(driver, context, instance, *args, **kwargs)
+
+        def recorded_revert(driver, context, instance, *args, **kwargs):
+            record(driver, 'finish_revert_migration', instance,
+                   kwargs.get('accel_info'))
+            return revert(driver, context, instance, *args, **kwargs)
+        self.useFixture(fixtures.MonkeyPatch('nova.virt.fake.FakeDriver.spawn',
+                                             recorded_spawn))
+        self.useFixture(fixtures.MonkeyPatch(
+            'nova.virt.fake.FakeDriver.finish_revert_migration', recorded_revert))
 
     def _serve_api(self):
         # Nova's functional tests run under eventlet (nova/tests/functional/
