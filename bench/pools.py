@@ -671,7 +671,9 @@ def main():
                                             args.per_device_timeout,
                                             args.per_device_budget, previous[model])
                     print_cells(cells)
-                    previous[model] = {c.request.label: c for c in cells if not c.skipped}
+                    # A request that timed out stays unsent at every larger size.
+                    previous[model].update(
+                        {c.request.label: c for c in cells if not c.skipped})
                     device_cells += cells
         columns = [('pool', n) for n in sizes] + [
             (model, n) for model, _ in configs for n in device_sizes]
