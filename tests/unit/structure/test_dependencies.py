@@ -26,8 +26,9 @@ USED_WITHOUT_IMPORT = {
     # Imported through tests/fixtures/requirements.need_import('libvirt', ...).
     'libvirt-python',
     # Programs run by tools/lint.sh and tests/unit/test_lint.py (ruff), and
-    # tests/unit/test_releasenotes.py and `tox -e releasenotes` (reno).
-    'ruff', 'reno',
+    # tests/unit/test_releasenotes.py and `tox -e releasenotes` (reno), and by
+    # .ci/run and tests/unit/test_bindep.py (bindep).
+    'ruff', 'reno', 'bindep',
 }
 # Imported by code that runs in another interpreter: tests/fixtures/side_venv.py's
 # virtualenvs (Nova, an upstream Cyborg), not this one.
