@@ -20,13 +20,20 @@ def pool_name(host, resource_class, numa_node, key):
 
 
 def pool_tag(fields):
-    """A device_spec entry's ``pool`` tag: absent or null is false; otherwise
-    oslo.utils' strict reading of a JSON boolean or its text (true/false, yes/no,
-    on/off, 1/0); ValueError for anything else."""
-    value = fields.get('pool')
+    """A device_spec entry's ``pool`` tag, read as bool_tag reads any."""
+    return bool_tag(fields, 'pool')
+
+
+def bool_tag(fields, key):
+    """A device_spec entry's boolean tag ``key`` exactly as Nova 34 reads its own
+    (nova/pci/devspec.py ``_normalize_device_spec_tag``): absent or null is
+    false; otherwise oslo.utils' strict reading of a JSON boolean or its text
+    (true/false, yes/no, on/off, y/n, t/f, 1/0 in any case); ValueError for
+    anything else."""
+    value = fields.get(key)
     if value is None:
         return False
     try:
         return strutils.bool_from_string(value, strict=True)
     except ValueError as err:
-        raise ValueError(f'pool {json.dumps(value)} is not a boolean ({err})')
+        raise ValueError(f'{key} {json.dumps(value)} is not a boolean ({err})')

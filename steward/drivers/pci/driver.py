@@ -34,7 +34,6 @@ import logging
 
 import os_resource_classes as orc
 import os_traits
-from oslo_utils import strutils
 
 from steward.common import exception
 from steward.common import moves
@@ -84,22 +83,12 @@ def parse_live_migratable(fields):
     (a JSON boolean, or its text: true/false, yes/no, on/off, y/n, t/f, 1/0 in
     any case); ValueError for anything else. The mdev driver reads its entries'
     tag the same way."""
-    return _bool_tag(fields, 'live_migratable')
+    return pools.bool_tag(fields, 'live_migratable')
 
 
 def parse_pool(fields):
     """The ``pool`` tag (issue 52), read as ``live_migratable`` is."""
     return pools.pool_tag(fields)
-
-
-def _bool_tag(fields, key):
-    value = fields.get(key)
-    if value is None:
-        return False
-    try:
-        return strutils.bool_from_string(value, strict=True)
-    except ValueError as err:
-        raise ValueError(f'{key} {json.dumps(value)} is not a boolean ({err})')
 
 
 def _custom_name(value, what, normalize):
