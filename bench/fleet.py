@@ -6,8 +6,9 @@ cluster, the real Placement and ``--conductors`` `steward conductor` processes
 (they share the conductor topic: the broker hands each report to one of them),
 then runs ``--agents`` simulated hosts in this process (bench/fleet_agent.py:
 each sends what a real agent with the fake driver sends, one device with 16
-attach handles, over the real broker; ``--real-agents``: real AgentManager
-objects instead).
+attach handles, over the real broker; ``--gpus N``: what the pci driver sends
+for an N-GPU server whose functions are one pool, issue 52; ``--real-agents``:
+real AgentManager objects instead).
 
 ``--compute-nodes nova`` (the default: doc/multihost.md's production topology
 runs beside Nova, whose nova-compute registers each host's compute-node
@@ -32,7 +33,7 @@ write per host inside the timed cycle. Prints:
   process) per first and per quiet report, and each conductor's resident memory
   (target under 1 GiB): what says which of them limits the fleet.
 
-    .venv/bin/python bench/fleet.py [--agents 1000] [--conductors 1] [--quiet-cycles 3]
+    .venv/bin/python bench/fleet.py [--agents 1000] [--gpus 8] [--conductors 1] [--quiet-cycles 3]
         [--clients 64 a conductor] [--compute-nodes nova|steward] [--profile DIR]
 
 ``--profile DIR``: py-spy (not a Steward dependency: ``pip install py-spy``)
@@ -215,6 +216,22 @@ def stop_profiles(spies):
         spy.wait(60)
 
 
+def gpu_tree(conf, root, gpus):
+    """A fake sysfs tree of ``gpus`` H100-like functions (10de:2330 on vfio-pci,
+    NUMA node 0) and the pci driver configured to pool them: what each simulated
+    host of ``--gpus`` discovers (the hosts share it; names carry the host)."""
+    import json
+    import pathlib
+    from tests.fixtures.sysfs_tree import make_pci
+    for i in range(gpus):
+        make_pci(pathlib.Path(root), f'0000:{0x18 + i:02x}:00.0', '0x10de', '0x2330',
+                 cls='0x030200', driver='vfio-pci', numa_node=0)
+    conf.set_override('sysfs_root', root)
+    conf.set_override('device_spec', [json.dumps({
+        'vendor_id': '10de', 'product_id': '2330', 'resource_class': 'PGPU',
+        'pool': True})], group='pci')
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--agents', type=int, default=1000)
@@ -232,6 +249,11 @@ def main():
                         help='who creates each host\'s compute-node provider: Nova '
                              '(beforehand, untimed, as in doc/multihost.md\'s '
                              'topology) or the conductors (a cloud without Nova)')
+    parser.add_argument('--gpus', type=int, default=0,
+                        help='each host an N-GPU server instead of the fake driver\'s '
+                             'device: the pci driver over a fake sysfs tree of N '
+                             'identical functions on one NUMA node, in one pool '
+                             '(issue 52: one provider of total N per host)')
     parser.add_argument('--real-agents', action='store_true',
                         help='real AgentManager objects (a discovery per report)')
     parser.add_argument('--conf', action='append', default=[], metavar='SECTION.KEY=VALUE',
@@ -315,18 +337,26 @@ def main():
             started = time.monotonic()
             nova_compute_nodes(placement.url, hosts)
             nova_seconds = time.monotonic() - started
+        def drivers(h):
+            if not args.gpus:
+                return [fake.FakeDriver(CONF, h)]
+            from steward.drivers.pci import driver as pci
+            return [pci.PciDriver(CONF, h)]
+
+        if args.gpus:
+            gpu_tree(CONF, os.path.join(tmp, 'sys'), args.gpus)
         if args.real_agents:
-            agents = [agent_manager.AgentManager(
-                CONF, conductor_api, host=h, drivers=[fake.FakeDriver(CONF, h)])
-                for h in hosts]
+            agents = [agent_manager.AgentManager(CONF, conductor_api, host=h,
+                                                 drivers=drivers(h)) for h in hosts]
         else:
-            agents = [fleet_agent.SimAgent(conductor_api, h, [fake.FakeDriver(CONF, h)])
-                      for h in hosts]
+            agents = [fleet_agent.SimAgent(conductor_api, h, drivers(h)) for h in hosts]
 
         print(f'{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, '
               f'{os.cpu_count()} cores, load average {load.load_average()}')
         print(f'{args.agents} {"real" if args.real_agents else "simulated"} agents '
-              f'(fake driver: 1 device, 16 handles each), {args.conductors} '
+              + (f'(pci driver: {args.gpus} identical functions each, one pool) '
+                 if args.gpus else '(fake driver: 1 device, 16 handles each) ') +
+              f'{args.conductors} '
               f'conductor(s) (pids {", ".join(str(c.pid) for c in conductors)}), '
               f'RabbitMQ, PostgreSQL {os.path.basename(srv.bindir.rstrip("/bin"))}, '
               f'{args.clients} agents reporting at once'
