@@ -266,6 +266,38 @@ class NovaCloud(cluster_mod.Cluster):
                             headers={'OpenStack-API-Version': COMPUTE_VERSION})
 
 
+def create_flavor(cloud, name, profile, vcpus=1, ram=512, disk=1):
+    """A Nova flavor asking for ``profile``'s accelerators through
+    ``accel:device_profile``; its id."""
+    with cloud.nova_client() as nova:
+        r = nova.post('/flavors', json={'flavor': {
+            'name': name, 'vcpus': vcpus, 'ram': ram, 'disk': disk}})
+        assert r.status_code == 200, r.text
+        flavor_id = r.json()['flavor']['id']
+        r = nova.post(f'/flavors/{flavor_id}/os-extra_specs', json={
+            'extra_specs': {'accel:device_profile': profile}})
+        assert r.status_code == 200, r.text
+    return flavor_id
+
+
+def server(cloud, sid):
+    with cloud.nova_client() as nova:
+        r = nova.get(f'/servers/{sid}')
+    assert r.status_code == 200, r.text
+    return r.json()['server']
+
+
+def wait_server(cloud, sid, status, task_state=None, timeout=120):
+    """The server in ``status`` with no task running; an ERROR on the way fails with
+    Nova's fault."""
+    def settled(s):
+        assert s['status'] != 'ERROR' or status == 'ERROR', (s.get('fault'),
+                                                             cloud.logs_tail())
+        return s['status'] == status and s['OS-EXT-STS:task_state'] == task_state
+    return wait_until(lambda: server(cloud, sid), settled, f'server {sid} {status}',
+                      timeout=timeout)
+
+
 def wait_until(fetch, done, what, timeout=120):
     """``fetch()`` until ``done(value)``; returns the value, fails naming ``what``."""
     deadline = time.monotonic() + timeout

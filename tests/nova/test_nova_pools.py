@@ -71,36 +71,18 @@ class Flavor:
     def __init__(self, cloud, name, gpus, vcpus=1, ram=512, disk=1):
         self.name, self.gpus = name, gpus
         self.vcpus, self.ram, self.disk = vcpus, ram, disk
-        with cloud.nova_client() as nova:
-            r = nova.post('/flavors', json={'flavor': {
-                'name': name, 'vcpus': vcpus, 'ram': ram, 'disk': disk}})
-            assert r.status_code == 200, r.text
-            self.id = r.json()['flavor']['id']
-            r = nova.post(f'/flavors/{self.id}/os-extra_specs', json={
-                'extra_specs': {'accel:device_profile': f'pgpu-{gpus}'}})
-            assert r.status_code == 200, r.text
+        self.id = cloud_mod.create_flavor(cloud, name, f'pgpu-{gpus}', vcpus, ram, disk)
 
     def compute_resources(self):
         return {'VCPU': self.vcpus, 'MEMORY_MB': self.ram, 'DISK_GB': self.disk}
 
 
 # -- Nova, as an operator drives it ---------------------------------------------------
-def server(cloud, sid):
-    with cloud.nova_client() as nova:
-        r = nova.get(f'/servers/{sid}')
-    assert r.status_code == 200, r.text
-    return r.json()['server']
+server = cloud_mod.server
 
 
 def wait_server(cloud, sid, status, task_state=None):
-    """The server in ``status`` with no task running; an ERROR on the way fails with
-    Nova's fault."""
-    def settled(s):
-        assert s['status'] != 'ERROR' or status == 'ERROR', (s.get('fault'),
-                                                             cloud.logs_tail())
-        return s['status'] == status and s['OS-EXT-STS:task_state'] == task_state
-    return cloud_mod.wait_until(lambda: server(cloud, sid), settled,
-                                f'server {sid} {status}', timeout=240)
+    return cloud_mod.wait_server(cloud, sid, status, task_state, timeout=240)
 
 
 def create(cloud, flavor, host=None):
