@@ -69,13 +69,15 @@ def register_host(url, devices):
     import httpx
     with httpx.Client(base_url=url, headers=HEADERS, trust_env=False, timeout=60) as c:
         root = str(uuid.uuid4())
-        c.post('/resource_providers', json={'uuid': root, 'name': 'bench-host'}
+        # Named after its uuid: several hosts in one Placement (the tests').
+        name = f'bench-host-{root[:8]}'
+        c.post('/resource_providers', json={'uuid': root, 'name': name}
                ).raise_for_status()
         c.put(f'/resource_classes/{RC}').raise_for_status()
         for i in range(devices + 1):
             rp = str(uuid.uuid4())
             c.post('/resource_providers', json={
-                'uuid': rp, 'name': f'bench-host_dev{i}', 'parent_provider_uuid': root}
+                'uuid': rp, 'name': f'{name}_dev{i}', 'parent_provider_uuid': root}
                    ).raise_for_status()
             c.put(f'/resource_providers/{rp}/inventories', json={
                 'resource_provider_generation': 0,

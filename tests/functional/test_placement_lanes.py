@@ -12,14 +12,12 @@ WARNING after candidate_watch.LONG seconds) before it writes, and checks the que
 had still not answered when the writes were done.
 """
 import os
-import socket
-import threading
-import urllib.parse
-import uuid
 
 import httpx
 import pytest
 
+from bench.placement_stall import HEADERS, RC, UPSTREAM, RawQuery, query_path, \
+    register_host
 from steward.common import exception
 from steward.conf import CONF
 from steward.placement import candidate_watch
@@ -32,68 +30,8 @@ from tests.fixtures.stack import bind_instance, children, free_port, \
 pytestmark = pytest.mark.slow
 V26 = {'OpenStack-API-Version': 'accelerator 2.6'}
 
-HEADERS = {'X-Auth-Token': 'admin', 'OpenStack-API-Version': 'placement 1.39'}
-RC = 'CUSTOM_LANE_GPU'
-UPSTREAM = """[placement]
-max_allocation_candidates = -1
-allocation_candidates_generation_strategy = depth-first
-[workarounds]
-optimize_for_wide_provider_trees = false
-"""
 GENERATING = 'has been generating candidates for'
 ABANDONED = 'abandoned by its client'
-
-
-def _register_host(url, devices=8):
-    """A compute node with ``devices`` one-unit children, and one child of 8 units
-    (returned) for the writes."""
-    with httpx.Client(base_url=url, headers=HEADERS, trust_env=False, timeout=60) as c:
-        root = str(uuid.uuid4())
-        c.post('/resource_providers', json={'uuid': root, 'name': f'host-{root}'}
-               ).raise_for_status()
-        c.put(f'/resource_classes/{RC}').raise_for_status()
-        for i in range(devices + 1):
-            rp = str(uuid.uuid4())
-            c.post('/resource_providers', json={'uuid': rp, 'name': f'{root}-{i}',
-                                                'parent_provider_uuid': root}
-                   ).raise_for_status()
-            c.put(f'/resource_providers/{rp}/inventories', json={
-                'resource_provider_generation': 0,
-                'inventories': {RC: {'total': 8 if i == devices else 1}}}
-                  ).raise_for_status()
-    return rp
-
-
-def _query_path(groups=8):
-    params = {f'resources{i}': f'{RC}:1' for i in range(1, groups + 1)}
-    params.update(group_policy='none', limit='1000')
-    return '/allocation_candidates?' + urllib.parse.urlencode(params)
-
-
-class _Query:
-    """GET /allocation_candidates on a connection of its own; ``answered`` is set
-    when the first byte of the answer arrives; ``abandon()`` closes the connection
-    as a client that gave up."""
-
-    def __init__(self, url, groups=8):
-        host, port = urllib.parse.urlsplit(url).netloc.rsplit(':', 1)
-        self.sock = socket.create_connection((host, int(port)))
-        headers = ''.join(f'{k}: {v}\r\n' for k, v in HEADERS.items())
-        self.sock.sendall(f'GET {_query_path(groups)} HTTP/1.1\r\nHost: {host}\r\n'
-                          f'{headers}\r\n'.encode())
-        self.answered = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        try:
-            if self.sock.recv(1):
-                self.answered.set()
-        except OSError:
-            pass
-
-    def abandon(self):
-        self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
 
 
 def _read(path):
@@ -137,9 +75,9 @@ def child_of(tmp_path):
 def test_steward_writes_complete_while_a_query_explodes_and_it_stops_when_abandoned(
         child_of, lifted):
     child, log = child_of(config_file=lifted)
-    rp = _register_host(child.url)
+    rp = register_host(child.url, 8)
     lane = client_mod.PlacementClient.from_conf(CONF, endpoint=child.steward_url)
-    query = _Query(child.url)
+    query = RawQuery(child.url, 8)
     # Placement says it is deep in the product (after LONG seconds of it).
     wait_for(lambda: GENERATING in _read(log), 'the query to run long',
              timeout=candidate_watch.LONG + 120)
@@ -165,10 +103,10 @@ def test_steward_writes_complete_while_a_query_explodes_and_it_stops_when_abando
 def test_the_defaults_bound_the_query_and_a_file_sets_placements_options(
         child_of, tmp_path):
     child, log = child_of()
-    _register_host(child.url)
+    register_host(child.url, 8)
     with httpx.Client(base_url=child.url, headers=HEADERS, trust_env=False,
                       timeout=120) as c:
-        found = c.get(_query_path()).json()['allocation_requests']
+        found = c.get(query_path(8)).json()['allocation_requests']
     # 8! ways to seat the groups; generation stopped at Steward's cap, Nova's limit.
     assert len(found) == 1000
     assert ("Allocation candidates (Steward's defaults): max_allocation_candidates = "
@@ -181,10 +119,10 @@ def test_the_defaults_bound_the_query_and_a_file_sets_placements_options(
     conf.write_text('[placement]\nmax_allocation_candidates = 7\n'
                     f'[placement_database]\nconnection = sqlite:///{elsewhere}\n')
     child, log = child_of(config_file=str(conf))
-    _register_host(child.url)
+    register_host(child.url, 8)
     with httpx.Client(base_url=child.url, headers=HEADERS, trust_env=False,
                       timeout=120) as c:
-        assert len(c.get(_query_path()).json()['allocation_requests']) == 7
+        assert len(c.get(query_path(8)).json()['allocation_requests']) == 7
     text = _read(log)
     assert f'Allocation candidates ({conf}): max_allocation_candidates = 7' in text
     assert f'{conf} sets [placement_database] connection, which the embedded ' \
@@ -305,11 +243,11 @@ def test_serve_binds_and_writes_while_a_query_explodes(lifted):
     extra = f'[placement]\nembedded_config_file = {lifted}\n'
     with running_stack(extra_conf=extra) as st:
         log = os.path.join(st.state_path, 'placement.log')
-        _register_host(st.placement_url)
+        register_host(st.placement_url, 8)
         with httpx.Client(base_url=st.url, timeout=30) as api:
             api.post('/v2/device_profiles', json=[{'name': 'lanes', 'groups': [
                 {'resources:FPGA': '1'}]}]).raise_for_status()
-        query = _Query(st.placement_url)
+        query = RawQuery(st.placement_url, 8)
         wait_for(lambda: GENERATING in _read(log), 'the query to run long',
                  timeout=candidate_watch.LONG + 120)
         inst = bind_instance(st.url, st.placement_url, 'lanes', 'FPGA', 'bench-host')
