@@ -30,7 +30,7 @@ from steward.agent.manager import AgentManager  # noqa: E402
 from steward.common import context  # noqa: E402
 from steward.common import rpc  # noqa: E402
 from steward.conductor.manager import ConductorManager  # noqa: E402
-from steward.conductor.rpcapi import ConductorAPI  # noqa: E402
+from steward.conductor.local_api import LocalConductorAPI  # noqa: E402
 from steward.conf import CONF  # noqa: E402
 from steward.db import migration  # noqa: E402
 from steward.db import session  # noqa: E402
@@ -129,7 +129,7 @@ def run(tmp, args, tree, placement=None, label='', placement_pid=None):
 def _run(database, transport, args, tree, placement, label, placement_pid):
     conductor = ConductorManager(cf.deps(database, transport, placement))
     conductor.init_host()
-    agent = AgentManager(CONF, ConductorAPI(conductor), host='bench-host',
+    agent = AgentManager(CONF, LocalConductorAPI(conductor), host='bench-host',
                          drivers=[mdev.MdevDriver(CONF, 'bench-host')])
     print(f'{label}:')
     before = dict(placement.stats) if placement is not None else None

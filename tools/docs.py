@@ -68,7 +68,7 @@ edge is still checked and logged.
 ## Devices (`device_state`, spec 1)
 
 Placement `reserved = total` for a single-accelerator device in every state but
-`available`; see `steward/conductor/reservation.py` for the multi-accelerator rule.
+`available`; see `steward/arqs/reservation.py` for the multi-accelerator rule.
 
 ```mermaid
 {_mermaid(states.DEVICE_TRANSITIONS, [states.DEV_AVAILABLE])}

@@ -1,6 +1,6 @@
 """The v2 accelerator API as an ASGI application.
 
-``create_app(conductor_api, database)`` returns an ``App``: the route table below
+``create_app(conductor_api, arqs_api, database, ...)`` returns an ``App``: the route table below
 (the whole API in one dict, URL -> {method: handler}; a known URL with another
 method answers 405 with ``Allow``), served by a short, fixed pipeline of ASGI
 layers (see create_app) that renders every error through ``errors.py``.
@@ -224,7 +224,7 @@ def _api_request(scope, app):
         ctx=scope.get('steward.context'), version=scope.get('steward.version'),
         method=scope['method'], params=scope.get('path_params', {}),
         query=scope.get('query_string', b''),
-        body=scope.get('steward.body', b''), conductor=app.conductor,
+        body=scope.get('steward.body', b''), conductor=app.conductor, arqs=app.arqs,
         scheme=scope.get('scheme', 'http'), host=host,
         root_path=scope.get('root_path', ''), database=app.database,
         metrics=app.metrics, policy=app.policy, content_type=content_type)
@@ -272,7 +272,8 @@ class Router:
     another method: 405 with ``Allow``; a path below the microversion it appeared
     in (``SINCE``): 404, before any policy check.
 
-    ``app`` is the App whose services (conductor, database, metrics, policy)
+    ``app`` is the App whose services (conductor, ARQ operations, database,
+    metrics, policy)
     every handler's ApiRequest carries.
 
     Handlers run in a pool of worker threads (the database layer is synchronous),
@@ -359,8 +360,9 @@ class App:
     router, exception and validation layers were a fifth of a request's time on
     the event loop, and none of them was used)."""
 
-    def __init__(self, conductor, database, metrics, policy, processes=1):
+    def __init__(self, conductor, arqs, database, metrics, policy, processes=1):
         self.conductor = conductor
+        self.arqs = arqs
         self.database = database
         self.metrics = metrics
         self.policy = policy
@@ -383,9 +385,13 @@ class App:
                 executor.shutdown(wait=False, cancel_futures=True)
 
 
-def create_app(conductor_api, database, metrics, policy, transport_url=None, processes=1):
-    """The API application; ``conductor_api`` is a ConductorAPI (the only way
-    the API changes ARQs and devices), ``database`` the Database it reads (and
+def create_app(conductor_api, arqs_api, database, metrics, policy, transport_url=None,
+               processes=1):
+    """The API application; ``conductor_api`` is a ConductorAPI, or the
+    LocalConductorAPI of a process that holds the conductor (how the API changes
+    devices), ``arqs_api`` a steward/arqs/api.py ArqAPI (how it creates, binds,
+    unbinds and deletes ARQs: LocalArqAPI or ArqRPCAPI, the composition root's
+    choice), ``database`` the Database it reads (and
     writes attributes and device profiles) through, ``metrics`` the process's
     steward.metrics.Metrics, ``policy`` the process's steward.api.policy.Enforcer
     (both built by the composition root, steward/cmd/root.py, whose
@@ -411,7 +417,7 @@ def create_app(conductor_api, database, metrics, policy, transport_url=None, pro
        needs the request id and the normalised path.
     7. Router: the route table, the handler in a worker thread.
     """
-    app = App(conductor_api, database, metrics, policy, processes)
+    app = App(conductor_api, arqs_api, database, metrics, policy, processes)
     app.checks = [healthcheck.DatabaseCheck(database)]
     hosts = healthcheck.broker_hosts(transport_url, CONF)
     if hosts:

@@ -73,6 +73,8 @@ def cmd_serve(argv):
         root.placement_endpoint = placement_proc.steward_url
     from steward.agent import manager as agent_manager
     from steward.api import app as api_app  # noqa: F401 - imported now, see above
+    from steward.arqs import api as arq_api
+    from steward.conductor import local_api
     from steward.conductor import manager as conductor_manager
     from steward.conductor import rpcapi
 
@@ -100,7 +102,10 @@ def cmd_serve(argv):
         agent.init_host()
         agent.start()
         conductor.start()
-        app = root.api_app(rpcapi.ConductorAPI(conductor))
+        # The API calls the conductor of this process directly, and runs the ARQ
+        # operations through that conductor's ARQService.
+        app = root.api_app(local_api.LocalConductorAPI(conductor),
+                           arq_api.LocalArqAPI(conductor.arqs))
         process.settle_heap()
         root.lifecycle.run_http(app, CONF.api.host_ip, CONF.api.port)
     finally:
@@ -231,8 +236,8 @@ def cmd_agent(argv):
     root = cmd_root.Root(database=False, transport=True)
     root.lifecycle.catch_reload()
     agent = agent_manager.AgentManager(
-        CONF, rpcapi.ConductorAPI(version_cap=checks.rpc_version_cap('conductor'),
-                                  transport=root.transport),
+        CONF, rpcapi.ConductorAPI(transport=root.transport,
+                                  version_cap=checks.rpc_version_cap('conductor')),
         on_fatal=lambda _err: root.lifecycle.stop(1))
     root.lifecycle.on_reload(agent.reloaded)
     # Before the RPC server: a bad [agent] metrics_listen stops the agent at once.

@@ -4,7 +4,8 @@ Each command (``steward serve``, ``api`` and each of its gunicorn workers,
 ``conductor``, ``agent``, ``db``, ``status``) builds one ``Root`` once its
 configuration is parsed and hands what it holds down through constructors (the
 ConductorManager through its ``conductor_deps()``, the AgentManager, the API
-through its ``api_app()``): no module of steward keeps an engine, a transport, a
+through its ``api_app()``, with the ARQ operations of ``api_arqs()`` or of the
+conductor of the process): no module of steward keeps an engine, a transport, a
 policy enforcer, a metrics registry or a client of its own, and none outside
 steward/cmd builds a Database, a Transport, a PlacementClient, the conductor's
 Deps, the Metrics or the API's policy Enforcer
@@ -75,26 +76,28 @@ class Root:
         and event notifier (off when [nova] names no endpoint), and the agent
         API, pinned to ``agent_version_cap`` when given."""
         from steward.agent import rpcapi as agent_rpcapi
+        from steward.arqs import nova_events
         from steward.conductor import deps
-        from steward.conductor import nova
+        from steward.conductor import nova_servers
         return deps.Deps(
             database=self.database, metrics=self.metrics,
             placement_client=self.placement_client(),
-            nova=nova.ServerLookup(), notifier=nova.NovaNotifier(),
+            nova=nova_servers.ServerLookup(), notifier=nova_events.NovaNotifier(),
             agent_api=agent_rpcapi.AgentAPI(self.transport,
                                             version_cap=agent_version_cap))
 
     def api_arq_service(self, conductor_api, announce=True):
-        """The ARQ operations an API process runs itself (steward/conductor/
-        arq_service.py), or None: they go to the conductors over RPC. Run here when
-        ``[placement]`` names the deployment's Placement (a single-accelerator
-        device is reserved there at bind and release) and ``[upgrade_levels]
-        conductor`` lets 1.2 through (the conductors take released devices'
-        cleanups from an API at 1.2). Its Nova events go where ``[nova]`` says.
-        ``announce``: log which it is (once per process group)."""
-        from steward.conductor import arq_service
+        """The ARQ operations an API process runs itself (steward/arqs/service.py),
+        or None: they go to the conductors over RPC. Run here when ``[placement]``
+        names the deployment's Placement (a single-accelerator device is reserved
+        there at bind and release) and ``[upgrade_levels] conductor`` lets 1.2
+        through (the conductors take released devices' cleanups from an API at
+        1.2: ``conductor_api``, a ConductorAPI, casts them). Its Nova events go
+        where ``[nova]`` says. ``announce``: log which it is (once per process
+        group)."""
+        from steward.arqs import nova_events
+        from steward.arqs import service as arq_service
         from steward.conductor import deps
-        from steward.conductor import nova
         from steward.conductor import rpcapi
         from steward.placement import handle
         why_not = None
@@ -110,7 +113,7 @@ class Root:
                             'the conductors over RPC, not by this API: %s '
                             '(doc/multihost.md, "API hosts")', why_not)
             return None
-        notifier = nova.NovaNotifier(announce=False)
+        notifier = nova_events.NovaNotifier(announce=False)
         if announce:
             LOG.info('Accelerator requests are created, bound and deleted by this API '
                      'process itself; Nova events %s', 'on' if notifier.enabled else
@@ -122,18 +125,34 @@ class Root:
             dispatch_cleanup=conductor_api.device_release_for_cleaning,
             actor=f'api {CONF.host}')
 
-    def api_app(self, conductor_api, transport_url=None, processes=1):
+    def api_arqs(self, conductor_api, announce=True):
+        """How a ``steward api`` process runs the ARQ operations
+        (steward/arqs/api.py): ``LocalArqAPI`` over an ARQService of its own
+        (``api_arq_service``) when it can, else ``ArqRPCAPI``: sent to the
+        conductors through ``conductor_api`` (a ConductorAPI)."""
+        from steward.arqs import api as arq_api
+        service = self.api_arq_service(conductor_api, announce=announce)
+        if service is None:
+            return arq_api.ArqRPCAPI(conductor_api)
+        return arq_api.LocalArqAPI(service)
+
+    def api_app(self, conductor_api, arqs_api, transport_url=None, processes=1):
         """The API application (steward/api/app.py) on this root's database,
         metrics and policy enforcer (build the Root with ``metrics`` and
-        ``policy``): ``conductor_api`` is how it reaches the conductors,
-        ``transport_url`` the broker its /healthcheck checks (None: none),
-        ``processes`` how many API processes of this host serve it (their
-        handler threads share its cores)."""
+        ``policy``): ``conductor_api`` is how it reaches the conductors (a
+        ConductorAPI over RPC, or the LocalConductorAPI of a process that holds
+        the ConductorManager), ``arqs_api`` how it runs the ARQ operations (a
+        steward/arqs/api.py ArqAPI: ``api_arqs()``, or steward serve's
+        LocalArqAPI over its conductor's ARQService), ``transport_url`` the
+        broker its /healthcheck checks (None: none), ``processes`` how many API
+        processes of this host serve it (their handler threads share its
+        cores)."""
         from steward.api import app
         if self.metrics is None or self.policy is None:
             raise TypeError('the API needs a Root built with metrics and policy')
-        return app.create_app(conductor_api, self.database, self.metrics, self.policy,
-                              transport_url=transport_url, processes=processes)
+        return app.create_app(conductor_api, arqs_api, self.database, self.metrics,
+                              self.policy, transport_url=transport_url,
+                              processes=processes)
 
     def sync_database(self, service, wait=True):
         """At the start of ``service`` (serve, conductor, api): wait for the

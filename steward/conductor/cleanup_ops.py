@@ -15,11 +15,11 @@ import logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
 
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import exception
 from steward.common import states
-from steward.conductor import device_ops
 from steward.conductor import health_ops
-from steward.conductor import reservation
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.db import erase_records as erase_db
@@ -134,6 +134,19 @@ def release_for_cleaning(deps, ctx, device_uuid, recovery=False):
                                 request_id=ctx.request_id)
     return dispatch(deps, ctx, device_uuid,
                     trigger='recovery' if recovery else 'unbind')
+
+
+def dispatch_cleanup(deps, ctx, device_uuid):
+    """Ask the agent of a device an ARQ operation released to clean it: the
+    ``dispatch_cleanup`` a conductor hands its ARQService (steward/arqs/service.py),
+    its periodic tasks and an API process's cast (device_release_for_cleaning)
+    end here. Never raises: the release stands (it is committed); the device
+    stays reserved, and the conductor's periodic tasks or the agent's next start
+    finish its cleanup."""
+    try:
+        release_for_cleaning(deps, ctx, device_uuid)
+    except (exception.StewardError, messaging.MessagingException) as err:
+        LOG.error('device %s: cleanup could not be dispatched: %s', device_uuid, err)
 
 
 def _released(s, device):

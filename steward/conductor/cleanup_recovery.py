@@ -15,11 +15,11 @@ import logging
 
 from oslo_utils import timeutils
 
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import exception
 from steward.common import states
 from steward.conductor import cleanup_ops
-from steward.conductor import device_ops
-from steward.conductor import reservation
 from steward.db import attributes as attribute_db
 from steward.db import device_history as history_db
 from steward.db import devices as device_db

@@ -4,14 +4,14 @@ A driver reads the hardware's own reports and sends a ``health.Reading`` with ea
 device it discovers (and the NVMe driver one after each cleanup). ``apply`` stores
 it on the device row in the caller's transaction and, when it is unhealthy,
 latches ``health_fault``: from then on the reservation rule
-(steward/conductor/reservation.py) reserves the device whole in Placement and
+(steward/arqs/reservation.py) reserves the device whole in Placement and
 refuses every bind, whatever its state.
 
 * available -> error (event ``unhealthy``): nothing was on it;
 * allocated, pending_cleaning, cleaning: the state stays (the tenant keeps its
   device, Nova is told nothing; a cleanup in flight finishes), the change is a
   history note and ``last_error``; the release or the cleanup's end then moves it
-  to error (``release_unhealthy`` in device_ops, ``unhealthy`` in cleanup_ops);
+  to error (``release_unhealthy`` in steward/arqs/device_ops.py, ``unhealthy`` in cleanup_ops);
 * error: stays.
 
 A warning changes no state: it is a history note, the metric and the API.

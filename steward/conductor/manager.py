@@ -1,26 +1,27 @@
 """The conductor: the RPC endpoint behind ConductorAPI, over the operations
-(arq_ops, cleanup_ops, device_ops, cleanup_recovery), the reporter and the
-periodic worker. What they all work with (database, Placement, Nova, agent API,
-metrics) is one ``deps.Deps`` the composition root builds and hands in; each
-operation gets it as its first parameter, and nothing here builds one."""
+(cleanup_ops, cleanup_recovery, status_ops), the reporter and the periodic
+worker, and the ARQ operations (steward/arqs: an ARQService of its own, for the
+API processes that send them over RPC and for steward serve's API). What they
+all work with (database, Placement, Nova, agent API, metrics) is one
+``deps.Deps`` the composition root builds and hands in; each operation gets it as
+its first parameter, and nothing here builds one."""
 import functools
 import logging
 
 import oslo_messaging as messaging
 
+from steward.arqs import service as arq_service
 from steward.common import context
 from steward.common import exception
 from steward.common import report_digest
 from steward.common import rpc
 from steward.common import states
-from steward.conductor import arq_ops
-from steward.conductor import arq_service
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
-from steward.conductor import device_ops
 from steward.conductor import periodic
 from steward.conductor import report
 from steward.conductor import rpcapi
+from steward.conductor import status_ops
 from steward.db import data_migrations
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
@@ -61,7 +62,10 @@ class ConductorManager:
     def __init__(self, deps):
         """``deps``: the steward.conductor.deps.Deps of this conductor."""
         self.deps = deps
-        self.arqs = arq_service.ARQService(deps)
+        # The ARQ operations this conductor runs; a device they release is handed
+        # to its agent from here (only a conductor talks to agents).
+        self.arqs = arq_service.ARQService(
+            deps, dispatch_cleanup=functools.partial(cleanup_ops.dispatch_cleanup, deps))
         self.reporter = report.Reporter(deps, CONF.placement.create_compute_node)
         self.periodic = periodic.PeriodicTasks(deps, self.reporter)
 
@@ -166,7 +170,7 @@ class ConductorManager:
         if status not in states.DEVICE_STATUSES:
             raise exception.InvalidParameter(name='status', value=status,
                                              reason='expected enabled or maintaining')
-        return device_ops.set_status(self.deps, ctx, device_uuid, status)
+        return status_ops.set_status(self.deps, ctx, device_uuid, status)
 
     @expected(*ROUTINE)
     def deployable_program(self, ctx, deployable_uuid, image_uuid):
@@ -229,4 +233,4 @@ class ConductorManager:
         """An API process released the last ARQ of a device that needs cleaning
         (cast): ask its agent, as after a release done here. Never raises: a lost
         or failed dispatch is found again by the periodic clean_missed_releases."""
-        arq_ops.dispatch_cleanup(self.deps, ctx, device_uuid)
+        cleanup_ops.dispatch_cleanup(self.deps, ctx, device_uuid)

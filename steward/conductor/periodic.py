@@ -31,6 +31,7 @@ loser of a race changes nothing. An expected condition (a device that moved on
 meanwhile, an unreachable agent or database) is one log line, never a traceback.
 """
 import datetime
+import functools
 import logging
 
 from oslo_db import exception as db_exc
@@ -38,15 +39,16 @@ import oslo_messaging as messaging
 from oslo_utils import timeutils
 import sqlalchemy as sa
 
+from steward.arqs import device_ops
+from steward.arqs import nova_events
+from steward.arqs import ops as arq_ops
 from steward.common import context
 from steward.common import exception
 from steward.common import states
 from steward.common import ticker
-from steward.conductor import arq_ops
 from steward.conductor import cleanup_ops
 from steward.conductor import cleanup_recovery
-from steward.conductor import device_ops
-from steward.conductor import nova
+from steward.conductor import nova_servers
 from steward.conductor import selfheal
 from steward.conf import CONF
 from steward.db import arqs as arq_db
@@ -91,8 +93,14 @@ def finish_stale_deletes(deps, ctx, grace=None, now=None):
     if stale:
         LOG.info('Finishing %d ARQ delete(s) left in Deleting for over %ss',
                  len(stale), grace)
-        arq_ops.finish_deleting(deps, ctx, stale)
+        arq_ops.finish_deleting(deps, ctx, stale, dispatch=_dispatch(deps))
     return len(stale)
+
+
+def _dispatch(deps):
+    """Who asks the agent of a device the ARQ operations of these tasks release
+    to clean it: this conductor (steward/arqs/ops.py ``dispatch``)."""
+    return functools.partial(cleanup_ops.dispatch_cleanup, deps)
 
 
 def _one(task, deps, ctx, device_uuid, *args):
@@ -202,7 +210,7 @@ class PeriodicTasks:
           confirmed or reverted, cold or live migration) left behind.
 
         Returns the instances some of whose ARQs were deleted."""
-        if not nova.configured():
+        if not nova_events.configured():
             return []
         now = now or timeutils.utcnow()
         grace = CONF.conductor.orphan_grace
@@ -220,7 +228,7 @@ class PeriodicTasks:
             self._asked[inst] = now
             try:
                 server = self.deps.nova.server(inst)
-            except nova.ServerStatusUnknown as err:
+            except nova_servers.ServerStatusUnknown as err:
                 unknown, reason = unknown + 1, str(err)
                 if err.unreachable:
                     break           # not another request this run
@@ -245,7 +253,8 @@ class PeriodicTasks:
             if not arqs:
                 continue
             try:
-                arq_ops.delete(self.deps, ctx, instance_uuid=inst)
+                arq_ops.delete(self.deps, ctx, instance_uuid=inst,
+                               dispatch=_dispatch(self.deps))
             except EXPECTED as err:
                 LOG.warning('instance %s: its orphaned accelerator requests %s could '
                             'not be deleted: %s', inst, ', '.join(arqs), err)
@@ -300,7 +309,7 @@ class PeriodicTasks:
 
     def _release_left_behind(self, ctx, inst, host, arqs, hosts, first):
         try:
-            arq_ops.delete(self.deps, ctx, arq_uuids=arqs)
+            arq_ops.delete(self.deps, ctx, arq_uuids=arqs, dispatch=_dispatch(self.deps))
         except EXPECTED as err:
             LOG.warning('instance %s: its accelerator requests %s left on %s by a '
                         'finished move could not be deleted: %s', inst,

@@ -1,9 +1,12 @@
 """Client side of the conductor: what the API and the agents call.
 
-In the single-host stack the API holds the ConductorManager itself and calls it
-directly (no serialisation, no transport hop); standalone API processes reach a
-conductor over oslo.messaging. Both go through this one class so callers never
-know which.
+``ConductorAPI`` sends every call to the conductors over oslo.messaging, and
+nothing else. A process that holds the ConductorManager itself (``steward
+serve``, tests) calls it directly through steward/conductor/local_api.py's
+``LocalConductorAPI`` instead: the same methods (``ConductorCalls``), no
+serialisation, no transport hop. The composition root (steward/cmd) decides
+which a caller gets. The ARQ operations reach the API through
+steward/arqs/api.py (``ArqRPCAPI`` sends them with the ConductorAPI below).
 
 History of the conductor RPC API:
     1.0 - report_data, arq_create, arq_bind, arq_unbind, arq_delete,
@@ -13,7 +16,7 @@ History of the conductor RPC API:
           device_cleanup_finish, device_recovery_info, device_fail_interrupted,
           device_recover_missed_cleanup.
     1.2 - device_release_for_cleaning (cast). An API process that runs the ARQ
-          operations itself (arq_service.ARQService) hands a released device's
+          operations itself (steward/arqs/service.py) hands a released device's
           cleanup to a conductor with it; arq_create, arq_bind, arq_unbind and
           arq_delete stay for APIs of earlier releases and capped ones.
     1.3 - report_unchanged. An agent whose report has the digest a conductor
@@ -60,54 +63,14 @@ CALLER_WAITS = frozenset({'arq_create', 'arq_bind', 'arq_unbind', 'arq_delete',
                           'device_clean_plan'})
 
 
-ARQ_METHODS = ('arq_create', 'arq_bind', 'arq_unbind', 'arq_delete')
-
-
-class ConductorAPI:
-    """``manager``: the ConductorManager of this process, called directly; else
-    conductors over RPC on ``transport`` (a steward.common.rpc.Transport), capped
-    at ``version_cap``. ``run_arqs_here`` makes the ARQ operations run in this
-    process instead (an API process, steward/cmd/api_factory.py)."""
-
-    def __init__(self, manager=None, version_cap=None, transport=None):
-        self._manager = manager
-        self._transport = transport
-        self._arqs = None
-        # The thread that sends device_release_for_cleaning (started on first use).
-        self._casts = None if manager is not None else futurist.ThreadPoolExecutor(
-            max_workers=1)
-        self._client = None if manager is not None else transport.client(
-            CONF.rpc_topic_conductor, BASE_VERSION, version_cap=version_cap)
-
-    def can_send_version(self, version):
-        """Whether ``[upgrade_levels] conductor`` lets ``version`` through (always,
-        to the conductor of this process)."""
-        return self._client is None or self._client.can_send_version(version)
-
-    def run_arqs_here(self, service):
-        """arq_create, arq_bind, arq_unbind and arq_delete go to ``service`` (an
-        arq_service.ARQService of this process), not to a conductor."""
-        self._arqs = service
-
-    @property
-    def arqs_here(self):
-        return self._arqs is not None
+class ConductorCalls:
+    """What callers ask of a conductor, each method named as the RPC method it
+    is; how a call is carried is the subclass's ``_call(ctx, method, timeout=None,
+    version=None, **kwargs)``: ConductorAPI (over RPC) or
+    local_api.LocalConductorAPI (the ConductorManager of this process)."""
 
     def _call(self, ctx, method, timeout=None, version=None, **kwargs):
-        if self._arqs is not None and method in ARQ_METHODS:
-            return getattr(self._arqs, method)(ctx, **kwargs)
-        if self._manager is not None:
-            return getattr(self._manager, method)(ctx, **kwargs)
-        prepare = {k: v for k, v in (('timeout', timeout), ('version', version)) if v}
-        if method in CALLER_WAITS:
-            bound = CONF.rpc_unavailable_timeout
-            if not self._transport.reply_queue_ready(bound):
-                raise exception.ServiceUnavailable(
-                    service='The message broker',
-                    reason=f'not reachable within {bound:g} s')
-            prepare['retry'] = rpc.retries_within(bound)
-        client = self._client.prepare(**prepare) if prepare else self._client
-        return client.call(ctx, method, **kwargs)
+        raise NotImplementedError
 
     def report_data(self, ctx, host, rp_name, devices):
         """devices: list of DriverDevice dicts. Returns a summary dict."""
@@ -121,20 +84,9 @@ class ConductorAPI:
         return self._call(ctx, 'report_unchanged', version=REPORT_DIGEST_VERSION,
                           host=host, rp_name=rp_name, digest=digest, read_at=read_at)
 
-    def can_cast_quiet(self):
-        """Whether report_quiet goes: over RPC, to conductors not capped below
-        1.4 (in this process a call costs no more than a cast)."""
-        return self._client is not None and \
-            self._client.can_send_version(QUIET_CAST_VERSION)
-
-    def report_quiet(self, ctx, host, rp_name, digest, read_at=None):
-        """1.4 (cast): report_unchanged without waiting for the answer; a
-        conductor that cannot take ``digest`` asks the agent for the whole report
-        (agent RPC report_again)."""
-        self._client.prepare(version=QUIET_CAST_VERSION).cast(
-            ctx, 'report_quiet', host=host, rp_name=rp_name, digest=digest,
-            read_at=read_at)
-
+    # The ARQ operations run by a conductor: what steward/arqs/api.py's ArqRPCAPI
+    # sends (API processes of earlier releases, capped ones, API hosts whose
+    # [placement] names no service).
     def arq_create(self, ctx, device_profile_name, project_id):
         return self._call(ctx, 'arq_create', device_profile_name=device_profile_name,
                           project_id=project_id)
@@ -196,7 +148,48 @@ class ConductorAPI:
         return self._call(ctx, 'device_recover_missed_cleanup', version='1.1',
                           device_uuid=device_uuid)
 
-    # -- 1.2: the ARQ operations in the API process ----------------------------------
+
+class ConductorAPI(ConductorCalls):
+    """The conductors over RPC on ``transport`` (a steward.common.rpc.Transport),
+    capped at ``version_cap`` (``[upgrade_levels] conductor``). Every call crosses
+    the broker."""
+
+    def __init__(self, *, transport, version_cap=None):
+        self._transport = transport
+        # The thread that sends device_release_for_cleaning (started on first use).
+        self._casts = futurist.ThreadPoolExecutor(max_workers=1)
+        self._client = transport.client(CONF.rpc_topic_conductor, BASE_VERSION,
+                                        version_cap=version_cap)
+
+    def can_send_version(self, version):
+        """Whether ``[upgrade_levels] conductor`` lets ``version`` through."""
+        return self._client.can_send_version(version)
+
+    def _call(self, ctx, method, timeout=None, version=None, **kwargs):
+        prepare = {k: v for k, v in (('timeout', timeout), ('version', version)) if v}
+        if method in CALLER_WAITS:
+            bound = CONF.rpc_unavailable_timeout
+            if not self._transport.reply_queue_ready(bound):
+                raise exception.ServiceUnavailable(
+                    service='The message broker',
+                    reason=f'not reachable within {bound:g} s')
+            prepare['retry'] = rpc.retries_within(bound)
+        client = self._client.prepare(**prepare) if prepare else self._client
+        return client.call(ctx, method, **kwargs)
+
+    def can_cast_quiet(self):
+        """Whether report_quiet goes: to conductors not capped below 1.4."""
+        return self._client.can_send_version(QUIET_CAST_VERSION)
+
+    def report_quiet(self, ctx, host, rp_name, digest, read_at=None):
+        """1.4 (cast): report_unchanged without waiting for the answer; a
+        conductor that cannot take ``digest`` asks the agent for the whole report
+        (agent RPC report_again)."""
+        self._client.prepare(version=QUIET_CAST_VERSION).cast(
+            ctx, 'report_quiet', host=host, rp_name=rp_name, digest=digest,
+            read_at=read_at)
+
+    # -- 1.2: the ARQ operations in an API process -----------------------------------
     def device_release_for_cleaning(self, ctx, device_uuid):
         """Cast: a conductor asks the agent of ``device_uuid`` (released by an ARQ
         operation of this process) to clean it. Sent from a thread of its own, so
@@ -204,8 +197,6 @@ class ConductorAPI:
         unreachable it gives up after [DEFAULT] rpc_unavailable_timeout and logs:
         the release is committed, the device stays reserved, and a conductor's
         periodic clean_missed_releases asks its agent later. Returns a Future."""
-        if self._manager is not None:
-            return self._manager.device_release_for_cleaning(ctx, device_uuid)
         return self._casts.submit(self._cast_release, ctx, device_uuid)
 
     def _cast_release(self, ctx, device_uuid):

@@ -8,7 +8,7 @@ conductor's other periodic tasks, steward/conductor/periodic.py):
   creates within seconds, so only a leak gets that old.
 * Placement drift: each device provider's inventory, traits and ``reserved`` in
   Placement is compared with what Steward's rows ask for
-  (steward/conductor/reservation.py) and put back in line. A write that failed
+  (steward/arqs/reservation.py) and put back in line. A write that failed
   while Placement was unreachable (the reservation lifted by a release, set by
   a disable) is thereby retried every run until it holds, and a change made
   behind Steward's back is undone.
@@ -28,10 +28,10 @@ import os_traits
 from oslo_utils import timeutils
 import sqlalchemy as sa
 
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import exception
 from steward.common import states
-from steward.conductor import device_ops
-from steward.conductor import reservation
 from steward.conductor.report import providers
 from steward.conf import CONF
 from steward.db import arqs as arq_db

@@ -4,9 +4,9 @@ from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
 from steward.common import context
 from steward.conductor import deps as conductor_deps
-from steward.conductor import nova
+from steward.conductor import nova_servers
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import deployables as deployable_db
 from steward.db import device_profiles as profile_db
 from steward.drivers.fake import FakeDriver
@@ -33,7 +33,7 @@ def deps(database, transport, placement=None, metrics=None, agent_api=None):
     return conductor_deps.Deps(
         database=database,
         metrics=metrics if metrics is not None else steward_metrics.Metrics(database),
-        placement_client=placement, nova=nova.ServerLookup(), notifier=RecordingNotifier(),
+        placement_client=placement, nova=nova_servers.ServerLookup(), notifier=RecordingNotifier(),
         agent_api=agent_api if agent_api is not None else agent_rpcapi.AgentAPI(transport))
 
 
@@ -47,7 +47,7 @@ def conductor_on(database, transport, placement=None):
 
 def stack(database, transport, conf, placement=None, host='host-a', drivers=None):
     conductor = conductor_on(database, transport, placement)
-    agent = AgentManager(conf, ConductorAPI(conductor), host=host,
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host=host,
                          drivers=drivers if drivers is not None
                          else [FakeDriver(conf, host)])
     agent.init_host()

@@ -20,7 +20,7 @@ import pytest
 from steward.common import rpc as steward_rpc
 from steward.agent.manager import AgentManager
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conf import CONF
 from steward.drivers import base
 from steward.drivers import objects
@@ -106,7 +106,7 @@ class LifeStack:
         self.transport = transport
         self.conductor = ConductorManager(cf.deps(database, transport, self.placement))
         self.conductor.init_host()
-        self.api = testclient.TestClient(roots.api_app(ConductorAPI(self.conductor),
+        self.api = testclient.TestClient(roots.api_app(LocalConductorAPI(self.conductor),
                                                        database),
                                          raise_server_exceptions=False)
         self.agent = self.rpc_server = None
@@ -115,7 +115,7 @@ class LifeStack:
     def start_agent(self, recover=True, discover=True):
         """The agent's RPC server, then (``recover``) its init_host with start-up
         recovery, then one discovery."""
-        self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host,
+        self.agent = AgentManager(self.conf, LocalConductorAPI(self.conductor), host=self.host,
                                   drivers=[self.driver])
         self.rpc_server = self.transport.start_server(CONF.rpc_topic_agent, self.host,
                                                    [self.agent])
@@ -134,7 +134,7 @@ class LifeStack:
 
     def discover(self):
         """One discovery cycle of the agent's driver, through the conductor."""
-        agent = self.agent or AgentManager(self.conf, ConductorAPI(self.conductor),
+        agent = self.agent or AgentManager(self.conf, LocalConductorAPI(self.conductor),
                                            host=self.host, drivers=[self.driver])
         self.conductor.reporter.forget(self.host)
         return agent.run_cycle()
@@ -238,7 +238,7 @@ class AgentHost:
 
     def __init__(self, st, conf, driver):
         self.name, self.driver = driver.host, driver
-        self.agent = AgentManager(conf, ConductorAPI(st.conductor), host=self.name,
+        self.agent = AgentManager(conf, LocalConductorAPI(st.conductor), host=self.name,
                                   drivers=[driver])
         self.server = st.transport.start_server(CONF.rpc_topic_agent, self.name,
                                                 [self.agent])

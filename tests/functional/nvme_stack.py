@@ -17,7 +17,9 @@ import pytest
 
 from steward.agent import rpcapi as agent_rpcapi
 from steward.agent.manager import AgentManager
+from steward.arqs import api as arq_api
 from steward.conductor.manager import ConductorManager
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.privsep import blockio
@@ -42,7 +44,7 @@ LIVE_AGENT_PING_TIMEOUT = 30
 
 class Stack:
     """``api_runs_arqs``: the API is a standalone one's (the deployment's), over
-    ``transport``: it runs the ARQ operations itself (Root.api_arq_service, with
+    ``transport``: it runs the ARQ operations itself (Root.api_arqs, with
     ``[placement]`` read from a configuration file naming the test's Placement)
     and reaches the conductor, served on ``transport``, for everything else;
     otherwise it holds the conductor as steward serve's does."""
@@ -71,12 +73,12 @@ class Stack:
                             f'endpoint = {server.url}\nendpoint_override = {server.url}\n')
             CONF(['--config-file', str(path)], project='steward', default_config_files=[])
             conductor_api = ConductorAPI(transport=transport)
-            arqs = root.api_arq_service(conductor_api)
-            assert arqs is not None, 'the API would send its ARQ operations over RPC'
-            conductor_api.run_arqs_here(arqs)
-            self.app = root.api_app(conductor_api)
+            arqs = root.api_arqs(conductor_api)
+            assert arqs.local, 'the API would send its ARQ operations over RPC'
+            self.app = root.api_app(conductor_api, arqs)
         else:
-            self.app = root.api_app(ConductorAPI(self.conductor))
+            self.app = root.api_app(LocalConductorAPI(self.conductor),
+                                    arq_api.LocalArqAPI(self.conductor.arqs))
         self.api = testclient.TestClient(self.app, raise_server_exceptions=False)
         self.agent = self.rpc_server = None
 
@@ -84,7 +86,7 @@ class Stack:
     def start_agent(self, discover=True):
         self.conf.set_override('agent_ping_timeout', LIVE_AGENT_PING_TIMEOUT,
                                group='conductor')
-        self.agent = AgentManager(self.conf, ConductorAPI(self.conductor), host=self.host)
+        self.agent = AgentManager(self.conf, LocalConductorAPI(self.conductor), host=self.host)
         self.rpc_server = self.transport.start_server(CONF.rpc_topic_agent, self.host,
                                                    [self.agent])
         self.agent.init_host()

@@ -7,7 +7,7 @@ import pytest
 from steward.agent import drivers as driver_loader
 from steward.agent.manager import AgentManager
 from steward.common import exception
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.drivers.fake import FakeDriver
 from tests.functional import conductor_fixtures as cf
 
@@ -29,7 +29,7 @@ def test_discovery_interval_is_honoured(transport, database, db, conf):
     conf.set_override('discovery_interval', 1, group='agent')
     conductor, _ = cf.stack(database, transport, conf)
     CountingFake.calls, CountingFake.started = 0, []
-    agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host='host-a',
                          drivers=[CountingFake(conf, 'host-a')])
     agent.start()
     try:
@@ -57,7 +57,7 @@ def test_unknown_driver_is_a_clear_configuration_error(conf):
 
 def test_same_device_from_two_drivers_is_refused(transport, database, db, conf):
     conductor, _ = cf.stack(database, transport, conf)
-    agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host='host-a',
                          drivers=[FakeDriver(conf, 'host-a'), CountingFake(conf, 'host-a')])
     with pytest.raises(exception.InvalidConfiguration, match='0000:0c:00.0 is reported by both fake and fake'):
         agent.discover()
@@ -71,7 +71,7 @@ def test_mdev_capable_drivers_share_a_parent_first_wins(transport, database, db,
         name, shares_parents = 'nvidia_gpu', True
 
     conductor, _ = cf.stack(database, transport, conf)
-    agent = AgentManager(conf, ConductorAPI(conductor), host='host-a',
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host='host-a',
                          drivers=[A(conf, 'host-a'), B(conf, 'host-a')])
     devices = agent.discover()
     assert [d.driver_name for d in devices] == ['fake']      # A's copy, the first

@@ -1,13 +1,15 @@
 """Where a standalone API's accelerator requests are served: by the API process
-itself (Root.api_arq_service) when [placement] names the Placement service and
-[upgrade_levels] conductor lets 1.2 through, else by the conductors over RPC, as
-the previous release did; said once at start either way."""
+itself (Root.api_arqs: a LocalArqAPI over an ARQService of its own) when
+[placement] names the Placement service and [upgrade_levels] conductor lets 1.2
+through, else by the conductors over RPC (an ArqRPCAPI), as the previous release
+did; said once at start either way."""
 import logging
 import uuid
 
 import pytest
 from starlette import testclient
 
+from steward.arqs import api as arq_api
 from steward.conductor.rpcapi import ConductorAPI
 from tests.fixtures import placement_fixture
 from tests.fixtures import roots
@@ -33,8 +35,8 @@ def api_conf(conf, tmp_path):
 
 def _service(database, transport, cap=None):
     root = roots.api_root(database)
-    conductor = ConductorAPI(version_cap=cap, transport=transport)
-    return root, conductor, root.api_arq_service(conductor)
+    conductor = ConductorAPI(transport=transport, version_cap=cap)
+    return root, conductor, root.api_arqs(conductor)
 
 
 def test_the_api_runs_them_with_placement_and_no_cap(api_conf, database, transport,
@@ -42,12 +44,13 @@ def test_the_api_runs_them_with_placement_and_no_cap(api_conf, database, transpo
     api_conf()
     with caplog.at_level(logging.INFO, logger='steward.cmd.root'):
         root, conductor, arqs = _service(database, transport)
-    assert arqs is not None and arqs.actor.startswith('api ')
+    assert isinstance(arqs, arq_api.LocalArqAPI) and arqs.local
+    assert arqs.service.actor.startswith('api ')
+    # Its released devices' cleanups are cast to a conductor.
+    assert arqs.service._dispatch == conductor.device_release_for_cleaning
     assert any('by this API process itself' in r.getMessage() for r in caplog.records)
-    conductor.run_arqs_here(arqs)
-    assert conductor.arqs_here
     # No conductor listens on the broker: a create and a delete are the API's own.
-    with testclient.TestClient(root.api_app(conductor),
+    with testclient.TestClient(root.api_app(conductor, arqs),
                                raise_server_exceptions=False) as client:
         make_profile(client)
         r = client.post('/v2/accelerator_requests', json={'device_profile_name': 'dp1'})
@@ -63,16 +66,17 @@ def test_conductors_of_an_earlier_release_keep_them(api_conf, database, transpor
                                                     caplog, cap):
     api_conf()
     with caplog.at_level(logging.WARNING, logger='steward.cmd.root'):
-        _, _, arqs = _service(database, transport, cap=cap)
-    assert arqs is None
+        _, conductor, arqs = _service(database, transport, cap=cap)
+    assert isinstance(arqs, arq_api.ArqRPCAPI) and not arqs.local
+    assert arqs.conductor_api is conductor
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and '[upgrade_levels] conductor' in warned[0], warned
 
 
 def test_an_api_without_placement_keeps_sending_them(conf, database, transport, caplog):
     with caplog.at_level(logging.WARNING, logger='steward.cmd.root'):
-        _, _, arqs = _service(database, transport)
-    assert arqs is None
+        _, conductor, arqs = _service(database, transport)
+    assert isinstance(arqs, arq_api.ArqRPCAPI) and arqs.conductor_api is conductor
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and '[placement] names no Placement service' in warned[0]
 
@@ -82,8 +86,8 @@ def test_a_bind_refused_in_the_api_is_the_same_answer(api_conf, database, transp
     device provider is 404 with its stable code, nothing stored changes."""
     api_conf()
     root, conductor, arqs = _service(database, transport)
-    conductor.run_arqs_here(arqs)
-    with testclient.TestClient(root.api_app(conductor),
+    assert isinstance(arqs, arq_api.LocalArqAPI)
+    with testclient.TestClient(root.api_app(conductor, arqs),
                                raise_server_exceptions=False) as client:
         make_profile(client)
         arq = client.post('/v2/accelerator_requests',

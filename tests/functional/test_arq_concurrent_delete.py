@@ -8,15 +8,17 @@ test holds the ARQ's row lock while two deletes through the v2 API queue behind
 it, then lets go. Both must answer 204, the device released once. PostgreSQL and
 MariaDB (row locks; MariaDB's repeatable read too); SQLite admits one writer.
 """
+import functools
 import threading
 
 import pytest
 import sqlalchemy as sa
 from starlette import testclient
 
+from steward.arqs import device_ops
+from steward.arqs import ops as arq_ops
 from steward.common import context
-from steward.conductor import arq_ops
-from steward.conductor import device_ops
+from steward.conductor import cleanup_ops
 from tests.functional.lifecycle_stack import life  # noqa: F401 (fixture)
 from tests.fixtures.stack import wait_for
 
@@ -95,7 +97,8 @@ def test_a_delete_waiting_on_a_failing_bind_removes_what_it_left(database, db, l
     monkeypatch.setattr(device_ops, 'release_after_unbind', release_then_hold)
     ctx = context.get_admin_context()
     failing = threading.Thread(target=arq_ops._fail_bound, args=(
-        st.conductor.deps, ctx, [arq], 'reservation refused'))
+        st.conductor.deps, ctx, [arq], 'reservation refused'), kwargs={
+        'dispatch': functools.partial(cleanup_ops.dispatch_cleanup, st.conductor.deps)})
     failing.start()
     assert holding.wait(60)
     answers = []

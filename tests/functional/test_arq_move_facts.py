@@ -18,7 +18,7 @@ from starlette import testclient
 
 from steward.agent.manager import AgentManager
 from steward.common import moves
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import deployables as deployable_db
 from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
@@ -56,7 +56,7 @@ def host():
 
 
 def _api(conductor, database):
-    return testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+    return testclient.TestClient(roots.api_app(LocalConductorAPI(conductor), database),
                                  raise_server_exceptions=False)
 
 
@@ -174,7 +174,7 @@ def test_a_tag_set_later_keeps_the_handles_and_waits_for_bound_ones(transport, d
         inst, arq = _boot(api, server, host, rp, RC, 'vf')
         _configure_pci(conf, sriov_tree, {'vendor_id': '10de', 'product_id': '25b6',
                                           'live_migratable': True})
-        agent = AgentManager(conf, ConductorAPI(conductor), host=host,
+        agent = AgentManager(conf, LocalConductorAPI(conductor), host=host,
                              drivers=[PciDriver(conf, host)])
         agent.init_host()
         agent.run_cycle()

@@ -15,7 +15,7 @@ import pytest
 from starlette import testclient
 
 from steward.agent.manager import AgentManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conf import CONF
 from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
@@ -231,13 +231,13 @@ def test_mdev_sets_on_two_hosts(transport, database, db, conf, tmp_path):
     conductor, _ = cf.stack(database, transport, conf, placement, host=hosts[0],
                             drivers=[mdev.MdevDriver(conf, hosts[0])])
     conf.set_override('sysfs_root', str(trees[hosts[1]].root))
-    agent_b = AgentManager(conf, ConductorAPI(conductor), host=hosts[1],
+    agent_b = AgentManager(conf, LocalConductorAPI(conductor), host=hosts[1],
                            drivers=[mdev.MdevDriver(conf, hosts[1])])
     agent_b.init_host()
     agent_b.run_cycle()
     rc = mdev.default_resource_class('mtty-2')
     cf.make_profile(database, 'mt', [{f'resources:{rc}': '1'}])
-    api = testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+    api = testclient.TestClient(roots.api_app(LocalConductorAPI(conductor), database),
                                 raise_server_exceptions=False)
     deps = {d['name']: d for d in api.get('/v2/deployables').json()['deployables']}
     rps = {h: deps[f'{h}_mdev_mtty_mtty-2']['rp_uuid'] for h in hosts}

@@ -8,9 +8,9 @@ import uuid
 import pytest
 from sqlalchemy import event
 
+from steward.arqs import device_ops
+from steward.arqs import ops as arq_ops
 from steward.common import states
-from steward.conductor import arq_ops
-from steward.conductor import device_ops
 from steward.db import arqs as arq_db
 from steward.db import attach_handles as handle_db
 from steward.db import deployables as deployable_db

@@ -6,9 +6,9 @@ import uuid
 import httpx
 import pytest
 
+from steward.arqs import nova_events
 from steward.common import exception
 from steward.compute import events
-from steward.conductor import nova
 from tests.fixtures.stack import free_port
 
 # Fixed, and free of the ARQ tags below: a random uuid could contain 'a2'.
@@ -27,7 +27,7 @@ def notifier(conf, listener):
     conf.set_override('endpoint_override', events.endpoint_for(listener.listen),
                       group='nova')
     conf.set_override('event_retry_delay', 0.05, group='nova')
-    n = nova.NovaNotifier(conf)
+    n = nova_events.NovaNotifier(conf)
     yield n
     n.stop()
 
@@ -121,7 +121,7 @@ def test_one_notifier_feeds_successive_listeners_on_one_port(conf):
     listen = f'127.0.0.1:{free_port()}'
     conf.set_override('auth_type', 'none', group='nova')
     conf.set_override('endpoint_override', events.endpoint_for(listen), group='nova')
-    notifier = nova.NovaNotifier(conf)
+    notifier = nova_events.NovaNotifier(conf)
     try:
         for _ in range(3):
             instance = str(uuid.uuid4())

@@ -8,7 +8,7 @@ import pytest
 from steward.agent.manager import AgentManager
 from steward.common import exception
 from steward.common import states
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.drivers import base
@@ -272,7 +272,7 @@ def test_a_device_back_through_another_conductor_gets_its_provider_again(
         cf.conductor_on(database, transport, client_b)
     host = placement_fixture.unique_name('swap')
     driver = SwappableDriver(conf, host)
-    agent = AgentManager(conf, ConductorAPI(a), host=host, drivers=[driver])
+    agent = AgentManager(conf, LocalConductorAPI(a), host=host, drivers=[driver])
     first = agent.run_cycle()
     assert first['changed'] and 'error' not in first
     rp = {name[-1]: uuid
@@ -282,7 +282,7 @@ def test_a_device_back_through_another_conductor_gets_its_provider_again(
     assert client_a.remembered_inventory(rp['1'], generation) == _inventory(server, rp['1'])
 
     driver.hidden = {'1'}
-    agent.conductor = ConductorAPI(b)
+    agent.conductor = LocalConductorAPI(b)
     gone = agent.run_cycle()
     assert gone['changed'] and 'error' not in gone
     with placement_fixture.admin_session(server.url) as s:
@@ -291,7 +291,7 @@ def test_a_device_back_through_another_conductor_gets_its_provider_again(
     assert client_a.remembered_inventory(rp['1'], generation) is not None
 
     driver.hidden = set()
-    agent.conductor = ConductorAPI(a)
+    agent.conductor = LocalConductorAPI(a)
     before = dict(client_a.stats)
     back = agent.run_cycle()
     assert back['changed'] and 'error' not in back, back
@@ -310,7 +310,7 @@ def test_a_device_back_through_another_conductor_gets_its_provider_again(
     assert {'CUSTOM_SWAP', 'OWNER_CYBORG'} <= traits
     # And the next report of the host is quiet again, whichever conductor takes it.
     for conductor, client in ((a, client_a), (b, client_b)):
-        agent.conductor = ConductorAPI(conductor)
+        agent.conductor = LocalConductorAPI(conductor)
         quiet = dict(client.stats)
         assert cf.summary(agent.run_cycle()) == {'changed': False, 'placement_writes': 0}
         assert client.stats == quiet
@@ -333,7 +333,7 @@ def test_a_host_registered_again_through_another_conductor_gets_its_providers_ag
     host = placement_fixture.unique_name('again')
     driver = SwappableDriver(conf, host)
     driver.hidden = {'2'}
-    agent = AgentManager(conf, ConductorAPI(b), host=host, drivers=[driver])
+    agent = AgentManager(conf, LocalConductorAPI(b), host=host, drivers=[driver])
     assert 'error' not in agent.run_cycle()
     (dep,) = _deployables(database, host)
     # Changed behind Steward's back, repaired by A's drift repair: A's client
@@ -357,7 +357,7 @@ def test_a_host_registered_again_through_another_conductor_gets_its_providers_ag
         assert s.get(f'/resource_providers/{dep.rp_uuid}').status_code == 404
 
     driver.hidden = {'2'}
-    agent.conductor = ConductorAPI(a)
+    agent.conductor = LocalConductorAPI(a)
     back = agent.run_cycle()
     assert back['changed'] and 'error' not in back, back
     assert [d.rp_uuid for d in _deployables(database, host)] == [dep.rp_uuid]

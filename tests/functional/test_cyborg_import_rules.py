@@ -260,7 +260,7 @@ def test_device_steward_has_no_driver_for_is_kept_not_offered(transport, databas
         device = _device(database, device_uuid)
         assert (device.status, device.device_state) == ('maintaining', 'available')
         # Not offered anew: Placement reserves it whole, a bind is refused.
-        from steward.conductor import reservation
+        from steward.arqs import reservation
         with database.reader() as s:
             rule = reservation.policy(s, s.get(m.Device, device.id), [deployable])
             assert rule.reserved_for(deployable) == deployable.num_accelerators

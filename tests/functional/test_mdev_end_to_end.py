@@ -13,7 +13,7 @@ from starlette import testclient
 
 from steward.agent.manager import AgentManager
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conf import nvidia as nvidia_conf
 from steward.db import models as m
 from steward.drivers.mdev import driver as mdev
@@ -43,11 +43,11 @@ class Env:
         self.host = placement_fixture.unique_name('mdev-host')
         self.conductor = ConductorManager(cf.deps(database, transport, placement))
         self.conductor.init_host()
-        self.agent = AgentManager(conf, ConductorAPI(self.conductor), host=self.host,
+        self.agent = AgentManager(conf, LocalConductorAPI(self.conductor), host=self.host,
                                   drivers=[mdev.MdevDriver(conf, self.host)])
         self.agent.init_host()
         self.first = self.agent.run_cycle()
-        self.api = testclient.TestClient(roots.api_app(ConductorAPI(self.conductor),
+        self.api = testclient.TestClient(roots.api_app(LocalConductorAPI(self.conductor),
                                                        database),
                                          raise_server_exceptions=False)
         self.admin = placement_fixture.admin_session(server.url)
@@ -298,7 +298,7 @@ def test_nvidia_and_mdev_drivers_on_one_gpu_first_listed_wins(transport, databas
     nvidia_conf.register_vgpu_groups(conf)
     conductor = ConductorManager(cf.deps(database, transport))
     host = 'host-a'
-    agent = AgentManager(conf, ConductorAPI(conductor), host=host,
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host=host,
                          drivers=[nvidia_gpu.NvidiaGpuDriver(conf, host),
                                   mdev.MdevDriver(conf, host)])
     agent.run_cycle()

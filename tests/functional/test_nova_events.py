@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from steward.conductor import nova
+from steward.arqs import nova_events
 from tests.fixtures import http_double
 
 
@@ -51,7 +51,7 @@ EVENTS = [('i-1', 'a-1', 'completed'), ('i-1', 'a-2', 'completed')]
 
 def test_one_post_with_all_events(nova_server, conf):
     Handler.replies = [(200, {'events': []})]
-    assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is True
+    assert nova_events.NovaNotifier(conf).notify(EVENTS).result(10) is True
     (path, version, body), = Handler.seen
     assert (path, version) == ('/v2.1/os-server-external-events', 'compute 2.82')
     assert body == {'events': [
@@ -63,24 +63,24 @@ def test_one_post_with_all_events(nova_server, conf):
 
 def test_all_422_is_not_sent_again(nova_server, conf):
     """Nova drops events for an instance without a host (207, per-event 422) and
-    never needs a copy (steward/conductor/nova.py): one POST, even after what was
+    never needs a copy (steward/arqs/nova_events.py): one POST, even after what was
     the retry delay (still set, 0.05 s, by the fixture: deprecated and ignored)."""
     Handler.replies = [(207, {'events': [{'code': 422}, {'code': 422}]}),
                        (200, {'events': []})]
-    assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is True
+    assert nova_events.NovaNotifier(conf).notify(EVENTS).result(10) is True
     time.sleep(0.5)
     assert len(Handler.seen) == 1 and len(Handler.replies) == 1
 
 
 def test_nova_error_does_not_raise(nova_server, conf):
     Handler.replies = [(500, {'error': 'boom'})]
-    assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
+    assert nova_events.NovaNotifier(conf).notify(EVENTS).result(10) is False
 
 
 def test_unconfigured_nova_costs_nothing(conf, caplog):
     """No [nova]: one INFO line when the notifier is built, then nothing per bind."""
-    with caplog.at_level('DEBUG', logger='steward.conductor.nova'):
-        notifier = nova.NovaNotifier(conf)
+    with caplog.at_level('DEBUG', logger='steward.arqs.nova_events'):
+        notifier = nova_events.NovaNotifier(conf)
         started = len(caplog.records)
         assert all(notifier.notify(EVENTS) is None for _ in range(50))
     assert [r.levelname for r in caplog.records[:started]] == ['INFO']
@@ -101,7 +101,7 @@ def test_a_nova_that_comes_back_gets_its_events(conf, caplog):
     port = _closed_port()
     Handler.replies, Handler.seen = [(200, {'events': []})], []
     with _nova_at(conf, port):
-        notifier = nova.NovaNotifier(conf)
+        notifier = nova_events.NovaNotifier(conf)
         with caplog.at_level('WARNING', logger='keystoneauth'):
             future = notifier.notify(EVENTS)
             deadline = time.monotonic() + 10
@@ -123,7 +123,7 @@ def test_nothing_listening_is_a_warning_not_an_error(conf, caplog):
     port = _closed_port()
     conf.set_override('event_connect_attempts', 2, group='nova')
     with _nova_at(conf, port), caplog.at_level('WARNING'):
-        assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
+        assert nova_events.NovaNotifier(conf).notify(EVENTS).result(10) is False
     assert [r.levelname for r in caplog.records if 'not delivered' in r.getMessage()] \
         == ['WARNING']
     assert not any(r.exc_info for r in caplog.records)
@@ -138,7 +138,7 @@ def test_keystoneauth_connect_retries_takes_precedence(conf, caplog):
     conf.set_override('connect_retries', 0, group='nova')
     try:
         with _nova_at(conf, port), caplog.at_level('WARNING'):
-            assert nova.NovaNotifier(conf).notify(EVENTS).result(10) is False
+            assert nova_events.NovaNotifier(conf).notify(EVENTS).result(10) is False
     finally:
         conf.clear_override('connect_retries', group='nova')
     assert not any('Retrying in' in r.getMessage() for r in caplog.records)
@@ -166,7 +166,7 @@ def test_binds_completed_while_a_post_is_under_way_share_the_next_post(conf):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         with _nova_at(conf, srv.server_address[1]):
-            notifier = nova.NovaNotifier(conf)
+            notifier = nova_events.NovaNotifier(conf)
             first = notifier.notify([('i-0', 'a-0', 'completed')])
             assert HeldHandler.arrived.acquire(timeout=60)   # the first POST is held
             later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
@@ -187,8 +187,8 @@ def test_binds_completed_while_a_post_is_under_way_share_the_next_post(conf):
 def test_a_post_carries_whole_binds_up_to_its_limit(conf, monkeypatch):
     """A backlog larger than MAX_EVENTS is sent in several POSTs, never splitting
     a bind's events."""
-    monkeypatch.setattr(nova, 'MAX_EVENTS', 3)
-    notifier = nova.NovaNotifier(conf)
+    monkeypatch.setattr(nova_events, 'MAX_EVENTS', 3)
+    notifier = nova_events.NovaNotifier(conf)
     for n in range(4):
         notifier._pending.append(([(f'i-{n}', f'a-{n}-{k}', 'completed')
                                    for k in range(2)], None))
@@ -205,7 +205,7 @@ def test_the_backlog_while_nova_is_away_is_bounded(conf, monkeypatch, caplog):
     MAX_PENDING; the oldest binds' are dropped (their futures say False, one
     WARNING), the newest are sent once Nova answers again. Nova 34 needs none
     of the events to boot (test_compute_boot: every event dropped)."""
-    monkeypatch.setattr(nova, 'MAX_PENDING', 50)
+    monkeypatch.setattr(nova_events, 'MAX_PENDING', 50)
     HeldHandler.replies = [(200, {'events': []})] * 10
     HeldHandler.seen = []
     HeldHandler.gate, HeldHandler.arrived = threading.Semaphore(0), threading.Semaphore(0)
@@ -213,7 +213,7 @@ def test_the_backlog_while_nova_is_away_is_bounded(conf, monkeypatch, caplog):
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         with _nova_at(conf, srv.server_address[1]):
-            notifier = nova.NovaNotifier(conf)
+            notifier = nova_events.NovaNotifier(conf)
             first = notifier.notify([('i-0', 'a-0', 'completed')])
             assert HeldHandler.arrived.acquire(timeout=60)   # Nova holds it
             later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])

@@ -11,7 +11,7 @@ import pytest
 from steward.agent import cleanup
 from steward.common import exception
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import devices as device_db
 from steward.db import erase_records as erase_db
 from steward.db import models as m
@@ -100,7 +100,7 @@ def _records(database, uuid_):
 def _executor(conductor, driver, timeout=3600, workers=8):
     # timeout: [nvme] cleanup_timeout; only the test of the timeout gives a short one
     # (5 s could strike a cleanup that is meant to end otherwise on a loaded machine).
-    return cleanup.CleanupExecutor(ConductorAPI(conductor), [driver], HOST,
+    return cleanup.CleanupExecutor(LocalConductorAPI(conductor), [driver], HOST,
                                    timeout=lambda: timeout, max_workers=workers)
 
 
@@ -137,7 +137,7 @@ def test_the_pool_bounds_concurrency_and_the_timeout_starts_with_the_work(databa
             read.notify_all()
         return 3600                     # the gate, not the timeout, ends the work
 
-    ex = cleanup.CleanupExecutor(ConductorAPI(conductor), [driver], HOST,
+    ex = cleanup.CleanupExecutor(LocalConductorAPI(conductor), [driver], HOST,
                                  timeout=timeout, max_workers=2)
     for d in devs:
         ex.submit({'uuid': d})
@@ -163,7 +163,7 @@ def test_timeout_cancels_and_the_device_goes_to_error(database, conductor):
     slow the machine."""
     driver = GatedDriver()                           # never opened: only the timeout ends it
     timeout = [3600]
-    ex = cleanup.CleanupExecutor(ConductorAPI(conductor), [driver], HOST,
+    ex = cleanup.CleanupExecutor(LocalConductorAPI(conductor), [driver], HOST,
                                  timeout=lambda: timeout[0])
     dev = _device(database)
     supervisor = ex.submit({'uuid': dev})
@@ -206,7 +206,7 @@ def test_a_device_that_is_not_pending_cleaning_is_left_alone(database, conductor
 
 
 def test_an_unknown_driver_is_a_failure_not_a_hang(database, conductor):
-    ex = cleanup.CleanupExecutor(ConductorAPI(conductor), [], HOST,
+    ex = cleanup.CleanupExecutor(LocalConductorAPI(conductor), [], HOST,
                                  timeout=lambda: 3600)
     dev = _device(database)
     ex.submit({'uuid': dev}).join(60)

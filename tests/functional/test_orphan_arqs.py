@@ -5,8 +5,9 @@ set of ARQs a finished move left on another host than the instance's (Nova's
 DELETE ?arqs= of it failed) once Nova has said that long that the instance is
 elsewhere and not moving. While it moves, nothing is deleted.
 
-The real conductor, arq_ops, database and Placement (lifecycle_stack), and a
-Nova-compatible endpoint answering GET /v2.1/servers/<uuid> over real HTTP."""
+The real conductor, the ARQ operations (steward/arqs/ops.py), database and
+Placement (lifecycle_stack), and a Nova-compatible endpoint answering GET
+/v2.1/servers/<uuid> over real HTTP."""
 import datetime
 import http.server
 import logging

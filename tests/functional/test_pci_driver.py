@@ -11,7 +11,7 @@ from starlette import testclient
 
 from steward.agent.manager import AgentManager
 from steward.conductor.report import diff
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import arqs as arq_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
@@ -158,7 +158,7 @@ def test_bound_pci_arqs_show_managed_from_2_4(transport, database, db, conf, pla
     deps = deployables(database)
     rps = {a: deps[f'{host}_{a}'].rp_uuid for a in (UNMANAGED, NO_KEY)}
 
-    with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+    with testclient.TestClient(roots.api_app(LocalConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
         r = api.post('/v2/device_profiles', json=[{'name': 'vf', 'groups': [
             {f'resources:{RC}': '1'}]}])
@@ -233,7 +233,7 @@ def test_changed_managed_reaches_free_handles_and_waits_for_bound_ones(transport
     # reads the new configuration.
     configure(conf, sriov_tree, {'vendor_id': '10de', 'product_id': '25b6',
                                  'managed': False})
-    second = AgentManager(conf, ConductorAPI(conductor), host=host,
+    second = AgentManager(conf, LocalConductorAPI(conductor), host=host,
                           drivers=[PciDriver(conf, host)])
     second.init_host()
     second.run_cycle()

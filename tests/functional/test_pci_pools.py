@@ -15,7 +15,7 @@ import uuid
 import pytest
 from starlette import testclient
 
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.drivers.pci.driver import PciDriver
 from tests.fixtures import placement_fixture
 from tests.fixtures import roots
@@ -137,7 +137,7 @@ def test_eight_functions_in_one_group_bind_eight_distinct_functions(
     assert cand['allocations'] == {pool['uuid']: {'resources': {RC: 8}}}
     assert _candidates(server, host, [4, 4]) and _candidates(server, host, [1] * 8)
 
-    with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+    with testclient.TestClient(roots.api_app(LocalConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
         assert api.post('/v2/device_profiles', json=[{'name': 'x8', 'groups': [
             {f'resources:{RC}': '8'}]}]).status_code == 201
@@ -195,7 +195,7 @@ def test_pools_never_span_numa_nodes_and_reserve_what_is_out_of_service(
     assert {tuple(sorted(c['allocations'])) for c in _candidates(server, host, [4, 4])} >= {
         tuple(sorted(rp['uuid'] for rp in by_node.values()))}
 
-    with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+    with testclient.TestClient(roots.api_app(LocalConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
         devices = api.get('/v2/devices', headers=V29).json()['devices']
         on_one = sorted((d for d in devices if d['numa_node'] == 1),
@@ -284,7 +284,7 @@ def test_a_running_host_moves_onto_a_pool_with_its_instances(
         handles[i] = bound['attach_handle_uuid']
 
     conf.set_override('device_spec', [json.dumps(POOLED)], group='pci')
-    again = AgentManager(conf, ConductorAPI(conductor), host=host,
+    again = AgentManager(conf, LocalConductorAPI(conductor), host=host,
                          drivers=[PciDriver(conf, host)])
     again.init_host()
     again.run_cycle()
@@ -300,7 +300,7 @@ def test_a_running_host_moves_onto_a_pool_with_its_instances(
         assert doc == {pool['uuid']: {'resources': {RC: 1}, 'generation': doc[
             pool['uuid']]['generation']}}
     # Each instance keeps its function: the same handle, now on the pool.
-    with testclient.TestClient(roots.api_app(ConductorAPI(conductor), database),
+    with testclient.TestClient(roots.api_app(LocalConductorAPI(conductor), database),
                                raise_server_exceptions=False) as api:
         for i in (0, 1):
             (arq,) = api.get(URL, params={'instance': instances[i]}).json()['arqs']

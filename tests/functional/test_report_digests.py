@@ -18,6 +18,7 @@ from steward.conductor.manager import ConductorManager
 from steward.common import report_digest
 from steward.common import rpc
 from steward.conductor import rpcapi
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from steward.db import attributes as attribute_db
@@ -80,7 +81,7 @@ def test_a_quiet_report_is_its_digest_alone_and_writes_nothing(
     client, _server = placement
     conductor = cf.conductor_on(database, transport, client)
     host = placement_fixture.unique_name('digest')
-    agent = AgentManager(conf, ConductorAPI(conductor), host=host,
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host=host,
                          drivers=[fake.FakeDriver(conf, host)])
     first = agent.run_cycle()
     assert first['changed'] and 'error' not in first
@@ -103,7 +104,7 @@ def test_a_changed_report_after_quiet_ones_is_applied(
     conductor = cf.conductor_on(database, transport, client)
     host = placement_fixture.unique_name('digest')
     driver = TraitDriver(conf, host)
-    agent = AgentManager(conf, ConductorAPI(conductor), host=host, drivers=[driver])
+    agent = AgentManager(conf, LocalConductorAPI(conductor), host=host, drivers=[driver])
     agent.run_cycle()
     assert cf.summary(agent.run_cycle()) == QUIET
     assert agent.reports.digests_sent == 1
@@ -145,11 +146,11 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
     assert third.reporter.stored.cached('no-such-host') is None
     host = placement_fixture.unique_name('digest')
     driver = TraitDriver(conf, host)
-    agent = AgentManager(conf, ConductorAPI(first), host=host, drivers=[driver])
+    agent = AgentManager(conf, LocalConductorAPI(first), host=host, drivers=[driver])
     agent.run_cycle()
     assert other.reporter.stored.cached(host) is None
 
-    agent.conductor = ConductorAPI(other)
+    agent.conductor = LocalConductorAPI(other)
     before = dict(other_client.stats)
     whole = agent.reports.reports_sent
     with statements(database) as seen:
@@ -162,7 +163,7 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
     # A whole report of the same devices (an agent of the previous release) too.
     devices = [d.to_dict() for d in driver.discover()]
     with statements(database) as seen:
-        assert cf.summary(ConductorAPI(other).report_data(
+        assert cf.summary(LocalConductorAPI(other).report_data(
             cf.admin(), host, host, devices)) == QUIET
     assert writes(seen) == []
     assert other_client.stats == before
@@ -173,7 +174,7 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
     third_before = dict(third_client.stats)
     dep_before = cf.deployable(database, host)
     with statements(database) as seen:
-        result = ConductorAPI(third).report_data(cf.admin(), host, host, devices)
+        result = LocalConductorAPI(third).report_data(cf.admin(), host, host, devices)
     # Not taken as quiet (that needed the lookup): judged by the diff.
     assert result['changed'] and 'error' not in result
     assert result['placement_writes'] == 0
@@ -193,7 +194,7 @@ def test_a_conductor_that_never_saw_the_host_judges_it_by_the_database(
     assert agent.run_cycle()['changed']
     assert traits_of(database, host) == {'CUSTOM_FAKE_CHANGED'}
     driver.trait = 'CUSTOM_FAKE_DEVICE'
-    agent.conductor = ConductorAPI(first)
+    agent.conductor = LocalConductorAPI(first)
     assert agent.run_cycle()['changed']
     assert traits_of(database, host) == {'CUSTOM_FAKE_DEVICE'}
     # (Placement's side here is the first conductor's Placement client's: it

@@ -9,7 +9,7 @@ import pytest
 
 from steward.agent.manager import AgentManager
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import attributes as attribute_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
@@ -57,7 +57,7 @@ def test_first_reports_together_write_what_the_usual_way_writes(
     client, server = placement
     conductor = ConductorManager(cf.deps(database, transport, client))
     conductor.init_host()
-    api = ConductorAPI(conductor)
+    api = LocalConductorAPI(conductor)
     tag = uuid.uuid4().hex[:8]
     hosts = [f'first-{tag}-{i}' for i in range(HOSTS)]
     agents = [AgentManager(conf, api, host=h, drivers=[fake.FakeDriver(conf, h)])
@@ -107,7 +107,7 @@ def test_first_reports_together_write_what_the_usual_way_writes(
     restarted = ConductorManager(cf.deps(database, transport, client))
     client.forget()
     for agent in agents:
-        agent.conductor = ConductorAPI(restarted)
+        agent.conductor = LocalConductorAPI(restarted)
         assert agent.run_cycle()['placement_writes'] == 0
     assert client.stats['writes'] == quiet['writes']
 
@@ -155,7 +155,7 @@ def test_a_burst_beside_nova_lists_every_tree_once(
     # test, however slow the machine.
     monkeypatch.setattr(trees, 'MIN_HOSTS', 1)
     conductor.reporter.first.trees = trees.Trees(client, clock=lambda: 0.0)
-    api = ConductorAPI(conductor)
+    api = LocalConductorAPI(conductor)
     tag = uuid.uuid4().hex[:8]
     hosts = [f'burst-{tag}-{i}' for i in range(HOSTS)]
     roots = {h: str(uuid.uuid4()) for h in hosts}

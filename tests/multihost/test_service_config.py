@@ -1,6 +1,7 @@
 """What the separate services check at start ([DEFAULT] transport_url,
 [upgrade_levels]) and the conductor's periodic finishing of interrupted deletes."""
 import datetime
+import functools
 import os
 import subprocess
 import sys
@@ -9,11 +10,12 @@ import pytest
 import sqlalchemy as sa
 from oslo_utils import timeutils
 
+from steward.arqs import ops as arq_ops
 from steward.cmd import checks
 from steward.common import context
 from steward.common import exception
 from steward.common import states
-from steward.conductor import arq_ops
+from steward.conductor import cleanup_ops
 from steward.conductor import periodic
 from steward.conf import CONF
 from steward.db import arqs as arq_db
@@ -112,6 +114,7 @@ def test_periodic_reconcile_finishes_only_deletes_older_than_the_grace(transport
         left = [a.uuid for a in arq_db.arq_list(s)]
     assert left == [recent] and old not in left
     # What the grace protects: the delete in progress finishes it itself.
-    arq_ops.finish_deleting(deps, context.get_admin_context(), [recent])
+    arq_ops.finish_deleting(deps, context.get_admin_context(), [recent],
+                            dispatch=functools.partial(cleanup_ops.dispatch_cleanup, deps))
     with database.reader() as s:
         assert arq_db.arq_list(s) == []

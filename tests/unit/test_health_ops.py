@@ -3,13 +3,13 @@ SQLite database: what a reading stores, when it changes the state, what the
 history and last_error say, and the fault latch an operator alone clears."""
 import pytest
 
+from steward.arqs import reservation
 from steward.common import context
 from steward.common import exception
 from steward.common import health
 from steward.common import report_digest
 from steward.common import states
 from steward.conductor import health_ops
-from steward.conductor import reservation
 from steward.db import device_history as history_db
 from steward.db import models as m
 

@@ -1,4 +1,4 @@
-"""The one reservation rule (steward/conductor/reservation.py) on real SQLite rows:
+"""The one reservation rule (steward/arqs/reservation.py) on real SQLite rows:
 every device_state x status x single/shared device, and missing devices."""
 import itertools
 import uuid
@@ -6,11 +6,11 @@ import uuid
 from oslo_utils import timeutils
 import pytest
 
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import exception
 from steward.common import states
 from steward.conductor import deps as conductor_deps
-from steward.conductor import device_ops
-from steward.conductor import reservation
 from steward.db import models as m
 
 ALL_STATES = (None,) + states.DEVICE_STATES

@@ -76,12 +76,12 @@ class ApiRequest:
     """What a handler sees of a request."""
 
     __slots__ = ('ctx', 'version', 'method', 'params', 'query', 'body', 'content_type',
-                 'conductor', 'database', 'metrics', 'policy', '_scheme', '_host',
-                 '_root_path', '_base_url')
+                 'conductor', 'arqs', 'database', 'metrics', 'policy', '_scheme',
+                 '_host', '_root_path', '_base_url')
 
     def __init__(self, ctx, version, method, params, query, body, conductor,
                  scheme, host, root_path, database=None, metrics=None, policy=None,
-                 content_type=None):
+                 content_type=None, arqs=None):
         self.ctx = ctx
         self.version = version
         self.method = method
@@ -89,7 +89,11 @@ class ApiRequest:
         self.query = query          # the raw query string (bytes)
         self.body = body            # bytes
         self.content_type = content_type    # the raw header, or None
-        self.conductor = conductor  # steward.conductor.rpcapi.ConductorAPI
+        # steward.conductor.rpcapi.ConductorAPI, or the LocalConductorAPI of a
+        # process that holds the conductor (steward/conductor/local_api.py)
+        self.conductor = conductor
+        # steward.arqs.api.ArqAPI: the ARQ operations (create, bind, unbind, delete)
+        self.arqs = arqs
         self.database = database    # steward.db.session.Database (reads, profiles)
         self.metrics = metrics      # steward.metrics.Metrics (the bind histogram)
         self.policy = policy        # steward.api.policy.Enforcer

@@ -1,9 +1,11 @@
 """Accelerator requests (ARQs): ``/v2/accelerator_requests``.
 
-Every change goes through the conductor (ConductorAPI); reads come straight from
-the database, scoped to the caller's project unless the caller is an admin or a
-service (upstream defect 7: cross-tenant ARQs). Everything a request carries is
-validated before the conductor is asked to change anything.
+Every change is an ARQ operation, run through ``req.arqs`` (steward/arqs/api.py:
+the ARQService of this process, steward/arqs/service.py, or the conductors over
+RPC, as the composition root chose); reads come straight from the database,
+scoped to the caller's project unless the caller is an admin or a service
+(upstream defect 7: cross-tenant ARQs). Everything a request carries is
+validated before anything is asked to change.
 """
 from steward.api import handlers
 from steward.api import schemas
@@ -35,7 +37,7 @@ def create_arqs(req):
         # PostgreSQL would refuse the NUL in the query.
         raise exception.DeviceProfileNotFound(resource='Device Profile', key='name',
                                               value=name)
-    records = req.conductor.arq_create(ctx, body['device_profile_name'], ctx.project_id)
+    records = req.arqs.arq_create(ctx, body['device_profile_name'], ctx.project_id)
     return _render(req, records, status=201)
 
 
@@ -142,9 +144,9 @@ def _patch(req, only=None):
             reason=f'the body must be keyed by the ARQ of the URL ({only}) only')
     if bindings:
         with req.metrics.bind_timer():
-            req.conductor.arq_bind(ctx, bindings)
+            req.arqs.arq_bind(ctx, bindings)
     else:
-        req.conductor.arq_unbind(ctx, unbinds)
+        req.arqs.arq_unbind(ctx, unbinds)
     return handlers.empty(202)
 
 
@@ -189,10 +191,10 @@ def delete_arqs(req):
         instance = handlers.check_uuid('instance', args['instance'])
         if not ctx.is_service:
             raise exception.ServiceTokenRequired()
-        req.conductor.arq_delete(ctx, instance_uuid=instance, project_id=scope)
+        req.arqs.arq_delete(ctx, instance_uuid=instance, project_id=scope)
     else:
         uuids = _arq_uuids(args['arqs'])
-        req.conductor.arq_delete(ctx, arq_uuids=uuids, project_id=scope)
+        req.arqs.arq_delete(ctx, arq_uuids=uuids, project_id=scope)
     return handlers.empty(204)
 
 
@@ -203,5 +205,5 @@ def delete_arq(req):
     req.policy.authorize(ctx, 'cyborg:arq:delete')
     req.query_args(())
     uuid = _arq_uuids(req.params['uuid'])[0]
-    req.conductor.arq_delete(ctx, arq_uuids=[uuid], project_id=handlers.project_scope(ctx))
+    req.arqs.arq_delete(ctx, arq_uuids=[uuid], project_id=handlers.project_scope(ctx))
     return handlers.empty(204)

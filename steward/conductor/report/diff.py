@@ -25,10 +25,10 @@ import logging
 
 from oslo_utils import timeutils
 from oslo_utils import uuidutils
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import states
-from steward.conductor import device_ops
 from steward.conductor import health_ops
-from steward.conductor import reservation
 from steward.conductor.device_match import canonical, match_devices
 from steward.conductor.report import providers
 from steward.db import attributes as attribute_db

@@ -35,10 +35,10 @@ import time
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
+from steward.arqs import device_ops
 from steward.common import context
 from steward.common import exception
 from steward.common import states
-from steward.conductor import device_ops
 from steward.conductor import health_ops
 from steward.conductor.device_match import canonical, identity_of
 from steward.conductor.report import diff

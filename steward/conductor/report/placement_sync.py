@@ -28,9 +28,9 @@ import threading
 
 import os_traits
 
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import exception
-from steward.conductor import device_ops
-from steward.conductor import reservation
 from steward.conductor.report import providers
 from steward.conductor.report import reshape
 from steward.db import attributes as attribute_db

@@ -8,8 +8,8 @@ upstream) unless its driver put it in a pool (issue 52): the ``pool`` attribute
 host that share it are ONE provider, named after the pool, uuid3 of that name,
 whose total is the sum of their accelerators. Each keeps its own row, device,
 state and handles; the bind gives each ARQ a free device of the pool
-(steward/conductor/arq_ops.py) and the pool's ``reserved`` counts its devices
-out of service (steward/conductor/reservation.py).
+(steward/arqs/ops.py) and the pool's ``reserved`` counts its devices
+out of service (steward/arqs/reservation.py).
 """
 import dataclasses
 import uuid as uuidlib

@@ -22,8 +22,8 @@ report finds the old providers empty and finishes the move.
 """
 import logging
 
+from steward.arqs import reservation
 from steward.common import exception
-from steward.conductor import reservation
 from steward.conductor.report import providers
 from steward.db import attributes as attribute_db
 from steward.db import deployables as deployable_db

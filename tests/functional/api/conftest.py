@@ -14,7 +14,7 @@ import pytest
 from starlette import testclient
 
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import models as m
 from tests.fixtures import roots
 from tests.functional import conductor_fixtures as cf
@@ -95,7 +95,7 @@ def placement():
 
 @pytest.fixture
 def app(manager):
-    return roots.api_app(ConductorAPI(manager), manager.database)
+    return roots.api_app(LocalConductorAPI(manager), manager.database)
 
 
 @pytest.fixture

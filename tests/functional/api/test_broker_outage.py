@@ -19,6 +19,7 @@ from starlette import testclient
 from steward.common import context
 from steward.common import rpc
 from steward.conductor.manager import ConductorManager
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conductor.rpcapi import ConductorAPI
 from steward.conf import CONF
 from tests.fixtures import roots
@@ -130,7 +131,7 @@ def test_an_exhausted_database_pool_answers_503(db, conf, transport, caplog):
     conf.set_override('pool_timeout', 1, group='database')
     database = session.Database(db)
     manager = ConductorManager(cf.deps(database, transport))
-    app = roots.api_app(ConductorAPI(manager), database)
+    app = roots.api_app(LocalConductorAPI(manager), database)
     try:
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
             assert client.get('/v2/device_profiles').status_code == 200

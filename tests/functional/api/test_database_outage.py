@@ -7,7 +7,7 @@ import tempfile
 from starlette import testclient
 
 from steward.conductor.manager import ConductorManager
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.db import migration
 from steward.db import session
 from tests.fixtures import mariadb_fixture
@@ -37,7 +37,7 @@ def test_a_database_outage_answers_503(transport, conf):
         migration.upgrade(database)
         manager = ConductorManager(cf.deps(database, transport))
         manager.init_host()
-        app = roots.api_app(ConductorAPI(manager), database)
+        app = roots.api_app(LocalConductorAPI(manager), database)
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
             r = client.post('/v2/device_profiles', json=[{
                 'name': 'dp1', 'groups': [{'resources:FPGA': '1'}]}])

@@ -5,8 +5,9 @@ import uuid
 import pytest
 from starlette import testclient
 
+from steward.arqs import api as arq_api
 from steward.common import exception
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from tests.fixtures import roots
 from tests.functional.api.conftest import make_profile
 from tests.functional.api.conftest import snapshot
@@ -15,7 +16,7 @@ ERROR_KEYS = {'error_message', 'faultstring', 'error_code', 'request_id'}
 
 
 class ExplodingManager:
-    """A conductor whose every call fails unexpectedly."""
+    """A conductor (and an ARQ service) whose every call fails unexpectedly."""
 
     def __getattr__(self, name):
         def boom(ctx, **kwargs):
@@ -25,7 +26,8 @@ class ExplodingManager:
 
 @pytest.fixture
 def exploding_client(database, seed):
-    app = roots.api_app(ConductorAPI(ExplodingManager()), database)
+    app = roots.api_app(LocalConductorAPI(ExplodingManager()), database,
+                        arqs=arq_api.LocalArqAPI(ExplodingManager()))
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         yield c
 
@@ -55,7 +57,8 @@ def test_steward_errors_from_the_conductor_keep_their_status(database, db, seed)
         def arq_create(self, ctx, **kwargs):
             raise exception.ServiceUnavailable(service='Placement', reason='down')
 
-    app = roots.api_app(ConductorAPI(Manager()), database)
+    app = roots.api_app(LocalConductorAPI(Manager()), database,
+                        arqs=arq_api.LocalArqAPI(Manager()))
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         make_profile(c, 'dp1')
         r = c.post('/v2/accelerator_requests', json={'device_profile_name': 'dp1'})
@@ -235,7 +238,8 @@ def test_remote_tracebacks_do_not_leak(database, db, seed):
             raise DeviceProfileNotFound_Remote(resource='Device Profile', key='name',
                                                value='x')
 
-    app = roots.api_app(ConductorAPI(Manager()), database)
+    app = roots.api_app(LocalConductorAPI(Manager()), database,
+                        arqs=arq_api.LocalArqAPI(Manager()))
     with testclient.TestClient(app, raise_server_exceptions=False) as c:
         r = c.post('/v2/accelerator_requests', json={'device_profile_name': 'x'})
     assert r.status_code == 404

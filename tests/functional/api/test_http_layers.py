@@ -4,7 +4,7 @@ restricted forms, and no CORS layer without an allowed origin."""
 import pytest
 from starlette import testclient
 
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conf import CONF
 from tests.fixtures import roots
 
@@ -17,7 +17,7 @@ def make_client(manager, seed, conf):
         for (group, name), value in (overrides or {}).items():
             CONF.set_override(name, value, group=group)
         client = testclient.TestClient(
-            roots.api_app(ConductorAPI(manager), manager.database),
+            roots.api_app(LocalConductorAPI(manager), manager.database),
             raise_server_exceptions=False)
         clients.append(client)
         return client

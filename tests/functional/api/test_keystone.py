@@ -10,7 +10,7 @@ import uuid
 import pytest
 from starlette import testclient
 
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conf import CONF
 from tests.fixtures import roots
 
@@ -53,7 +53,7 @@ def keystone_client(db, seed, manager, monkeypatch):
         'nova-token': _token('nova', 'service', ['service', 'admin']),
     })
     try:
-        app = roots.api_app(ConductorAPI(manager), manager.database)
+        app = roots.api_app(LocalConductorAPI(manager), manager.database)
         with testclient.TestClient(app, raise_server_exceptions=False) as c:
             yield c
     finally:

@@ -5,7 +5,8 @@ import pytest
 import sqlalchemy.exc
 from oslo_messaging.rpc import client as rpc_client
 
-from steward.conductor.rpcapi import ConductorAPI
+from steward.arqs import api as arq_api
+from steward.conductor.local_api import LocalConductorAPI
 from starlette import testclient
 from tests.fixtures import roots
 
@@ -32,7 +33,9 @@ class Failing:
      'cyb.rpc.version_capped'),
 ])
 def test_outage_answers(database, seed, exc, status, code):
-    app = roots.api_app(ConductorAPI(Failing(exc)), database)
+    # The ARQ operations sent to conductors whose transport fails.
+    app = roots.api_app(LocalConductorAPI(Failing(exc)), database,
+                        arqs=arq_api.ArqRPCAPI(Failing(exc)))
     with testclient.TestClient(app, raise_server_exceptions=False) as client:
         r = client.post('/v2/accelerator_requests', json={'device_profile_name': 'x'})
     assert r.status_code == status

@@ -20,7 +20,7 @@ import pytest
 from starlette import testclient
 
 from steward.api import app as api_app
-from steward.conductor.rpcapi import ConductorAPI
+from steward.conductor.local_api import LocalConductorAPI
 from steward.conf import CONF
 from steward.db import models as m
 from tests.fixtures import roots
@@ -183,7 +183,7 @@ def keystone(database, db, seed, manager, placement, monkeypatch):
             TOKENS[f'{persona}-token'] = _token(persona, spec[1], spec[0])
     ids = dict(seed, instance=str(uuid.uuid4()))
     try:
-        app = roots.api_app(ConductorAPI(manager), manager.database)
+        app = roots.api_app(LocalConductorAPI(manager), manager.database)
         with testclient.TestClient(app, raise_server_exceptions=False) as client:
             admin = _headers('admin')
             for name in ('dp1', 'dp-free'):

@@ -24,26 +24,36 @@ ONLY = {
 }
 # package: (the packages it must not import, why).
 NEVER = {
-    'steward.db': ({'steward.api', 'steward.conductor', 'steward.agent',
+    'steward.db': ({'steward.api', 'steward.arqs', 'steward.conductor', 'steward.agent',
                     'steward.compute', 'steward.placement', 'steward.drivers',
                     'steward.cmd', 'steward.cyborg_import'},
                    'the database layer serves the services; they hand it what it '
                    'needs'),
-    'steward.drivers': ({'steward.api', 'steward.conductor', 'steward.agent',
-                         'steward.compute', 'steward.placement', 'steward.db',
-                         'steward.cmd'},
+    'steward.drivers': ({'steward.api', 'steward.arqs', 'steward.conductor',
+                         'steward.agent', 'steward.compute', 'steward.placement',
+                         'steward.db', 'steward.cmd'},
                         'a driver runs in the agent and reports objects; the agent '
                         'hands them on'),
-    'steward.api': ({'steward.agent', 'steward.drivers', 'steward.privsep',
-                     'steward.cmd'},
-                    'the API reaches devices only through the conductor it is '
-                    'handed'),
+    'steward.api': ({'steward.agent', 'steward.arqs', 'steward.conductor',
+                     'steward.drivers', 'steward.privsep', 'steward.cmd'},
+                    'the API changes ARQs and devices only through the ArqAPI and '
+                    'the ConductorAPI it is handed (the composition root chooses '
+                    'them)'),
+    # The ARQ operations moved out of the conductor (issue 54): they run in the
+    # API processes and in the conductors, so they import neither; what only a
+    # conductor does (a released device's cleanup) is handed to them.
+    'steward.arqs': ({'steward.api', 'steward.conductor', 'steward.agent',
+                      'steward.compute', 'steward.drivers', 'steward.privsep',
+                      'steward.placement', 'steward.cmd', 'steward.cyborg_import'},
+                     'the ARQ operations run in API processes and conductors alike, '
+                     'on the database layer and the clients they are handed; a '
+                     'conductor imports them, never the other way'),
     'steward.privsep': ({'steward.drivers', 'steward.agent'},
                         'the privileged entry points: drivers call them, never the '
                         'other way'),
-    'steward.cyborg_import': ({'steward.api', 'steward.conductor', 'steward.agent',
-                               'steward.compute', 'steward.placement', 'steward.drivers',
-                               'steward.cmd'},
+    'steward.cyborg_import': ({'steward.api', 'steward.arqs', 'steward.conductor',
+                               'steward.agent', 'steward.compute', 'steward.placement',
+                               'steward.drivers', 'steward.cmd'},
                               'a one-off migration that uses the database layer and the '
                               'Placement client it is handed, like any other caller'),
 }

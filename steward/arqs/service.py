@@ -1,24 +1,27 @@
 """The ARQ operations as a caller asks for them: create, bind (with Nova's event),
-unbind, delete, over arq_ops.
+unbind, delete, over steward/arqs/ops.py.
 
-One object, two places it runs, as Nova's conductor once had its ``LocalAPI``
-beside its RPC ``API``:
+One object, two places it runs; the composition root (steward/cmd/root.py)
+decides which, and the API reaches it through steward/arqs/api.py:
 
 * in a conductor (``ConductorManager``), for the API processes that send the
-  operations over RPC (``[upgrade_levels] conductor`` below 1.2, or an API host
-  whose ``[placement]`` names no service) and for ``steward serve``;
-* in each API process itself (steward/cmd/api_factory.py), which is what a
-  deployment runs: a boot then never crosses the broker. Every decision of these
-  operations is a conditional UPDATE or a row lock in the database (the bind
-  guard), so any number of API processes and conductors may run them side by
-  side. What needs an agent (a released NVMe device's cleanup) is handed to a
-  conductor: ``dispatch_cleanup``.
+  operations over RPC (``ArqRPCAPI``: ``[upgrade_levels] conductor`` below 1.2,
+  or an API host whose ``[placement]`` names no service) and for ``steward
+  serve`` (whose API calls it through a ``LocalArqAPI``); there
+  ``dispatch_cleanup`` asks the device's agent (steward/conductor/cleanup_ops.py);
+* in each API process itself (``LocalArqAPI``, steward/cmd/api_factory.py), which
+  is what a deployment runs: a boot then never crosses the broker. Every decision
+  of these operations is a conditional UPDATE or a row lock in the database (the
+  bind guard, steward/arqs/device_ops.py), so any number of API processes and
+  conductors may run them side by side. What needs an agent (a released NVMe
+  device's cleanup) is handed to a conductor: ``dispatch_cleanup``
+  (ConductorAPI.device_release_for_cleaning).
 """
 import functools
 
+from steward.arqs import ops as arq_ops
 from steward.common import exception
 from steward.common import states
-from steward.conductor import arq_ops
 
 
 def _acting(fn):
@@ -35,10 +38,11 @@ class ARQService:
     """``deps``: a steward.conductor.deps.Deps (its database, metrics, Placement
     client and Nova notifier are used; an API process's has no agent API).
     ``dispatch_cleanup(ctx, device_uuid)``: who asks a released device's agent to
-    clean it; None: this process does (a conductor). ``actor``: who the
-    transitions are recorded as made by (None: this conductor)."""
+    clean it, once the release is committed (it never raises): a conductor's
+    cleanup_ops.dispatch_cleanup, an API process's cast to a conductor. ``actor``:
+    who the transitions are recorded as made by (None: this conductor)."""
 
-    def __init__(self, deps, dispatch_cleanup=None, actor=None):
+    def __init__(self, deps, dispatch_cleanup, actor=None):
         self.deps = deps
         self._dispatch = dispatch_cleanup
         self.actor = actor

@@ -1,5 +1,10 @@
 """Accelerator request lifecycle: create, bind, unbind, delete.
 
+Run wherever the ARQ operations run (steward/arqs/service.py): in each ``steward
+api`` process, and in a conductor for the callers that send it the operations
+over RPC; a conductor's periodic tasks also finish the deletes a crash
+interrupted and delete the ARQs Nova no longer needs (steward/conductor/periodic.py).
+
 Every ARQ state change goes through ``transitions.advance``. A bind validates all of its
 input before touching anything, and runs in one write transaction: if any ARQ of a
 multi-ARQ bind cannot get a handle, the whole transaction rolls back and every ARQ
@@ -11,18 +16,21 @@ Each write transaction is run again from its start when the database refuses it
 as a deadlock (on Galera: a certification failure), ``retry.on_deadlock``: the
 transaction reads everything it decides on afresh, and the work outside the
 database comes after its commit.
+
+A released device that must be cleaned is handed to ``dispatch(ctx,
+device_uuid)``, which every operation that releases is given: only a conductor
+talks to agents (steward/conductor/cleanup_ops.py ``dispatch_cleanup``), and an
+API process casts the device to one (ConductorAPI.device_release_for_cleaning).
 """
 import functools
 import logging
 
-from oslo_messaging import exceptions as messaging_exc
 from oslo_utils import uuidutils
 
+from steward.arqs import device_ops
+from steward.arqs import reservation
 from steward.common import exception
 from steward.common import states
-from steward.conductor import cleanup_ops
-from steward.conductor import device_ops
-from steward.conductor import reservation
 from steward.db import arqs as arq_db
 from steward.db import attach_handles as handle_db
 from steward.db import deployables as deployable_db
@@ -114,7 +122,7 @@ def validate_binding(b):
                                          reason='a non-empty host name is required')
 
 
-def bind(deps, ctx, bindings, dispatch=None):
+def bind(deps, ctx, bindings, dispatch):
     """Bind ARQs: ``bindings`` is a list of dicts with uuid, hostname,
     device_rp_uuid, instance_uuid and optionally project_id. Returns the bound
     records. All or nothing. ``dispatch``: see after_release."""
@@ -238,7 +246,7 @@ def _check_second_set(held, bindings, chosen, locked):
                                                       host=host)
 
 
-def _fail_bound(deps, ctx, uuids, reason, dispatch=None):
+def _fail_bound(deps, ctx, uuids, reason, dispatch):
     """Undo a committed bind: free handles, devices back, ARQs to BindFailed."""
     released = _fail_bound_in_db(deps, ctx, uuids, reason)
     # A device that needs cleaning went to pending_cleaning: dispatch its cleanup.
@@ -277,7 +285,7 @@ def _unbind_one(s, ctx, arq):
     return device_ops.release_after_unbind(s, deployable_id, ctx)
 
 
-def unbind(deps, ctx, arq_uuids, dispatch=None):
+def unbind(deps, ctx, arq_uuids, dispatch):
     after_release(deps, _unbind_in_db(deps, ctx, arq_uuids), ctx, dispatch=dispatch)
 
 
@@ -293,13 +301,14 @@ def _unbind_in_db(deps, ctx, arq_uuids):
     return released
 
 
-def delete(deps, ctx, arq_uuids=None, instance_uuid=None, project_id=None,
-           dispatch=None):
+def delete(deps, ctx, arq_uuids=None, instance_uuid=None, project_id=None, *,
+           dispatch):
     """Delete ARQs by uuid list (all must exist: 404 otherwise, nothing deleted) or
     by instance (idempotent). Each goes through Deleting (the state machine's way
     out) and is removed in the same transaction, with its handle freed; a row
     found in Deleting already (a crash of an older release between its two
-    transactions, or reconciliation) is finished here too."""
+    transactions, or reconciliation) is finished here too. ``dispatch``: see
+    after_release."""
     count, released = _delete_in_db(deps, ctx, arq_uuids, instance_uuid, project_id)
     after_release(deps, released, ctx, dispatch=dispatch)
     return count
@@ -400,25 +409,23 @@ def _finish_in(s, ctx, uuids):
     return released
 
 
-def finish_deleting(deps, ctx, uuids):
-    """Remove ARQs left in Deleting (reconciliation); returns how many were asked."""
-    after_release(deps, _finish_deleting_in_db(deps, ctx, uuids), ctx)
+def finish_deleting(deps, ctx, uuids, dispatch):
+    """Remove ARQs left in Deleting (reconciliation); returns how many were asked.
+    ``dispatch``: see after_release."""
+    after_release(deps, _finish_deleting_in_db(deps, ctx, uuids), ctx, dispatch=dispatch)
     return len(uuids)
 
 
-def after_release(deps, released, ctx, dispatch=None):
+def after_release(deps, released, ctx, dispatch):
     """After a release is committed: lift the reservations of the deployables in
-    ``released`` and dispatch the cleanups (its CleanupRequests) through
-    ``dispatch(ctx, device_uuid)``: None, this process asks the device's agent
-    (a conductor); an API process hands them to a conductor instead
+    ``released`` and hand each device to clean (its CleanupRequests) to
+    ``dispatch(ctx, device_uuid)``: a conductor asks the device's agent
+    (cleanup_ops.dispatch_cleanup); an API process hands it to a conductor
     (ConductorAPI.device_release_for_cleaning), since only conductors talk to
     agents."""
     for dep in released:
         if isinstance(dep, device_ops.CleanupRequest):
-            if dispatch is None:
-                dispatch_cleanup(deps, ctx, dep.device_uuid)
-            else:
-                dispatch(ctx, dep.device_uuid)
+            dispatch(ctx, dep.device_uuid)
             continue
         try:
             device_ops.reserve(deps, dep, reserve=False)
@@ -427,13 +434,3 @@ def after_release(deps, released, ctx, dispatch=None):
             # puts reserved back in line with device_state.
             LOG.error('Could not lift the Placement reservation of %s: %s',
                       dep.rp_uuid, err)
-
-
-def dispatch_cleanup(deps, ctx, device_uuid):
-    """Ask the agent of a released device to clean it (a conductor's part)."""
-    try:
-        cleanup_ops.release_for_cleaning(deps, ctx, device_uuid)
-    except (exception.StewardError, messaging_exc.MessagingException) as err:
-        # The release stands (it is committed); the device stays reserved, and the
-        # conductor's periodic tasks or the agent's next start finish its cleanup.
-        LOG.error('device %s: cleanup could not be dispatched: %s', device_uuid, err)

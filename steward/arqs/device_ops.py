@@ -1,18 +1,22 @@
-"""Device lifecycle around binds: the bind guard, device_state on bind and release,
-and the Placement reservation that mirrors it. The rule itself (single or shared,
-what ``reserved`` must be, who may bind) is steward/conductor/reservation.py."""
+"""Device lifecycle around binds: the bind guard (the devices' row locks),
+device_state on bind and release, and the Placement reservation that mirrors it.
+The rule itself (single or shared, what ``reserved`` must be, who may bind) is
+steward/arqs/reservation.py.
+
+Run by the ARQ operations (steward/arqs/ops.py) wherever they run, API process
+or conductor; a conductor's report, cleanup and self-healing use the same lock
+order, the cleaning rule and ``current_reserved`` (steward/conductor)."""
 import dataclasses
 import functools
 import logging
 
+from steward.arqs import reservation
 from steward.common import states
-from steward.conductor import reservation
 from steward.db import attributes as attribute_db
 from steward.db import deployables as deployable_db
 from steward.db import devices as device_db
 from steward.db import discoveries
 from steward.db import models as m
-from steward.db import retry
 from steward.db import transitions
 
 LOG = logging.getLogger(__name__)
@@ -137,7 +141,8 @@ def release_after_unbind(session, deployable_id, ctx):
     return []
 
 
-def _rc_of(deps, deployable):
+def rc_of(deps, deployable):
+    """The resource class of ``deployable`` (its ``rc`` attribute), or None."""
     with deps.database.reader() as s:
         attrs = attribute_db.attribute_list(s, {'deployable_id': deployable.id, 'key': 'rc'})
     return attrs[0].value if attrs else None
@@ -166,7 +171,7 @@ def reserve(deps, deployable, reserve):
     whatever its device's state asks for when the write happens."""
     if not deployable.rp_uuid:
         return
-    rc = _rc_of(deps, deployable)
+    rc = rc_of(deps, deployable)
     if rc is None:
         LOG.warning('Deployable %s has no resource class; nothing to reserve',
                     deployable.uuid)
@@ -175,23 +180,3 @@ def reserve(deps, deployable, reserve):
         deployable.rp_uuid, rc,
         functools.partial(current_reserved, deps, deployable.id,
                           'total' if reserve else 0))
-
-
-@retry.on_deadlock
-def set_status(deps, ctx, device_uuid, status):
-    """Enable/disable (maintaining): persist, then reserve or free in Placement."""
-    with deps.database.writer() as s:
-        device = device_db.device_get(s, device_uuid)
-        if device.status != status:
-            device.status = status
-            LOG.info('device %s: status -> %s request_id=%s', device.uuid, status,
-                     ctx.request_id)
-        deployables = deployable_db.deployable_list(s, {'device_id': device.id})
-        for d in deployables:
-            s.expunge(d)
-    for dep in deployables:
-        rc = _rc_of(deps, dep) if dep.rp_uuid else None
-        if rc and current_reserved(deps, dep.id) is not None:
-            deps.placement().set_reserved(dep.rp_uuid, rc,
-                                             functools.partial(current_reserved,
-                                                               deps, dep.id))

@@ -1,5 +1,10 @@
 """accelerator-request-bound events to Nova (POST /os-server-external-events).
 
+Sent by the process that ran the bind (steward/arqs/service.py): each ``steward
+api`` process, or a conductor for the API processes that send it the ARQ
+operations over RPC; ``steward serve``'s conductor. One ``NovaNotifier`` per
+process, built by the composition root (steward/cmd/root.py).
+
 Nothing configured in ``[nova]``: no event is sent and nothing is logged per bind
 (one INFO line at start). Otherwise sent off the request path, once per ARQ: one
 POST carries the events of every bind that completed while the previous POST was
@@ -23,7 +28,6 @@ compute that had stopped waiting ("Received unexpected event", a WARNING per boo
 """
 import collections
 from concurrent import futures as concurrent_futures
-import dataclasses
 import logging
 import threading
 
@@ -53,7 +57,8 @@ def configured(conf=CONF):
 
 def build_adapter(conf=CONF):
     """The keystoneauth adapter of ``[nova]`` (service type compute): the events
-    and the orphan check (``ServerLookup``) talk to Nova through it."""
+    and the conductor's orphan check (steward/conductor/nova_servers.py
+    ``ServerLookup``) talk to Nova through it."""
     if conf.nova.auth_type:
         auth = ks_loading.load_auth_from_conf_options(conf, 'nova')
     else:
@@ -61,77 +66,6 @@ def build_adapter(conf=CONF):
     session = ks_loading.load_session_from_conf_options(conf, 'nova', auth=auth)
     return ks_loading.load_adapter_from_conf_options(conf, 'nova', session=session,
                                                      auth=auth)
-
-
-class ServerStatusUnknown(Exception):
-    """Nova did not say whether a server exists (an error status, no answer)."""
-
-    def __init__(self, reason, unreachable=False):
-        super().__init__(reason)
-        self.unreachable = unreachable
-
-
-# Server statuses of an instance in the middle of a move (resize, cold or live
-# migration, before its confirm or revert): both hosts' ARQs are still needed.
-MOVING_STATUSES = frozenset(('RESIZE', 'VERIFY_RESIZE', 'REVERT_RESIZE', 'MIGRATING'))
-
-
-@dataclasses.dataclass(frozen=True)
-class Server:
-    """What the orphan check needs of a Nova server."""
-    host: str | None            # OS-EXT-SRV-ATTR:host (admin only)
-    status: str | None
-    task_state: str | None      # OS-EXT-STS:task_state
-
-    @property
-    def moving(self):
-        """A move is under way or awaits its confirm or revert: no set of its ARQs
-        may be taken for left over."""
-        return self.status in MOVING_STATUSES or self.task_state is not None
-
-
-class ServerLookup:
-    """``GET /servers/{uuid}``: does Nova still have this server, on which host,
-    and is it moving? The conductor's orphan check (steward/conductor/periodic.py).
-    The ``[nova]`` credentials must see every project's servers and their host
-    (admin, as Nova's external events API requires): a 404 is taken to mean the
-    server is gone."""
-
-    def __init__(self, conf=CONF, adapter=None, announce=True):
-        """``announce=False``: no start-up line (another notifier of the same
-        service, an API worker of steward serve, said it already)."""
-        self.conf = conf
-        self._adapter = adapter
-
-    def server(self, instance_uuid):
-        """A Server (200), None (404); raises ServerStatusUnknown otherwise."""
-        if self._adapter is None:
-            self._adapter = build_adapter(self.conf)
-        try:
-            resp = self._adapter.get(f'/servers/{instance_uuid}', raise_exc=False,
-                                     microversion=MICROVERSION,
-                                     timeout=self.conf.nova.event_timeout)
-        except (ks_exc.ConnectFailure, ks_exc.ConnectTimeout) as err:
-            raise ServerStatusUnknown(type(err).__name__, unreachable=True)
-        except ks_exc.ClientException as err:
-            raise ServerStatusUnknown(
-                f'{type(err).__name__}: {str(err).splitlines()[0][:200]}')
-        if resp.status_code == 404:
-            return None
-        if resp.status_code != 200:
-            raise ServerStatusUnknown(f'HTTP {resp.status_code}')
-        try:
-            body = resp.json()['server']
-        except (ValueError, KeyError, TypeError):
-            raise ServerStatusUnknown('HTTP 200 without a server body')
-        if not isinstance(body, dict):
-            raise ServerStatusUnknown('HTTP 200 without a server body')
-        return Server(host=body.get('OS-EXT-SRV-ATTR:host'), status=body.get('status'),
-                      task_state=body.get('OS-EXT-STS:task_state'))
-
-    def exists(self, instance_uuid):
-        """True (200), False (404); raises ServerStatusUnknown otherwise."""
-        return self.server(instance_uuid) is not None
 
 
 class NovaNotifier:

@@ -28,8 +28,12 @@
   allocations count them, and reserving them too would hide a free device of the
   pool for every one in use. Each device keeps its own rule for its binding
   (``refusal``): the bind gives each ARQ a free device of the pool
-  (steward/conductor/arq_ops.py). A provider of one deployable is not a pool,
+  (steward/arqs/ops.py). A provider of one deployable is not a pool,
   whatever its driver calls it: the rules above apply.
+
+Read by the bind guard and the release (steward/arqs/device_ops.py) wherever the
+ARQ operations run, and by a conductor's report, cleanup and self-healing when
+they write a device's state or its reservation (steward/conductor).
 """
 import dataclasses
 
