@@ -3,7 +3,7 @@ an HTTP double of Nova 34's POST /os-server-external-events that answers as
 nova/api/openstack/compute/server_external_events.py does (per event: 404 for an
 instance Nova deleted, 422 while the instance has no host, 200 once it has one; 207
 overall when any was refused; 400 below compute microversion 2.82, which names the
-event). Nothing is sent again after a 422 (steward/conductor/nova.py says why)."""
+event). Nothing is sent again after a 422 (steward/arqs/nova_events.py says why)."""
 import http.server
 import json
 import threading
