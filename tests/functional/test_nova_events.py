@@ -156,29 +156,36 @@ class HeldHandler(Handler):
         super().do_POST()
 
 
-def test_binds_completed_while_a_post_is_under_way_share_the_next_post(conf):
-    """Each ARQ's event is sent once; the binds that complete while Nova answers
-    a POST go together in the next one, not one POST each."""
-    HeldHandler.replies = [(200, {'events': []})] * 2
+@contextlib.contextmanager
+def _held_nova(conf, posts):
+    """A Nova that holds each POST until the test lets it go (HeldHandler) and
+    answers ``posts`` of them, with [nova] pointed at it; yields a notifier."""
+    HeldHandler.replies = [(200, {'events': []})] * posts
     HeldHandler.seen = []
     HeldHandler.gate, HeldHandler.arrived = threading.Semaphore(0), threading.Semaphore(0)
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), HeldHandler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         with _nova_at(conf, srv.server_address[1]):
-            notifier = nova_events.NovaNotifier(conf)
-            first = notifier.notify([('i-0', 'a-0', 'completed')])
-            assert HeldHandler.arrived.acquire(timeout=60)   # the first POST is held
-            later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
-                     for n in range(1, 6)]
-            HeldHandler.gate.release()
-            assert first.result(60) is True
-            assert HeldHandler.arrived.acquire(timeout=60)
-            HeldHandler.gate.release()
-            assert all(f.result(60) is True for f in later)
+            yield nova_events.NovaNotifier(conf)
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_binds_completed_while_a_post_is_under_way_share_the_next_post(conf):
+    """Each ARQ's event is sent once; the binds that complete while Nova answers
+    a POST go together in the next one, not one POST each."""
+    with _held_nova(conf, posts=2) as notifier:
+        first = notifier.notify([('i-0', 'a-0', 'completed')])
+        assert HeldHandler.arrived.acquire(timeout=60)   # the first POST is held
+        later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
+                 for n in range(1, 6)]
+        HeldHandler.gate.release()
+        assert first.result(60) is True
+        assert HeldHandler.arrived.acquire(timeout=60)
+        HeldHandler.gate.release()
+        assert all(f.result(60) is True for f in later)
     tags = [[e['tag'] for e in body['events']] for _, _, body in HeldHandler.seen]
     assert tags == [['a-0'], [f'a-{n}' for n in range(1, 6)]]
     assert notifier.sent == 2
@@ -206,28 +213,18 @@ def test_the_backlog_while_nova_is_away_is_bounded(conf, monkeypatch, caplog):
     WARNING), the newest are sent once Nova answers again. Nova 34 needs none
     of the events to boot (test_compute_boot: every event dropped)."""
     monkeypatch.setattr(nova_events, 'MAX_PENDING', 50)
-    HeldHandler.replies = [(200, {'events': []})] * 10
-    HeldHandler.seen = []
-    HeldHandler.gate, HeldHandler.arrived = threading.Semaphore(0), threading.Semaphore(0)
-    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), HeldHandler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        with _nova_at(conf, srv.server_address[1]):
-            notifier = nova_events.NovaNotifier(conf)
-            first = notifier.notify([('i-0', 'a-0', 'completed')])
-            assert HeldHandler.arrived.acquire(timeout=60)   # Nova holds it
-            later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
-                     for n in range(1, 201)]
-            assert notifier._queued == 50 == len(notifier._pending)
-            assert notifier.dropped == 150
-            assert [f.result(0) for f in later[:150]] == [False] * 150
-            for _ in range(10):
-                HeldHandler.gate.release()
-            assert first.result(60) is True
-            assert all(f.result(60) is True for f in later[150:])
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with _held_nova(conf, posts=10) as notifier:
+        first = notifier.notify([('i-0', 'a-0', 'completed')])
+        assert HeldHandler.arrived.acquire(timeout=60)   # Nova holds it
+        later = [notifier.notify([(f'i-{n}', f'a-{n}', 'completed')])
+                 for n in range(1, 201)]
+        assert notifier._queued == 50 == len(notifier._pending)
+        assert notifier.dropped == 150
+        assert [f.result(0) for f in later[:150]] == [False] * 150
+        for _ in range(10):
+            HeldHandler.gate.release()
+        assert first.result(60) is True
+        assert all(f.result(60) is True for f in later[150:])
     sent = [e['tag'] for _, _, body in HeldHandler.seen for e in body['events']]
     assert sent == ['a-0'] + [f'a-{n}' for n in range(151, 201)]
     assert sum('the oldest are dropped' in r.getMessage() for r in caplog.records) == 1
