@@ -298,6 +298,24 @@ def wait_server(cloud, sid, status, task_state=None, timeout=120):
                       timeout=timeout)
 
 
+def arqs(cloud, instance=None):
+    """The ARQs (of ``instance``) as Steward's API lists them at its latest."""
+    with cloud.api_client() as api:
+        params = {'instance': instance} if instance else {}
+        r = api.get('/v2/accelerator_requests', params=params,
+                    headers={'OpenStack-API-Version': 'accelerator latest'})
+    assert r.status_code == 200, r.text
+    return r.json()['arqs']
+
+
+def allocations(cloud, consumer):
+    """{provider: resources} of ``consumer`` in Placement."""
+    with cloud.placement_client() as p:
+        r = p.get(f'/allocations/{consumer}')
+    assert r.status_code == 200, r.text
+    return {rp: a['resources'] for rp, a in r.json()['allocations'].items()}
+
+
 def wait_until(fetch, done, what, timeout=120):
     """``fetch()`` until ``done(value)``; returns the value, fails naming ``what``."""
     deadline = time.monotonic() + timeout

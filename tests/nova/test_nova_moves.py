@@ -72,6 +72,7 @@ class Flavor:
 
 # -- Nova, as an operator drives it ---------------------------------------------------
 server, wait_server = cloud_mod.server, cloud_mod.wait_server
+arqs, allocations = cloud_mod.arqs, cloud_mod.allocations
 
 
 def boot(cloud, flavor, host):
@@ -135,21 +136,6 @@ def assert_refusal(cloud, sid, r, expected):
 
 
 # -- what Steward and Placement hold ---------------------------------------------------
-def arqs(cloud, instance=None):
-    with cloud.api_client() as api:
-        params = {'instance': instance} if instance else {}
-        r = api.get('/v2/accelerator_requests', params=params, headers=A_LATEST)
-    assert r.status_code == 200, r.text
-    return r.json()['arqs']
-
-
-def allocations(cloud, consumer):
-    with cloud.placement_client() as p:
-        r = p.get(f'/allocations/{consumer}')
-    assert r.status_code == 200, r.text
-    return {rp: a['resources'] for rp, a in r.json()['allocations'].items()}
-
-
 def host_usage(cloud, host):
     """{provider: {consumer: resources}} of every provider in ``host``'s tree that
     holds anything, and the device reservations: {provider: {rc: reserved}}."""

@@ -79,6 +79,7 @@ class Flavor:
 
 # -- Nova, as an operator drives it ---------------------------------------------------
 server = cloud_mod.server
+arqs, allocations = cloud_mod.arqs, cloud_mod.allocations
 
 
 def wait_server(cloud, sid, status, task_state=None):
@@ -182,24 +183,9 @@ def migration_uuid(cloud, sid):
 
 
 # -- what Steward and Placement hold ---------------------------------------------------
-def arqs(cloud, instance=None):
-    with cloud.api_client() as api:
-        params = {'instance': instance} if instance else {}
-        r = api.get('/v2/accelerator_requests', params=params, headers=A_LATEST)
-    assert r.status_code == 200, r.text
-    return r.json()['arqs']
-
-
 def address(info):
     """The PCI address of a PCI ARQ's attach_handle_info."""
     return f"{info['domain']}:{info['bus']}:{info['device']}.{info['function']}"
-
-
-def allocations(cloud, consumer):
-    with cloud.placement_client() as p:
-        r = p.get(f'/allocations/{consumer}')
-    assert r.status_code == 200, r.text
-    return {rp: a['resources'] for rp, a in r.json()['allocations'].items()}
 
 
 def devices(cloud, host):
