@@ -8,7 +8,10 @@
 * Device-profile group N becomes a group with requester id ``device_profile_<N>``
   and Placement suffix ``_DEVICE_PROFILE_<N>`` (mapping key in allocation
   candidates: the same string); ``OWNER_CYBORG`` is required in each, ``accel:``
-  keys are not Placement's business.
+  keys are not Placement's business. (Nova 34 itself uses the requester id as the
+  suffix, ``resourcesdevice_profile_<N>``, and requires no OWNER_CYBORG there:
+  bench/pools.py sends its query string, checked against the nova 34.0.0 wheel.
+  Placement treats either suffix alike.)
 * The flavor's ``group_policy`` governs every group (spec 3).
 * OWNER_NOVA pre-filter: ``root_required=OWNER_NOVA`` (as Nova 34 sends it), and
   each of Nova's own groups requires ``OWNER_NOVA``. Placement satisfies the
