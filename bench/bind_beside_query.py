@@ -41,18 +41,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.load import (  # noqa: E402
     FAILURES, LeanClient, Tally, client, ms, one_instance, pct)
 from tests.fixtures.stack import running_stack  # noqa: E402
+from tests.fixtures.sysfs_tree import make_gpu_server  # noqa: E402
 
 VENDOR, PRODUCT = '0x10de', '0x2330'
 RC = 'CUSTOM_PCI_10DE_2330'
 PROFILE = 'bench-gpu'
 PLACEMENT = {'X-Auth-Token': 'admin', 'OpenStack-API-Version': 'placement 1.36'}
-
-
-def _tree(root, count):
-    from tests.fixtures.sysfs_tree import make_pci
-    for i in range(count):
-        make_pci(root, f'0000:{0x18 + i:02x}:00.0', VENDOR, PRODUCT, cls='0x030200',
-                 driver='vfio-pci', numa_node=0)
 
 
 def per_gpu_host(placement_url):
@@ -134,7 +128,7 @@ def main():
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix='steward-bench-sysfs-') as tmp:
         root = pathlib.Path(tmp) / 'sys'
-        _tree(root, args.clients)
+        make_gpu_server(root, [0] * args.clients, VENDOR, PRODUCT)
         spec = f'{{"vendor_id": "{VENDOR[2:]}", "product_id": "{PRODUCT[2:]}"}}'
         extra = (f'[DEFAULT]\nsysfs_root = {root}\n[agent]\nenabled_drivers = pci\n'
                  f'[pci]\ndevice_spec = {spec}\n')

@@ -222,10 +222,8 @@ def gpu_tree(conf, root, gpus):
     host of ``--gpus`` discovers (the hosts share it; names carry the host)."""
     import json
     import pathlib
-    from tests.fixtures.sysfs_tree import make_pci
-    for i in range(gpus):
-        make_pci(pathlib.Path(root), f'0000:{0x18 + i:02x}:00.0', '0x10de', '0x2330',
-                 cls='0x030200', driver='vfio-pci', numa_node=0)
+    from tests.fixtures.sysfs_tree import make_gpu_server
+    make_gpu_server(pathlib.Path(root), [0] * gpus)
     conf.set_override('sysfs_root', root)
     conf.set_override('device_spec', [json.dumps({
         'vendor_id': '10de', 'product_id': '2330', 'resource_class': 'PGPU',

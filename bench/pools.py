@@ -67,9 +67,7 @@ about half an hour on two cores, most of it building the fleet.
 """
 import argparse
 import concurrent.futures
-import hashlib
 import inspect
-import json
 import os
 import shutil
 import signal
@@ -85,6 +83,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench import load  # noqa: E402
+from steward.conductor.report import providers  # noqa: E402
+from steward.drivers import pools  # noqa: E402
 from tests.multihost import pg  # noqa: E402
 from tests.multihost import rabbit  # noqa: E402
 
@@ -134,10 +134,9 @@ ROOT_TRAITS = ROOT_REQUIRED + [
     'HW_CPU_X86_AVX2', 'HW_CPU_X86_AVX512F', 'HW_CPU_X86_AESNI', 'HW_CPU_X86_SSE42',
     'HW_CPU_X86_FMA3', 'HW_CPU_HYPERTHREADING']
 DEVICE_TRAITS = ['OWNER_CYBORG']
-# The pool's provider name: doc/drivers/pci.md, <host>_<RC>_numa<N>_<digest of the
-# entry's matching keys and traits> (steward/drivers/pci/driver.py pool_name).
-POOL_DIGEST = hashlib.sha1(json.dumps(
-    [{'product_id': '2330', 'vendor_id': '10de'}, []], sort_keys=True).encode()).hexdigest()[:8]
+# What makes the pool's provider name (doc/drivers/pci.md): the matching keys and
+# traits of the entry {"vendor_id": "10de", "product_id": "2330", "pool": true}.
+POOL_KEY = [{'product_id': '2330', 'vendor_id': '10de'}, []]
 
 
 # Placement 16.0.0's own defaults for what bounds a request of allocation
@@ -149,11 +148,6 @@ allocation_candidates_generation_strategy = depth-first
 [workarounds]
 optimize_for_wide_provider_trees = false
 """
-
-
-def rp_uuid_for(name):
-    """A device provider's uuid as Steward makes it (uuid3 of its name)."""
-    return str(uuid.uuid3(uuid.NAMESPACE_DNS, name))
 
 
 # -- the requests ---------------------------------------------------------------------
@@ -235,7 +229,7 @@ class Fleet:
     def _devices(self, host):
         """[(name, inventory)] of a host's device providers."""
         if self.model == 'pool':
-            return [(f'{host}_{RC}_numa0_{POOL_DIGEST}',
+            return [(pools.pool_name(host, RC, 0, POOL_KEY),
                      {RC: {'total': GPUS, 'reserved': 0, 'min_unit': 1,
                            'max_unit': GPUS, 'step_size': 1, 'allocation_ratio': 1.0}})]
         return [(f'{host}_0000:{0x1b + 0x10 * i:02x}:00.0',
@@ -251,7 +245,7 @@ class Fleet:
                    {'resource_provider_generation': 0, 'traits': ROOT_TRAITS})
         out = [(root, ROOT_INVENTORY)]
         for name, inventory in self._devices(host):
-            rp = rp_uuid_for(name)
+            rp = providers.rp_uuid_for(name)
             self._call('POST', '/resource_providers',
                        {'name': name, 'uuid': rp, 'parent_provider_uuid': root})
             self._call('PUT', f'/resource_providers/{rp}/traits',

@@ -209,23 +209,25 @@ def _choose_deployables(bindings, deployables, locked):
     in device id order; PoolExhausted when fewer are free than asked: Placement
     counted a unit that no device has (a lost allocation, a reservation not yet
     written), and Nova tries another host."""
-    chosen, taken = [], set()
+    chosen, pools = [], {}
     for b in bindings:
-        members = deployables[b['device_rp_uuid']]
+        rp = b['device_rp_uuid']
+        members = deployables[rp]
         if len(members) == 1:
             chosen.append(members[0])
             continue
-        dep = next((d for d in members if d.device_id not in taken and
-                    reservation.policy(None, locked[d.device_id][0],
-                                       accelerators=locked[d.device_id][1]).bindable),
-                   None)
+        if rp not in pools:
+            # The pool's devices that may be bound, as locked: each binding of it
+            # takes the next.
+            bindable = [d for d in members if reservation.policy(
+                None, locked[d.device_id][0], accelerators=locked[d.device_id][1]).bindable]
+            pools[rp] = (len(bindable), iter(bindable))
+        free, left = pools[rp]
+        dep = next(left, None)
         if dep is None:
-            asked = sum(1 for x in bindings if x['device_rp_uuid'] == b['device_rp_uuid'])
-            free = sum(1 for d in members if reservation.policy(
-                None, locked[d.device_id][0], accelerators=locked[d.device_id][1]).bindable)
-            raise exception.PoolExhausted(rp_uuid=b['device_rp_uuid'], devices=len(members),
-                                          free=free, asked=asked)
-        taken.add(dep.device_id)
+            raise exception.PoolExhausted(
+                rp_uuid=rp, devices=len(members), free=free,
+                asked=sum(1 for x in bindings if x['device_rp_uuid'] == rp))
         chosen.append(dep)
     return chosen
 

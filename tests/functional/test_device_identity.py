@@ -7,7 +7,7 @@ import uuid
 
 from steward.common import exception
 from steward.conductor import device_match
-from steward.conductor.report import diff
+from steward.conductor.report import providers
 from steward.db import models as m
 from steward.drivers import objects
 from tests.functional.lifecycle_stack import RC, V26, life  # noqa: F401 (fixture)
@@ -113,7 +113,7 @@ def test_a_device_back_at_another_address_keeps_its_row_and_is_never_offered(dat
                                              'device': '00', 'function': '0'}
     dep = st.deployable(moved)
     assert dep['name'] == f'{life.host}_{SLOT_B}' and dep['rp_uuid'] != old_rp
-    assert dep['rp_uuid'] == diff.rp_uuid_for(dep['name'])
+    assert dep['rp_uuid'] == providers.rp_uuid_for(dep['name'])
     _reserved_whole(st, moved)
     assert st.providers() == {life.host: st.providers()[life.host],
                               dep['name']: dep['rp_uuid']}       # the old one is gone

@@ -10,7 +10,7 @@ import pytest
 from starlette import testclient
 
 from steward.agent.manager import AgentManager
-from steward.conductor.report import diff
+from steward.conductor.report import providers
 from steward.conductor.local_api import LocalConductorAPI
 from steward.db import arqs as arq_db
 from steward.db import deployables as deployable_db
@@ -299,7 +299,7 @@ def test_nova_owned_provider_is_left_alone(transport, database, db, conf, placem
     assert len(said) == 1 and nova_name in said[0] and 'is skipped' in said[0] \
         and 'without OWNER_CYBORG' in said[0]
     assert f'{host}_{addr}' not in deployables(database)          # never handed out
-    ours = diff.rp_uuid_for(f'{host}_{addr}')
+    ours = providers.rp_uuid_for(f'{host}_{addr}')
     with placement_fixture.admin_session(server.url) as s:
         assert s.get(f'/resource_providers/{ours}').status_code == 404
 

@@ -19,7 +19,8 @@ from steward.conductor.local_api import LocalConductorAPI
 from steward.drivers.pci.driver import PciDriver
 from tests.fixtures import placement_fixture
 from tests.fixtures import roots
-from tests.fixtures.sysfs_tree import make_pci
+from tests.fixtures.sysfs_tree import gpu_address
+from tests.fixtures.sysfs_tree import make_gpu_server
 from tests.fixtures.sysfs_tree import write_aer
 from tests.functional import conductor_fixtures as cf
 
@@ -30,18 +31,6 @@ POOLED = {'vendor_id': '10de', 'product_id': '2330', 'resource_class': 'PGPU',
           'pool': True}
 
 pytestmark = pytest.mark.usefixtures('parsed_conf')
-
-
-def _address(i):
-    return f'0000:{0x18 + i:02x}:00.0'
-
-
-def _tree(root, numa_nodes):
-    """One H100-like function per entry of ``numa_nodes``, on that node."""
-    for i, node in enumerate(numa_nodes):
-        make_pci(root, _address(i), '0x10de', '0x2330', cls='0x030200', driver='vfio-pci',
-                 numa_node=node)
-    return root
 
 
 @pytest.fixture
@@ -124,7 +113,7 @@ def _pci(info):
 def test_eight_functions_in_one_group_bind_eight_distinct_functions(
         transport, database, db, conf, placement, host, tmp_path):
     _, server = placement
-    root = _tree(tmp_path / 'sys', [0] * 8)
+    root = make_gpu_server(tmp_path / 'sys', [0] * 8)
     conductor, _ = _start(conf, database, transport, placement, host, root, POOLED)
 
     (name, pool), = _device_providers(server, host).items()
@@ -152,7 +141,7 @@ def test_eight_functions_in_one_group_bind_eight_distinct_functions(
         bound = api.get(URL, params={'instance': first}, headers=V29).json()['arqs']
         assert {a['state'] for a in bound} == {'Bound'}
         addresses = {_pci(a['attach_handle_info']) for a in bound}
-        assert addresses == {_address(i) for i in range(8)}
+        assert addresses == {gpu_address(i) for i in range(8)}
         assert {a['attach_handle_info']['numa_node'] for a in bound} == {0}
         assert {a['device_rp_uuid'] for a in bound} == {pool['uuid']}
 
@@ -180,7 +169,7 @@ def test_eight_functions_in_one_group_bind_eight_distinct_functions(
 def test_pools_never_span_numa_nodes_and_reserve_what_is_out_of_service(
         transport, database, db, conf, placement, host, tmp_path):
     _, server = placement
-    root = _tree(tmp_path / 'sys', [0, 0, 0, 0, 1, 1, 1, 1])
+    root = make_gpu_server(tmp_path / 'sys', [0, 0, 0, 0, 1, 1, 1, 1])
     conductor, agent = _start(conf, database, transport, placement, host, root, POOLED)
     pools = _device_providers(server, host)
     by_node = {n: rp for n in (0, 1) for name, rp in pools.items() if f'_numa{n}_' in name}
@@ -211,7 +200,7 @@ def test_pools_never_span_numa_nodes_and_reserve_what_is_out_of_service(
 
     # One failing GPU takes one unit out: a fatal AER error on a function of
     # node 0 (the kernel's counters in sysfs) read at the next discovery.
-    failing = root / 'devices' / 'pci0000:00' / _address(1)
+    failing = root / 'devices' / 'pci0000:00' / gpu_address(1)
     write_aer(failing, fatal={'Completion Timeout': 1})
     agent.run_cycle()
     assert _inventory(server, by_node[0]['uuid'])['reserved'] == 1
@@ -226,7 +215,7 @@ def test_concurrent_binds_into_one_pool_never_hand_a_function_twice(
     """64 binds of one ARQ each into a pool of 8, 16 at a time: 8 Bound, each on
     its own function; every other answers 409 and changes nothing."""
     _, server = placement
-    root = _tree(tmp_path / 'sys', [0] * 8)
+    root = make_gpu_server(tmp_path / 'sys', [0] * 8)
     conductor, _ = _start(conf, database, transport, placement, host, root, POOLED)
     (pool,) = _device_providers(server, host).values()
     cf.make_profile(database, 'x1', [{f'resources:{RC}': '1'}])
@@ -265,16 +254,16 @@ def test_a_running_host_moves_onto_a_pool_with_its_instances(
     per-function providers are gone."""
     from steward.agent.manager import AgentManager
     _, server = placement
-    root = _tree(tmp_path / 'sys', [0] * 4)
+    root = make_gpu_server(tmp_path / 'sys', [0] * 4)
     plain = dict(POOLED, pool=False)
     conductor, _ = _start(conf, database, transport, placement, host, root, plain)
     singles = {name.rsplit('_', 1)[1]: rp for name, rp in
                _device_providers(server, host).items()}
-    assert sorted(singles) == [_address(i) for i in range(4)]
+    assert sorted(singles) == [gpu_address(i) for i in range(4)]
     cf.make_profile(database, 'x1', [{f'resources:{RC}': '1'}])
     instances, handles = {}, {}
     for i in (0, 1):
-        rp = singles[_address(i)]['uuid']
+        rp = singles[gpu_address(i)]['uuid']
         inst = instances[i] = str(uuid.uuid4())
         assert _claim(server, inst, rp, 1) == 204
         arq = conductor.arq_create(cf.admin(), 'x1', 'p')[0]
@@ -305,7 +294,7 @@ def test_a_running_host_moves_onto_a_pool_with_its_instances(
         for i in (0, 1):
             (arq,) = api.get(URL, params={'instance': instances[i]}).json()['arqs']
             assert arq['state'] == 'Bound' and arq['attach_handle_uuid'] == handles[i]
-            assert _pci(arq['attach_handle_info']) == _address(i)
+            assert _pci(arq['attach_handle_info']) == gpu_address(i)
             assert arq['device_rp_uuid'] == pool['uuid']
         # Two units left; a group of two lands on the pool and takes the others.
         assert len(_candidates(server, host, [2])) == 1 and _candidates(server, host, [3]) == []

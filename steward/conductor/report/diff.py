@@ -41,18 +41,6 @@ from steward.db import retry
 LOG = logging.getLogger(__name__)
 
 
-def rp_uuid_for(name):
-    """Child RP uuid: uuid3 of the deployable name, as upstream, so an existing
-    cloud's providers are adopted rather than duplicated."""
-    return providers.rp_uuid_for(name)
-
-
-def reported_rp_uuid(rep):
-    """The provider a reported deployable (DriverDeployable) belongs to: its
-    pool's (issue 52) or its own."""
-    return providers.rp_uuid_for(providers.provider_name(rep.name, rep.pool))
-
-
 # Tags a handle keeps its identity through: changing one updates the handle
 # (once it is released) instead of replacing it.
 MUTABLE_HANDLE_KEYS = ('managed', 'live_migratable', 'numa_node')
@@ -355,7 +343,7 @@ class ReportDiff:
             if dep is None:
                 dep = m.Deployable(uuid=uuidutils.generate_uuid(), name=rep.name,
                                    num_accelerators=rep.num_accelerators,
-                                   device_id=device.id, rp_uuid=reported_rp_uuid(rep),
+                                   device_id=device.id, rp_uuid=providers.reported_rp_uuid(rep),
                                    driver_name=rep.driver_name)
                 s.add(dep)
                 self._deps_by_name.setdefault(dep.name, []).append(dep)
@@ -386,7 +374,7 @@ class ReportDiff:
         the host is on it); one in use is listed in ``reshapes``, moved after the
         sync with its instance's allocation (report/reshape.py). An imported
         deployable keeps Cyborg's provider."""
-        wanted = reported_rp_uuid(rep)
+        wanted = providers.reported_rp_uuid(rep)
         if dep.rp_uuid == wanted or dep.rp_uuid is None or dep.discovered_as:
             return []
         if any(h.in_use for h in handles):

@@ -341,7 +341,7 @@ def _device_plan(host, rep):
                       'cpid_info': canonical(rep.controlpath_id.cpid_info)}
     device['deployables'] = [{
         'uuid': uuidutils.generate_uuid(), 'name': dep.name,
-        'num_accelerators': dep.num_accelerators, 'rp_uuid': diff.reported_rp_uuid(dep),
+        'num_accelerators': dep.num_accelerators, 'rp_uuid': providers.reported_rp_uuid(dep),
         'driver_name': dep.driver_name,
         # The last value of a key counts, as in ReportDiff._diff_attributes.
         'attributes': [(k, v, uuidutils.generate_uuid()) for k, v in

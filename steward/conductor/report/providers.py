@@ -31,6 +31,12 @@ def provider_name(name, pool):
     return pool or name
 
 
+def reported_rp_uuid(rep):
+    """The provider a reported deployable (DriverDeployable) belongs to: its
+    pool's or its own."""
+    return rp_uuid_for(provider_name(rep.name, rep.pool))
+
+
 @dataclasses.dataclass(frozen=True)
 class Member:
     """One deployable with a provider, as that provider needs it."""

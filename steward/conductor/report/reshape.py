@@ -57,13 +57,12 @@ def move_in_use(deps, client, root, moves):
         joining = [moving[d][0] for d, _, t in moves if t == to]
         if not joining:
             continue
-        member = providers.Member.of_row(joining[0], attrs.get(joining[0].id, []))
-        if member is None:
-            continue
         # As it will be: on its pool's provider, named after the pool.
         member = providers.Member.of(joining[0].id, to, joining[0].name,
                                      joining[0].num_accelerators,
-                                     [(a.key, a.value) for a in attrs[joining[0].id]])
+                                     [(a.key, a.value) for a in attrs.get(joining[0].id, [])])
+        if member is None:
+            continue
         # In use, each of them (that is why they move this way).
         everyone = current[to] + [(dep, rules[dep.id], 1) for dep in joining]
         specs[to] = (member, sum(dep.num_accelerators for dep, _, _ in everyone),

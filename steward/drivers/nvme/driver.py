@@ -44,8 +44,7 @@ LOG = logging.getLogger(__name__)
 POLICY_KEYS = ('clear_action', 'clear_strategy', 'lba_size')
 # ``pool``: the entry's drives of one NUMA node with one cleanup policy and the
 # same capability traits are one resource provider (issue 52, steward/drivers/pools.py).
-POLICY_KEYS += ('pool',)
-ALLOWED_KEYS = frozenset(device_spec.MATCH_KEYS) | frozenset(POLICY_KEYS)
+ALLOWED_KEYS = frozenset(device_spec.MATCH_KEYS) | frozenset(POLICY_KEYS) | {'pool'}
 CAPABILITY_TRAITS = (('ces', os_traits.HW_NVME_CES), ('bes', os_traits.HW_NVME_BES),
                      ('wzs', os_traits.HW_NVME_WZS))
 DEVICE_TYPE = 'NVME'
